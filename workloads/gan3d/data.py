@@ -1,0 +1,312 @@
+"""Reading the CERN HDF5 files, reference preprocessing, TFRecords and the tf.data pipeline.
+
+Preprocessing follows ``GetDataAngle`` (reference §3.3): ECAL sum taken before the power
+transform, events with sum <= 10 (stored units) dropped, Ep/100, angle label from ``mtheta``,
+image ** 0.85. For presets on a coarser grid the cells are summed first and the angle label is
+measured on the summed image, so that the label and the discriminator's angle head measure the
+same quantity.
+
+Decision on reference pitfall §3.6.1 (TFRecords without the power transform): our TFRecords
+hold the fully preprocessed image, power included, and a ``meta.json`` beside them records the
+preset, grid and power; the reader refuses records made for another preset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .features import measured_angle, rebin
+from .presets import ECAL_CUT, FULL_GRID, POWER, Preset
+
+REQUIRED_KEYS = ("ECAL", "energy")
+VECTOR_KEYS = ("energy", "theta", "mtheta", "eta", "sum")
+READ_CHUNK = 500
+
+
+class DataError(ValueError):
+    """A data file that cannot be used; the message names the file and the key."""
+
+
+@dataclass
+class Batch:
+    """Preprocessed events: image in power space (N, x, y, z), Ep/100, angle (rad), ECAL sum."""
+
+    x: np.ndarray
+    y: np.ndarray
+    ang: np.ndarray
+    ecal: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def list_files(path: Path, pattern: str = "*.h5") -> list[Path]:
+    """HDF5 files in a directory (sorted), or the single file given."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DataError(f"{path}: no such file or directory")
+    files = sorted(path.glob(pattern))
+    if not files:
+        raise DataError(f"{path}: no {pattern} files found")
+    return files
+
+
+def _open(path: Path):
+    import h5py
+
+    try:
+        return h5py.File(path, "r")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: {exc})") from None
+
+
+def inspect_file(path: Path) -> int:
+    """Validate the layout of a CERN file without reading the images; return its event count."""
+    with _open(path) as f:
+        for key in REQUIRED_KEYS:
+            if key not in f:
+                raise DataError(f"{path}: missing key {key!r} (found: {', '.join(sorted(f.keys())) or 'none'})")
+        shape = f["ECAL"].shape
+        if len(shape) != 4 or tuple(shape[1:]) != FULL_GRID:
+            raise DataError(f"{path}: key 'ECAL' has shape {shape}, expected (N, {', '.join(map(str, FULL_GRID))})")
+        for key in VECTOR_KEYS:
+            if key in f and f[key].shape[:1] != (shape[0],):
+                raise DataError(f"{path}: key {key!r} has shape {f[key].shape}, expected ({shape[0]},) to match 'ECAL'")
+        return int(shape[0])
+
+
+def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.ndarray]]:
+    """Yield validated raw arrays (ECAL in stored units, energy, optional mtheta) chunk by chunk."""
+    n = inspect_file(path)
+    with _open(path) as f:
+        for start in range(0, n, chunk):
+            sl = slice(start, min(n, start + chunk))
+            out: dict[str, np.ndarray] = {}
+            for key in ("ECAL", "energy", "mtheta"):
+                if key not in f:
+                    continue
+                try:
+                    arr = np.asarray(f[key][sl], dtype=np.float32)
+                except (OSError, ValueError, KeyError) as exc:
+                    raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
+                if not np.all(np.isfinite(arr)):
+                    raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
+                out[key] = arr
+            if np.any(out["ECAL"] < 0):
+                raise DataError(f"{path}: key 'ECAL' contains negative energies")
+            yield out
+
+
+def preprocess(raw: dict[str, np.ndarray], preset: Preset) -> Batch:
+    """Reference preprocessing of raw arrays for ``preset``'s grid."""
+    image = rebin(raw["ECAL"], preset.rebin)
+    ecal = image.sum(axis=(1, 2, 3), dtype=np.float64).astype(np.float32)
+    keep = ecal > ECAL_CUT
+    image, ecal = image[keep], ecal[keep]
+    if preset.rebin == (1, 1) and "mtheta" in raw:
+        ang = raw["mtheta"][keep]
+    else:
+        ang = measured_angle(image).astype(np.float32)
+    return Batch(
+        x=np.power(image, POWER, dtype=np.float32),
+        y=(raw["energy"][keep] / 100.0).astype(np.float32),
+        ang=ang.astype(np.float32),
+        ecal=ecal,
+    )
+
+
+def load(path: Path, preset: Preset, limit: int | None = None) -> Batch:
+    """All (or the first ``limit``) preprocessed events of a file or directory, in memory."""
+    parts: list[Batch] = []
+    total = 0
+    for file in list_files(path):
+        for raw in read_chunks(file):
+            part = preprocess(raw, preset)
+            parts.append(part)
+            total += len(part)
+            if limit is not None and total >= limit:
+                break
+        if limit is not None and total >= limit:
+            break
+    if not parts or total == 0:
+        raise DataError(f"{path}: no events pass the ECAL-sum cut (> {ECAL_CUT})")
+    batch = Batch(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "y", "ang", "ecal")))
+    if limit is not None:
+        batch = Batch(batch.x[:limit], batch.y[:limit], batch.ang[:limit], batch.ecal[:limit])
+    return batch
+
+
+def load_raw(path: Path, limit: int | None = None) -> dict[str, np.ndarray]:
+    """Raw arrays (ECAL stored units, energy, mtheta when present) of a file or directory."""
+    parts: list[dict[str, np.ndarray]] = []
+    total = 0
+    for file in list_files(path):
+        for raw in read_chunks(file):
+            parts.append(raw)
+            total += len(raw["energy"])
+            if limit is not None and total >= limit:
+                break
+        if limit is not None and total >= limit:
+            break
+    keys = set.intersection(*(set(p) for p in parts))
+    return {k: np.concatenate([p[k] for p in parts])[:limit] for k in keys}
+
+
+# --------------------------------------------------------------------------- TFRecords
+
+
+def convert_to_tfrecords(src: Path, out_dir: Path, preset: Preset, overwrite: bool = False) -> list[Path]:
+    """One ``.tfrecords`` per HDF5 file (features X, Y, ang, ecal) plus ``meta.json``."""
+    import tensorflow as tf
+
+    out_dir = Path(out_dir)
+    files = list_files(src)
+    targets = [out_dir / (f.stem + ".tfrecords") for f in files]
+    clash = [t for t in targets if t.exists()]
+    if clash and not overwrite:
+        raise FileExistsError(f"{clash[0]} already exists; remove it or choose another output directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for file, target in zip(files, targets):
+        n = 0
+        tmp = target.with_suffix(".part")
+        with tf.io.TFRecordWriter(str(tmp)) as writer:
+            for raw in read_chunks(file):
+                b = preprocess(raw, preset)
+                for i in range(len(b)):
+                    feat = {
+                        "X": tf.train.Feature(float_list=tf.train.FloatList(value=b.x[i].ravel())),
+                        "Y": tf.train.Feature(float_list=tf.train.FloatList(value=[b.y[i]])),
+                        "ang": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ang[i]])),
+                        "ecal": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ecal[i]])),
+                    }
+                    writer.write(tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString())
+                    n += 1
+        tmp.replace(target)
+        counts[target.name] = n
+    meta = {"preset": preset.name, "grid": list(preset.grid), "power": POWER, "events": counts}
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    return targets
+
+
+def _tfrecord_meta(path: Path, preset: Preset) -> dict:
+    meta_path = Path(path) / "meta.json"
+    if not meta_path.exists():
+        raise DataError(f"{path}: missing meta.json (convert with `python -m workloads.gan3d convert`)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("preset") != preset.name or tuple(meta.get("grid", ())) != preset.grid:
+        raise DataError(f"{path}: records were made for preset {meta.get('preset')!r}, not {preset.name!r}")
+    return meta
+
+
+# --------------------------------------------------------------------------- tf.data
+
+
+@dataclass
+class InputSpec:
+    """Where the training events come from and how many there are (after the cut)."""
+
+    path: Path
+    kind: str  # "hdf5" or "tfrecord"
+    files: list[Path]
+    events: int
+
+    @classmethod
+    def discover(cls, path: Path, preset: Preset) -> "InputSpec":
+        path = Path(path)
+        if path.is_dir() and (path / "meta.json").exists():
+            meta = _tfrecord_meta(path, preset)
+            files = sorted(path.glob("*.tfrecords"))
+            return cls(path, "tfrecord", files, int(sum(meta["events"].values())))
+        files = list_files(path)
+        events = 0
+        for file in files:
+            inspect_file(file)
+            with _open(file) as f:
+                if "sum" in f and preset.rebin == (1, 1):
+                    events += int((np.asarray(f["sum"][:]) > ECAL_CUT).sum())
+                    continue
+            events += sum(int((rebin(r["ECAL"], preset.rebin).sum(axis=(1, 2, 3)) > ECAL_CUT).sum()) for r in read_chunks(file))
+        return cls(path, "hdf5", files, events)
+
+
+def make_dataset_fn(spec: InputSpec, preset: Preset, per_replica_batch: int, steps_per_epoch: int, seed: int, cache: bool = True) -> Callable:
+    """Return ``fn(input_context, epoch) -> tf.data.Dataset`` for distribute_datasets_from_function.
+
+    Each input pipeline reads its shard (whole files when there are enough, else every k-th
+    event), caches it, and per epoch shuffles with seed (seed, epoch), batches per replica and
+    prefetches. Every pipeline yields exactly ``steps_per_epoch × local replicas`` batches, so
+    all replicas take the same number of steps and a resumed run sees the same data order.
+    """
+    import tensorflow as tf
+
+    grid = preset.grid
+    signature = (
+        tf.TensorSpec((None, *grid), tf.float32),
+        tf.TensorSpec((None,), tf.float32),
+        tf.TensorSpec((None,), tf.float32),
+        tf.TensorSpec((None,), tf.float32),
+    )
+    bases: dict[int, tf.data.Dataset] = {}
+
+    def hdf5_file_dataset(file_t):
+        @tf.autograph.experimental.do_not_convert
+        def gen(name):
+            for raw in read_chunks(Path(name.decode())):
+                b = preprocess(raw, preset)
+                yield b.x, b.y, b.ang, b.ecal
+
+        return tf.data.Dataset.from_generator(gen, output_signature=signature, args=(file_t,)).unbatch()
+
+    def parse(record):
+        feats = tf.io.parse_single_example(
+            record,
+            {
+                "X": tf.io.FixedLenSequenceFeature((), tf.float32, allow_missing=True),
+                "Y": tf.io.FixedLenFeature((), tf.float32),
+                "ang": tf.io.FixedLenFeature((), tf.float32),
+                "ecal": tf.io.FixedLenFeature((), tf.float32),
+            },
+        )
+        return tf.reshape(feats["X"], grid), feats["Y"], feats["ang"], feats["ecal"]
+
+    def base(ctx) -> tf.data.Dataset:
+        pid, npipe = (ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1)
+        if pid in bases:
+            return bases[pid]
+        files = [str(f) for f in spec.files]
+        by_file = len(files) >= npipe and len(files) % npipe == 0
+        names = tf.data.Dataset.from_tensor_slices(files)
+        if by_file and npipe > 1:
+            names = names.shard(npipe, pid)
+        if spec.kind == "tfrecord":
+            ds = names.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        else:
+            ds = names.interleave(hdf5_file_dataset, cycle_length=2, num_parallel_calls=2, deterministic=True)
+        if not by_file and npipe > 1:
+            ds = ds.shard(npipe, pid)
+        ds = ds.map(lambda x, y, a, e: {"x": x[..., None], "y": y, "ang": a, "ecal": e})
+        if cache:
+            ds = ds.cache()
+        bases[pid] = ds
+        return ds
+
+    def dataset_fn(ctx, epoch: int):
+        local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx else 1
+        ds = base(ctx)
+        ds = ds.shuffle(min(spec.events, 20000), seed=seed * 100003 + epoch, reshuffle_each_iteration=True).repeat()
+        ds = ds.batch(per_replica_batch, drop_remainder=True).take(steps_per_epoch * local_replicas)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        options.deterministic = True
+        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    return dataset_fn

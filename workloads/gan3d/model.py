@@ -1,0 +1,141 @@
+"""3DGAN generator and discriminator (Keras 3 on TensorFlow), built from a preset.
+
+Faithful to ``AngleArch3dGAN.py`` (reference §2.1): Conv → ReLU → BatchNorm order in the
+generator, he_uniform convolutions with a glorot_normal last layer, LeakyReLU(0.3) and
+Dropout(0.2) in the discriminator, BatchNorm epsilon 1e-6, and two weightless heads (ECAL sum and
+measured angle) evaluated on the inverse-power image. Images are channels_last (x, y, z, 1):
+TensorFlow's CPU Conv3D only supports NDHWC, and the parameter counts do not depend on it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+import keras
+from keras import layers
+
+from .presets import LATENT_SIZE, POWER, Preset
+
+BN_EPSILON = 1e-6
+LEAKY_SLOPE = 0.3
+DROPOUT = 0.2
+
+
+def ecal_sum(image_pow: tf.Tensor, power: float = POWER) -> tf.Tensor:
+    """Total stored energy of power-transformed images (B, x, y, z, 1) → (B, 1)."""
+    linear = tf.pow(tf.nn.relu(image_pow), 1.0 / power)
+    return tf.reduce_sum(linear, axis=[1, 2, 3])
+
+
+def ecal_angle(image_pow: tf.Tensor, power: float = POWER) -> tf.Tensor:
+    """Measured inclination (radians) of power-transformed images (B, x, y, z, 1) → (B, 1).
+
+    TensorFlow twin of ``features.measured_angle`` (same algorithm, float32).
+    """
+    e = tf.pow(tf.nn.relu(image_pow[..., 0]), 1.0 / power)
+    nx, ny, nz = e.shape[1], e.shape[2], e.shape[3]
+    xi = tf.range(nx, dtype=e.dtype) + 0.5
+    yi = tf.range(ny, dtype=e.dtype) + 0.5
+    zi = tf.range(nz, dtype=e.dtype) + 0.5
+    total = tf.reduce_sum(e, axis=[1, 2, 3])
+    safe_total = tf.where(total == 0, tf.ones_like(total), total)
+    proj_x = tf.reduce_sum(e, axis=[2, 3])
+    proj_y = tf.reduce_sum(e, axis=[1, 3])
+    proj_z = tf.reduce_sum(e, axis=[1, 2])
+    x_ref = tf.linalg.matvec(proj_x, xi) / safe_total
+    y_ref = tf.linalg.matvec(proj_y, yi) / safe_total
+    z_ref = tf.linalg.matvec(proj_z, zi) / safe_total
+    layer_sum = proj_z  # (B, z)
+    filled = layer_sum > 0
+    safe_layer = tf.where(filled, layer_sum, tf.ones_like(layer_sum))
+    x_mid = tf.where(filled, tf.einsum("bxyz,x->bz", e, xi) / safe_layer, 0.0)
+    y_mid = tf.where(filled, tf.einsum("bxyz,y->bz", e, yi) / safe_layer, 0.0)
+    dz = zi[None, :] - z_ref[:, None]
+    zproj = tf.sqrt(tf.maximum(tf.square(x_mid - x_ref[:, None]) + tf.square(dz), 1e-7))
+    slope = (y_mid - y_ref[:, None]) / zproj
+    slope = tf.where(dz < 0, -slope, slope)
+    angle = tf.where(filled, math.pi / 2 - tf.atan(slope), 0.0)
+    weight = zi[None, :] * tf.cast(filled, e.dtype)
+    weight_sum = tf.reduce_sum(weight, axis=1)
+    theta = tf.reduce_sum(angle * weight, axis=1) / tf.where(weight_sum == 0, 1.0, weight_sum)
+    theta = tf.where(total == 0, 100.0 * tf.ones_like(theta), theta)
+    return theta[:, None]
+
+
+@keras.saving.register_keras_serializable(package="gan3d")
+class EcalSum(layers.Layer):
+    """Weightless head: ECAL sum of the inverse-power image."""
+
+    def call(self, inputs):
+        return ecal_sum(inputs)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], 1)
+
+
+@keras.saving.register_keras_serializable(package="gan3d")
+class EcalAngle(layers.Layer):
+    """Weightless head: measured angle of the inverse-power image."""
+
+    def call(self, inputs):
+        return ecal_angle(inputs)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], 1)
+
+
+def build_generator(preset: Preset) -> keras.Model:
+    """Latent (B, 256) = [Ep/100, θ, noise] → power-space image (B, x, y, z, 1)."""
+    z = keras.Input(shape=(LATENT_SIZE,), name="latent")
+    h = layers.Dense(math.prod(preset.dense_shape), name="dense")(z)
+    h = layers.Reshape(preset.dense_shape)(h)
+    h = layers.UpSampling3D(size=preset.upsample)(h)
+    for i, block in enumerate(preset.gen_blocks):
+        if any(block.pad):
+            h = layers.ZeroPadding3D(block.pad)(h)
+        h = layers.Conv3D(block.filters, block.kernel, kernel_initializer="he_uniform", name=f"g_conv{i}")(h)
+        h = layers.ReLU()(h)
+        if block.batchnorm:  # BatchNorm after the activation, as in the reference
+            h = layers.BatchNormalization(epsilon=BN_EPSILON, name=f"g_bn{i}")(h)
+    h = layers.Conv3D(1, preset.final_kernel, kernel_initializer="glorot_normal", name="g_out")(h)
+    image = layers.ReLU()(h)
+    model = keras.Model(z, image, name=f"generator_{preset.name}")
+    got = tuple(model.output.shape[1:4])
+    if got != preset.grid:
+        raise ValueError(f"preset {preset.name}: generator produces {got}, expected {preset.grid}")
+    return model
+
+
+def build_discriminator(preset: Preset) -> keras.Model:
+    """Power-space image → [real/fake (sigmoid), Ep/100, measured angle, ECAL sum]."""
+    image = keras.Input(shape=(*preset.grid, 1), name="image")
+    h = image
+    for i, block in enumerate(preset.disc_blocks):
+        if any(block.pad):
+            h = layers.ZeroPadding3D(block.pad)(h)
+        h = layers.Conv3D(block.filters, block.kernel, padding=block.padding, name=f"d_conv{i}")(h)
+        h = layers.LeakyReLU(negative_slope=LEAKY_SLOPE)(h)
+        if block.batchnorm:
+            h = layers.BatchNormalization(epsilon=BN_EPSILON, name=f"d_bn{i}")(h)
+        h = layers.Dropout(DROPOUT)(h)
+    h = layers.AveragePooling3D(preset.pool)(h)
+    h = layers.Flatten()(h)
+    generation = layers.Dense(1, activation="sigmoid", name="generation")(h)
+    auxiliary = layers.Dense(1, activation="linear", name="auxiliary")(h)
+    angle = EcalAngle(name="ang")(image)
+    ecal = EcalSum(name="ecal")(image)
+    return keras.Model(image, [generation, auxiliary, angle, ecal], name=f"discriminator_{preset.name}")
+
+
+def flops_per_sample(model: keras.Model) -> float:
+    """Forward FLOPs (2 × multiply-adds) of the model's Conv3D and Dense layers per sample."""
+    total = 0
+    for layer in model.layers:
+        if isinstance(layer, layers.Conv3D):
+            out = math.prod(layer.output.shape[1:4])
+            k = math.prod(layer.kernel_size) * layer.kernel.shape[3]
+            total += 2 * out * k * layer.filters
+        elif isinstance(layer, layers.Dense):
+            total += 2 * layer.kernel.shape[0] * layer.kernel.shape[1]
+    return float(total)
