@@ -219,13 +219,14 @@ class InputSpec:
     events: int
 
     @classmethod
-    def discover(cls, path: Path, preset: Preset) -> "InputSpec":
+    def discover(cls, path: Path, preset: Preset, files: list[Path] | None = None) -> "InputSpec":
+        """Describe a TFRecord directory (with meta.json) or HDF5 files; ``files`` narrows the set."""
         path = Path(path)
         if path.is_dir() and (path / "meta.json").exists():
             meta = _tfrecord_meta(path, preset)
-            files = sorted(path.glob("*.tfrecords"))
-            return cls(path, "tfrecord", files, int(sum(meta["events"].values())))
-        files = list_files(path)
+            files = files or sorted(path.glob("*.tfrecords"))
+            return cls(path, "tfrecord", files, int(sum(meta["events"][f.name] for f in files)))
+        files = files or list_files(path)
         events = 0
         for file in files:
             inspect_file(file)

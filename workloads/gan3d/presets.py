@@ -94,20 +94,20 @@ PAPER = Preset(
 SMALL = Preset(
     name="small",
     rebin=(3, 3),
-    dense_shape=(3, 3, 5, 4),
-    upsample=(6, 6, 6),  # → 18 × 18 × 30
+    dense_shape=(6, 6, 9, 4),
+    upsample=(3, 3, 3),  # → 18 × 18 × 27: the dense grid places the narrow shower core
     gen_blocks=(
-        GenBlock((0, 0, 0), (2, 2, 4), 6),  # → 17 × 17 × 27
-        GenBlock((1, 1, 0), (3, 3, 2), 4, batchnorm=False),  # → 17 × 17 × 26
+        GenBlock((0, 0, 0), (2, 2, 3), 6),  # → 17 × 17 × 25
+        GenBlock((1, 1, 1), (3, 3, 3), 4, batchnorm=False),  # → 17 × 17 × 25
     ),
-    final_kernel=(1, 1, 2),  # → 17 × 17 × 25
+    final_kernel=(1, 1, 1),  # → 17 × 17 × 25
     disc_blocks=(
         DiscBlock((0, 0, 0), (3, 3, 3), 6, padding="same", batchnorm=False),
         DiscBlock((0, 0, 1), (3, 3, 3), 4),  # → 15 × 15 × 25
         DiscBlock((0, 0, 0), (3, 3, 3), 4),  # → 13 × 13 × 23
     ),
     default_batch=32,
-    notes="paper structure on 3×3-summed transverse cells (17×17×25), fewer filters",
+    notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (PAPER, SMALL)}

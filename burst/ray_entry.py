@@ -1,0 +1,153 @@
+"""The Ray job that trains a workload on a cluster: ``python -m burst.ray_entry CONFIG_JSON``.
+
+Runs on the cluster's head. It prepares the data (synthetic Monte Carlo when asked), runs Ray
+Train's ``TensorflowTrainer`` (one worker per node owning all that node's GPUs, or W CPU workers
+locally) with checkpoints under the cluster's storage URI and a ``FailureConfig`` so that failed
+workers restart from the latest checkpoint, then validates the final checkpoint against held-out
+Monte Carlo. Progress goes to stdout as ``BURST_EVENT {json}`` lines, which the CLI parses from
+the job's logs, so the job survives the CLI disconnecting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+EVENT = "BURST_EVENT"
+STEP_EVENTS_PER_EPOCH = 10
+
+
+def emit(kind: str, **fields) -> None:
+    print(f"{EVENT} {json.dumps({'type': kind, 'time': time.time(), **fields})}", flush=True)
+
+
+def _strategy(world_size: int):
+    import tensorflow as tf
+
+    if world_size > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG set by Ray Train
+    gpus = tf.config.list_logical_devices("GPU")
+    return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+
+
+def train_loop_per_worker(cfg: dict) -> None:
+    """Ray Train worker: build or restore the trainer, report a checkpoint every epoch."""
+    import tempfile
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import ray.train
+    from ray.train import Checkpoint
+
+    from workloads.gan3d import pipeline
+    from workloads.gan3d.train import configure_cpu_threads
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if cfg.get("threads"):
+        configure_cpu_threads(cfg["threads"], 1)
+    strategy = _strategy(world)
+    resume_dir = None
+    restored = ray.train.get_checkpoint()
+    if restored is not None:
+        resume_dir = Path(restored.to_directory())
+    train_files = [Path(f) for f in cfg["train_files"]]
+    trainer, dataset_fn, steps = pipeline.prepare_training(
+        train_files, cfg["preset"], cfg.get("batch_per_replica"), strategy=strategy, seed=cfg.get("seed", 0),
+        resume_from=resume_dir, steps_per_epoch=cfg.get("steps_per_epoch"),
+    )
+    start_epoch = int(trainer.epoch.numpy())
+    if rank == 0:
+        emit("start", epoch=start_epoch, epochs=cfg["epochs"], steps=steps, replicas=strategy.num_replicas_in_sync,
+             global_batch=trainer.global_batch, resumed=resume_dir is not None, pid=os.getpid())
+    every = max(1, steps // STEP_EVENTS_PER_EPOCH)
+
+    def on_step(info: dict) -> None:
+        if rank == 0 and (info["step"] % every == 0 or info["step"] == 1):
+            emit("step", **info)
+
+    def on_epoch_end(metrics: dict) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
+            checkpoint = Checkpoint.from_directory(tmp) if rank == 0 else None
+            ray.train.report(metrics, checkpoint=checkpoint)
+        if rank == 0:
+            emit("epoch", epochs=cfg["epochs"], **metrics)
+
+    trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step)
+
+
+def run(cfg: dict) -> int:
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    from workloads.gan3d import pipeline
+
+    timings: dict[str, float] = {"job_start": time.time()}
+    storage = Path(cfg["storage"])
+    if cfg.get("synthetic"):
+        emit("status", message=f"generating {cfg['synthetic']} synthetic Monte Carlo events")
+        train_dir, test_dir = pipeline.prepare_synthetic(storage / "data" / f"synthetic-{cfg['synthetic']}-s{cfg.get('seed', 0)}", cfg["synthetic"], seed=cfg.get("seed", 0))
+        train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
+    else:
+        train_files, test_files = pipeline.split_files(Path(cfg["data"]))
+    timings["data_ready"] = time.time()
+    cfg = {**cfg, "train_files": [str(f) for f in train_files]}
+    ray.init(address="auto", log_to_driver=True)
+    workers, gpus = int(cfg.get("workers", 1)), int(cfg.get("gpus_per_worker", 0))
+    resources = {"CPU": float(cfg.get("cpus_per_worker", 1))}
+    if gpus:
+        resources["GPU"] = float(gpus)
+    trainer = TensorflowTrainer(
+        train_loop_per_worker,
+        train_loop_config=cfg,
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0, resources_per_worker=resources),
+        run_config=RunConfig(
+            name=cfg["run_id"], storage_path=str(storage / "ray-train"),
+            failure_config=FailureConfig(max_failures=cfg.get("max_failures", 3)),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+    )
+    emit("status", message=f"training {cfg['preset']} preset on {workers} worker(s)")
+    result = trainer.fit()
+    timings["trained"] = time.time()
+    if result.checkpoint is None:
+        emit("failed", message=f"training produced no checkpoint: {result.error}")
+        return 1
+    out_dir = storage / "runs" / cfg["run_id"]
+    ckpt_dir = Path(result.checkpoint.to_directory(str(out_dir / "checkpoint")))
+    emit("status", message="validating against held-out Monte Carlo")
+    from workloads.gan3d.pipeline import validate
+
+    metrics = validate(ckpt_dir, test_files, out_dir / "report", events=cfg.get("val_events", 500), seed=cfg.get("seed", 0))
+    timings["validated"] = time.time()
+    history = json.loads((ckpt_dir / "history.json").read_text())["history"]
+    (out_dir / "history.json").write_text(json.dumps(history, indent=1))
+    provenance = {
+        "timings": timings,
+        "data_hashes": pipeline.data_hashes(list(train_files) + list(test_files)),
+        "train_files": [str(f) for f in train_files],
+        "test_files": [str(f) for f in test_files],
+    }
+    (out_dir / "job_provenance.json").write_text(json.dumps(provenance, indent=1))
+    emit("done", run_dir=str(out_dir), summary=metrics["summary"])
+    return 0
+
+
+def main() -> int:
+    cfg = json.loads(sys.argv[1])
+    try:
+        return run(cfg)
+    except Exception as exc:  # the CLI shows this line; the traceback stays in the job log
+        import traceback
+
+        traceback.print_exc()
+        emit("failed", message=f"{exc.__class__.__name__}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

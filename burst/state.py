@@ -1,0 +1,124 @@
+"""The state directory: one JSON file per cluster and per run, atomic writes under a file lock.
+
+``~/.burst`` unless ``BURST_HOME`` says otherwise. Nothing secret is stored in these files: a
+cluster's Ray token lives in its own user-only file and handles hold only its path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Literal, Type, TypeVar
+
+from filelock import FileLock
+from pydantic import BaseModel, Field
+
+from .errors import BurstError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def home() -> Path:
+    path = Path(os.environ.get("BURST_HOME") or Path.home() / ".burst").expanduser()
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+@contextmanager
+def locked(timeout: float = 60.0) -> Iterator[None]:
+    """Serialise state changes across burst processes."""
+    lock = FileLock(str(home() / "state.lock"), timeout=timeout)
+    with lock:
+        yield
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ClusterHandle(BaseModel):
+    """Everything later commands need to reach a cluster burst started."""
+
+    name: str
+    provider: str
+    cluster_id: str
+    state: Literal["starting", "running", "stopping"] = "starting"
+    created: float = Field(default_factory=time.time)
+    expires: float | None = None
+    dashboard_url: str | None = None
+    gcs_address: str | None = None
+    token_path: str | None = None
+    temp_dir: str | None = None
+    storage_uri: str
+    layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
+    hourly_usd: float = 0.0
+    pids: list[int] = Field(default_factory=list)
+
+
+class RunRecord(BaseModel):
+    """One training run: where it ran, its job, its progress and where its results are."""
+
+    run_id: str
+    workload: str
+    cluster: str
+    provider: str
+    job_id: str | None = None
+    state: str = "PENDING"
+    created: float = Field(default_factory=time.time)
+    finished: float | None = None
+    config: dict = Field(default_factory=dict)
+    progress: dict = Field(default_factory=dict)
+    run_dir: str | None = None
+    hourly_usd: float = 0.0
+    message: str | None = None
+
+
+def _dir(kind: str) -> Path:
+    d = home() / kind
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def save(obj: BaseModel) -> None:
+    kind, key = ("clusters", obj.name) if isinstance(obj, ClusterHandle) else ("runs", obj.run_id)
+    write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"))
+
+
+def load(model: Type[M], key: str) -> M | None:
+    kind = "clusters" if model is ClusterHandle else "runs"
+    path = _dir(kind) / f"{key}.json"
+    if not path.exists():
+        return None
+    try:
+        return model.model_validate_json(path.read_text())
+    except ValueError as exc:
+        raise BurstError(f"state file {path} is corrupt ({exc.__class__.__name__}); remove it and run the command again") from None
+
+
+def load_all(model: Type[M]) -> list[M]:
+    kind = "clusters" if model is ClusterHandle else "runs"
+    out = []
+    for path in sorted(_dir(kind).glob("*.json")):
+        item = load(model, path.stem)
+        if item is not None:
+            out.append(item)
+    return sorted(out, key=lambda m: m.created)
+
+
+def delete(model: Type[BaseModel], key: str) -> None:
+    kind = "clusters" if model is ClusterHandle else "runs"
+    (_dir(kind) / f"{key}.json").unlink(missing_ok=True)

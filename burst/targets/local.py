@@ -1,0 +1,214 @@
+"""The local target: a Ray head on this machine, the embedded default "on-prem".
+
+Every port is chosen free and bound to 127.0.0.1 where Ray allows it, the session lives in its
+own temp dir under the state directory, and Ray's token authentication is on with a token file
+readable by the user only. Each process of the cluster inherits ``BURST_CLUSTER_ID`` in its
+environment, which is how ``down`` finds exactly this cluster's processes (never ``ray stop``,
+which would stop every Ray of this user on the machine).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle
+
+MARKER = "BURST_CLUSTER_ID"
+READY_TIMEOUT_S = 90.0
+
+
+def _free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def _ray_binary() -> str:
+    candidate = Path(sys.executable).with_name("ray")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("ray")
+    if not found:
+        raise BurstError("the `ray` command is not installed; install burst with `pip install -e .` in this environment")
+    return found
+
+
+def auth_headers(handle: ClusterHandle) -> dict[str, str]:
+    """HTTP headers for the Ray dashboard / Jobs API of a token-protected cluster."""
+    if not handle.token_path:
+        return {}
+    try:
+        token = Path(handle.token_path).read_text().strip()
+    except OSError as exc:
+        raise BurstError(f"cannot read the token of cluster {handle.name!r} ({exc}); run `burst down {handle.name}` and `burst up` again") from None
+    return {"Authorization": f"Bearer {token}"}
+
+
+def cluster_processes(cluster_id: str) -> list:
+    """psutil processes of this user whose environment carries this cluster's marker."""
+    import psutil
+
+    found = []
+    needle = f"{MARKER}={cluster_id}".encode()
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
+    """True when the cluster's dashboard answers an authenticated request."""
+    import urllib.error
+    import urllib.request
+
+    if not handle.dashboard_url:
+        return False
+    req = urllib.request.Request(handle.dashboard_url + "/api/version", headers=auth_headers(handle))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, BurstError):
+        return False
+
+
+def up(name: str, cpus: int | None = None, gpus: int | None = None) -> tuple[ClusterHandle, bool]:
+    """Start (or find) the local cluster ``name``; returns (handle, created)."""
+    with state.locked():
+        existing = state.load(ClusterHandle, name)
+        if existing is not None:
+            if existing.state == "running" and is_alive(existing):
+                return existing, False
+            raise BurstError(f"cluster {name!r} is recorded but not answering (state {existing.state}); run `burst down {name}` first")
+        cluster_id = uuid.uuid4().hex[:12]
+        cdir = state.home() / "clusters" / name
+        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        token_path = cdir / "auth_token"
+        token_path.unlink(missing_ok=True)
+        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        # Short path: Ray puts Unix sockets under it (108-byte limit).
+        temp_dir = state.home() / "ray" / cluster_id
+        temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        storage = cdir / "storage"
+        storage.mkdir(exist_ok=True)
+        ncpu = cpus or os.cpu_count() or 1
+        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr = _free_ports(9)
+        handle = ClusterHandle(
+            name=name, provider="local", cluster_id=cluster_id, state="starting",
+            dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
+            token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=str(storage),
+            layout={"nodes": 1, "cpus": ncpu, "gpus": gpus or 0},
+        )
+        state.save(handle)  # recorded before anything starts, so `down` can always clean up
+
+    env = dict(os.environ)
+    env.update({MARKER: cluster_id, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
+                "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        _ray_binary(), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
+        "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
+        "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
+        "--runtime-env-agent-port", str(rt_env), "--node-manager-port", str(node_mgr),
+        "--object-manager-port", str(obj_mgr), "--num-cpus", str(ncpu), "--num-gpus", str(gpus or 0),
+        "--temp-dir", str(temp_dir), "--disable-usage-stats",
+    ]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        _cleanup_failed(handle)
+        raise BurstError(f"`ray start` did not finish within 180 s; cluster {name!r} was cleaned up", exit_code=1) from None
+    if proc.returncode != 0:
+        _cleanup_failed(handle)
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise BurstError(f"`ray start` failed for cluster {name!r}: {last[0]}", exit_code=1)
+    deadline = time.time() + READY_TIMEOUT_S
+    while not is_alive(handle):
+        if time.time() > deadline:
+            _cleanup_failed(handle)
+            raise BurstError(f"the Ray dashboard of {name!r} did not answer within {READY_TIMEOUT_S:.0f} s; cleaned up", exit_code=1)
+        time.sleep(0.3)
+    with state.locked():
+        handle.state = "running"
+        handle.pids = [p.pid for p in cluster_processes(cluster_id)]
+        state.save(handle)
+    return handle, True
+
+
+def _cleanup_failed(handle: ClusterHandle) -> None:
+    stop_processes(handle.cluster_id)
+    with state.locked():
+        _forget(handle)
+
+
+def stop_processes(cluster_id: str, grace_s: float = 10.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process of the cluster; return the pids that survived."""
+    import psutil
+
+    procs = cluster_processes(cluster_id)
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    # Workers forked while we were stopping: one more sweep.
+    late = cluster_processes(cluster_id)
+    for p in late:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(late, timeout=5)
+    return [p.pid for p in cluster_processes(cluster_id)]
+
+
+def _forget(handle: ClusterHandle) -> None:
+    state.delete(ClusterHandle, handle.name)
+    if handle.temp_dir:
+        shutil.rmtree(handle.temp_dir, ignore_errors=True)
+    if handle.token_path:
+        Path(handle.token_path).unlink(missing_ok=True)
+
+
+def down(handle: ClusterHandle) -> None:
+    """Stop exactly this cluster's processes, verify none is left, forget the handle."""
+    with state.locked():
+        handle.state = "stopping"
+        state.save(handle)
+    survivors = stop_processes(handle.cluster_id)
+    if survivors:
+        raise BurstError(f"cluster {handle.name!r}: processes {survivors} did not stop; kill them and run `burst down {handle.name}` again", exit_code=1)
+    with state.locked():
+        _forget(handle)

@@ -1,0 +1,127 @@
+"""End-to-end steps shared by ``python -m workloads.gan3d`` and burst's Ray entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import data, synthetic
+from .presets import Preset, get_preset
+
+TEST_FRACTION = 0.1
+
+
+def prepare_synthetic(root: Path, n_events: int, seed: int = 0, energy_range=(100.0, 200.0)) -> tuple[Path, Path]:
+    """Write ``n_events`` training and ~10 % (at least 200) held-out events; reuse them if present."""
+    root = Path(root)
+    train_dir, test_dir = root / "train", root / "test"
+    n_test = max(200, int(n_events * TEST_FRACTION))
+    marker = root / "synthetic.json"
+    wanted = {"events": n_events, "test_events": n_test, "seed": seed, "energy_range": list(energy_range)}
+    if marker.exists() and json.loads(marker.read_text()) == wanted:
+        return train_dir, test_dir
+    if marker.exists() or any(root.glob("*/*.h5")):
+        raise FileExistsError(f"{root} holds a different synthetic dataset; remove it or choose another directory")
+    per_file = 1000
+    synthetic.write_dataset(train_dir, n_events, seed=seed, events_per_file=per_file, energy_range=energy_range)
+    synthetic.write_dataset(test_dir, n_test, seed=seed + 7919, events_per_file=per_file, energy_range=energy_range)
+    marker.write_text(json.dumps(wanted))
+    return train_dir, test_dir
+
+
+def split_files(path: Path) -> tuple[list[Path], list[Path]]:
+    """Training and held-out files: a ``train/``+``test/`` layout, else the last ~10 % of files."""
+    path = Path(path)
+    if (path / "train").is_dir() and (path / "test").is_dir():
+        return data.list_files(path / "train"), data.list_files(path / "test")
+    files = data.list_files(path)
+    if len(files) == 1:
+        return files, files  # no held-out file: validation reuses the training file
+    n_test = max(1, round(len(files) * TEST_FRACTION))
+    return files[:-n_test], files[-n_test:]
+
+
+def data_hashes(files: list[Path]) -> dict[str, str]:
+    """Cheap content fingerprints (size + first/last MiB, sha256) for provenance."""
+    import hashlib
+
+    out = {}
+    for f in files:
+        h = hashlib.sha256()
+        size = f.stat().st_size
+        h.update(str(size).encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            if size > 2 << 20:
+                fh.seek(-(1 << 20), 2)
+                h.update(fh.read())
+        out[f.name] = h.hexdigest()[:16]
+    return out
+
+
+def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0):
+    from .train import GAN3DTrainer
+
+    return GAN3DTrainer(preset, per_replica_batch or preset.default_batch, strategy=strategy, seed=seed)
+
+
+def prepare_training(
+    train_files: list[Path],
+    preset_name: str,
+    per_replica_batch: int | None = None,
+    strategy=None,
+    seed: int = 0,
+    resume_from: Path | None = None,
+    steps_per_epoch: int | None = None,
+):
+    """Build a trainer (restored from ``resume_from`` if given) and its per-epoch input.
+
+    Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
+    own callbacks (checkpointing, progress, Ray Train reports).
+    """
+    preset = get_preset(preset_name)
+    trainer = make_trainer(preset, per_replica_batch, strategy, seed)
+    if resume_from is not None:
+        trainer.restore(resume_from)
+    spec = data.InputSpec.discover(train_files[0].parent, preset, files=train_files)
+    steps = steps_per_epoch or spec.events // trainer.global_batch
+    if steps < 1:
+        raise data.DataError(f"{spec.path}: {spec.events} events cannot fill one global batch of {trainer.global_batch}")
+    return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed), steps
+
+
+def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name: str | None = None, events: int = 500, seed: int = 0, extra: dict | None = None) -> dict:
+    """Generate showers for held-out MC conditions and write the validation report."""
+    from .features import rebin
+    from .train import GAN3DTrainer, generate_showers
+    from .validate import write_report
+
+    if isinstance(trainer_or_dir, GAN3DTrainer):
+        trainer = trainer_or_dir
+    else:
+        meta = json.loads((Path(trainer_or_dir) / "history.json").read_text())
+        trainer = make_trainer(get_preset(preset_name or meta["preset"]), None, seed=seed)
+        trainer.restore(trainer_or_dir)
+    preset = trainer.preset
+    raw = {"ECAL": [], "energy": [], "theta": []}
+    for f in test_files:
+        import h5py
+
+        data.inspect_file(f)
+        with h5py.File(f, "r") as h:
+            n = min(len(h["energy"]), events - sum(len(e) for e in raw["energy"]))
+            if n <= 0:
+                break
+            raw["ECAL"].append(np.asarray(h["ECAL"][:n], np.float32))
+            raw["energy"].append(np.asarray(h["energy"][:n], np.float64))
+            theta = h["theta"][:n] if "theta" in h else h["mtheta"][:n]
+            raw["theta"].append(np.asarray(theta, np.float64))
+    mc = rebin(np.concatenate(raw["ECAL"]), preset.rebin)
+    energy, theta = np.concatenate(raw["energy"]), np.concatenate(raw["theta"])
+    gan = trainer.generate(energy, theta, seed=seed + 1)
+    initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, seed=seed + 1)
+    info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
+    return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info)

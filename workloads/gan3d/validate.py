@@ -1,0 +1,267 @@
+"""Physics validation: GAN showers against Monte Carlo on a held-out set (reference §5).
+
+For each Ep bin and θ bin: sampling fraction and its relative error, longitudinal and transverse
+(x, y) profiles, first and second shower moments, measured-angle error, hit counts and the
+cell-energy spectrum; plus the authors' optimisation metric (moment + profile + angle error,
+averaged over energy bins) with the moment term counted once (the reference adds it twice, §3.6).
+Writes ``metrics.json``, paper-style figures (GAN and MC overlaid, linear and log scale) and one
+self-contained ``report.html``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .features import hit_counts, measured_angle, moments, profiles
+from .synthetic import STORED_PER_GEV
+
+ANGLE_BINS_DEG = (62.0, 90.0, 118.0)
+ANGLE_TOLERANCE_RAD = 0.1
+HIT_THRESHOLD_GEV = 3e-4
+
+
+def _rel(mc: float, gan: float) -> float:
+    return float(abs(mc - gan) / abs(mc)) if mc != 0 else float(abs(gan))
+
+
+def energy_bins(energy: np.ndarray, n_bins: int = 3) -> list[tuple[str, np.ndarray]]:
+    """'all' plus ``n_bins`` equal-width Ep bins over the sample's range."""
+    lo, hi = float(energy.min()), float(energy.max())
+    edges = np.linspace(lo, hi, n_bins + 1)
+    bins = [("all", np.ones(len(energy), bool))]
+    for a, b in zip(edges[:-1], edges[1:]):
+        mask = (energy >= a) & (energy <= b)
+        if mask.sum() >= 2:
+            bins.append((f"{a:.0f}-{b:.0f} GeV", mask))
+    return bins
+
+
+def angle_bins(theta: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    bins = [("all", np.ones(len(theta), bool))]
+    for deg in ANGLE_BINS_DEG:
+        mask = np.abs(theta - np.radians(deg)) <= ANGLE_TOLERANCE_RAD
+        if mask.sum() >= 2:
+            bins.append((f"{deg:.0f} deg", mask))
+    return bins
+
+
+def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: np.ndarray, gan_angle: np.ndarray) -> dict:
+    """Comparison of two samples with identical conditions (images in GeV)."""
+    sf_mc = mc.sum(axis=(1, 2, 3)) / energy
+    sf_gan = gan.sum(axis=(1, 2, 3)) / energy
+    out = {
+        "events": int(len(energy)),
+        "sf_mc": float(sf_mc.mean()),
+        "sf_gan": float(sf_gan.mean()),
+        "sf_rel_error": _rel(sf_mc.mean(), sf_gan.mean()),
+    }
+    p_mc, p_gan = profiles(mc), profiles(gan)
+    prof_err = {}
+    shape_err = {}
+    for axis in ("x", "y", "z"):
+        a, b = p_mc[axis].mean(0), p_gan[axis].mean(0)
+        nz = a > 0
+        # authors' per-bin relative error, over the bins where MC has energy
+        prof_err[axis] = float(np.mean(np.abs((a[nz] - b[nz]) / a[nz]))) if nz.any() else 0.0
+        # energy-weighted absolute difference: robust to near-empty tail bins
+        shape_err[axis] = float(np.abs(a - b).sum() / a.sum()) if a.sum() > 0 else 0.0
+    out["profile_rel_error"] = prof_err
+    out["profile_abs_error"] = shape_err
+    m_mc, m_gan = moments(mc), moments(gan)
+    mom = {k: _rel(m_mc[k].mean(), m_gan[k].mean()) for k in m_mc}
+    out["moment_rel_error"] = mom
+    out["moment_error"] = float(sum((mom[f"m{m}_x"] + mom[f"m{m}_y"] + mom[f"m{m}_z"]) / 3 for m in (1, 2)) / 2)
+    safe = np.where(mc_angle == 0, 1.0, mc_angle)
+    out["angle_rel_error"] = float(np.mean(np.abs((mc_angle - gan_angle) / safe)))
+    out["angle_mc_mean"] = float(mc_angle.mean())
+    out["angle_gan_mean"] = float(gan_angle.mean())
+    h_mc, h_gan = hit_counts(mc, HIT_THRESHOLD_GEV), hit_counts(gan, HIT_THRESHOLD_GEV)
+    out["hits_mc"] = float(h_mc.mean())
+    out["hits_gan"] = float(h_gan.mean())
+    out["hits_rel_error"] = _rel(h_mc.mean(), h_gan.mean())
+    out["profile_error"] = float(np.mean(list(prof_err.values())))
+    return out
+
+
+def compare(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray) -> dict:
+    """All validation metrics of GAN vs MC images (stored units, same grid, same conditions)."""
+    if mc_stored.shape != gan_stored.shape:
+        raise ValueError(f"MC images {mc_stored.shape} and GAN images {gan_stored.shape} differ in shape")
+    mc = np.asarray(mc_stored, np.float64) / STORED_PER_GEV
+    gan = np.asarray(gan_stored, np.float64) / STORED_PER_GEV
+    mc_angle, gan_angle = measured_angle(mc), measured_angle(gan)
+    by_energy = {name: _bin_metrics(mc[m], gan[m], energy_gev[m], mc_angle[m], gan_angle[m]) for name, m in energy_bins(energy_gev)}
+    by_angle = {name: _bin_metrics(mc[m], gan[m], energy_gev[m], mc_angle[m], gan_angle[m]) for name, m in angle_bins(theta_rad)}
+    e_bins = [v for k, v in by_energy.items() if k != "all"] or [by_energy["all"]]
+    metric_p = float(np.mean([b["moment_error"] for b in e_bins]))
+    metric_e = float(np.mean([b["profile_error"] for b in e_bins]))
+    metric_a = float(np.mean([b["angle_rel_error"] for b in e_bins]))
+    overall = by_energy["all"]
+    return {
+        "summary": {
+            "events": overall["events"],
+            "sf_mc": overall["sf_mc"],
+            "sf_gan": overall["sf_gan"],
+            "sf_rel_error": float(np.mean([b["sf_rel_error"] for b in e_bins])),
+            "profile_abs_error": float(np.mean(list(overall["profile_abs_error"].values()))),
+            "moment_error": metric_p,
+            "profile_error": metric_e,
+            "angle_rel_error": metric_a,
+            "hits_rel_error": overall["hits_rel_error"],
+            "optimisation_metric": metric_p + metric_e + metric_a,
+        },
+        "by_energy": by_energy,
+        "by_angle": by_angle,
+    }
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _figures(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, theta: np.ndarray, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    style = {"MC": dict(color="tab:blue", lw=2), "GAN": dict(color="tab:red", lw=1.5, ls="--")}
+    paths: list[Path] = []
+
+    def save(fig, name):
+        path = out_dir / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+
+    # Sampling fraction vs Ep with relative error panel.
+    edges = np.linspace(energy.min(), energy.max(), 9)
+    centres = (edges[:-1] + edges[1:]) / 2
+    idx = np.clip(np.digitize(energy, edges) - 1, 0, len(centres) - 1)
+    fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(6, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    sf = {}
+    for label, img in (("MC", mc), ("GAN", gan)):
+        ratio = img.sum(axis=(1, 2, 3)) / energy
+        sf[label] = np.array([ratio[idx == i].mean() if (idx == i).any() else np.nan for i in range(len(centres))])
+        ax.plot(centres, sf[label], marker="o", label=label, **style[label])
+    ax.set_ylabel("ECAL sum / Ep")
+    ax.set_title("Sampling fraction")
+    ax.legend()
+    ax_err.plot(centres, (sf["MC"] - sf["GAN"]) / sf["MC"], marker="o", color="k")
+    ax_err.axhline(0, color="grey", lw=0.5)
+    ax_err.set_xlabel("Ep [GeV]")
+    ax_err.set_ylabel("(MC-GAN)/MC")
+    save(fig, "sampling_fraction.png")
+
+    # Profiles, linear and log.
+    p_mc, p_gan = profiles(mc), profiles(gan)
+    fig, axes = plt.subplots(3, 2, figsize=(10, 10))
+    for row, (axis, title) in enumerate((("z", "Longitudinal (layer)"), ("x", "Transverse x"), ("y", "Transverse y"))):
+        for col, scale in enumerate(("linear", "log")):
+            ax = axes[row, col]
+            for label, p in (("MC", p_mc), ("GAN", p_gan)):
+                ax.step(np.arange(p[axis].shape[1]), p[axis].mean(0), where="mid", label=label, **style[label])
+            ax.set_yscale(scale)
+            ax.set_title(f"{title} ({scale})")
+            ax.set_ylabel("mean energy [GeV]")
+        axes[row, 0].legend()
+    save(fig, "profiles.png")
+
+    # Moments.
+    m_mc, m_gan = moments(mc), moments(gan)
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
+    for i, m in enumerate((1, 2)):
+        for j, axis in enumerate("xyz"):
+            key = f"m{m}_{axis}"
+            ax = axes[i, j]
+            bins = np.histogram_bin_edges(np.concatenate([m_mc[key], m_gan[key]]), 30)
+            ax.hist(m_mc[key], bins, histtype="step", label="MC", **style["MC"])
+            ax.hist(m_gan[key], bins, histtype="step", label="GAN", **style["GAN"])
+            ax.set_title(f"{'first' if m == 1 else 'second'} moment {axis}")
+    axes[0, 0].legend()
+    save(fig, "moments.png")
+
+    # Measured angle per θ bin.
+    a_mc, a_gan = measured_angle(mc), measured_angle(gan)
+    bins = angle_bins(theta)
+    fig, axes = plt.subplots(1, len(bins), figsize=(4 * len(bins), 3.5), squeeze=False)
+    for ax, (name, mask) in zip(axes[0], bins):
+        edges_a = np.linspace(np.degrees(min(a_mc[mask].min(), a_gan[mask].min())), np.degrees(max(a_mc[mask].max(), a_gan[mask].max())), 25)
+        ax.hist(np.degrees(a_mc[mask]), edges_a, histtype="step", label="MC", **style["MC"])
+        ax.hist(np.degrees(a_gan[mask]), edges_a, histtype="step", label="GAN", **style["GAN"])
+        ax.set_title(f"measured angle, θ {name}")
+        ax.set_xlabel("degrees")
+    axes[0, 0].legend()
+    save(fig, "angle.png")
+
+    # Cell-energy spectrum and hit counts.
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    cells = np.logspace(-6, 1, 50)
+    for label, img in (("MC", mc), ("GAN", gan)):
+        vals = img[img > 0]
+        ax1.hist(vals, cells, histtype="step", label=label, **style[label])
+    ax1.set_xscale("log")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("cell energy [GeV]")
+    ax1.set_title("Cell-energy spectrum")
+    ax1.legend()
+    h_mc, h_gan = hit_counts(mc, HIT_THRESHOLD_GEV), hit_counts(gan, HIT_THRESHOLD_GEV)
+    hb = np.histogram_bin_edges(np.concatenate([h_mc, h_gan]), 30)
+    ax2.hist(h_mc, hb, histtype="step", label="MC", **style["MC"])
+    ax2.hist(h_gan, hb, histtype="step", label="GAN", **style["GAN"])
+    ax2.set_xlabel(f"hits > {HIT_THRESHOLD_GEV:g} GeV")
+    ax2.set_title("Number of hits")
+    save(fig, "hits.png")
+    return paths
+
+
+def _html(metrics: dict, figures: list[Path], title: str, extra: dict | None) -> str:
+    def table(d: dict) -> str:
+        rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{v:.4g}</td></tr>" if isinstance(v, float) else f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in d.items())
+        return f"<table>{rows}</table>"
+
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:1em 0}"
+             "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}img{max-width:100%}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1><h2>Summary (GAN vs MC)</h2>", table(metrics["summary"])]
+    if metrics.get("initial"):
+        parts += ["<h2>At initialisation (untrained generator, same conditions)</h2>", table(metrics["initial"]["summary"])]
+    for key, name in (("by_energy", "Per energy bin"), ("by_angle", "Per angle bin")):
+        parts.append(f"<h2>{name}</h2>")
+        for bin_name, m in metrics[key].items():
+            flat = {k: v for k, v in m.items() if not isinstance(v, dict)}
+            parts += [f"<h3>{html.escape(bin_name)}</h3>", table(flat)]
+    if extra:
+        parts += ["<h2>Run</h2>", table(extra)]
+    for fig in figures:
+        data = base64.b64encode(fig.read_bytes()).decode()
+        parts.append(f"<h2>{html.escape(fig.stem.replace('_', ' '))}</h2><img alt='{fig.stem}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def write_report(
+    mc_stored: np.ndarray,
+    gan_stored: np.ndarray,
+    energy_gev: np.ndarray,
+    theta_rad: np.ndarray,
+    out_dir: Path,
+    initial_stored: np.ndarray | None = None,
+    title: str = "3DGAN physics validation",
+    extra: dict | None = None,
+) -> dict:
+    """Compute metrics, draw figures, write ``metrics.json`` and ``report.html`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
+    if initial_stored is not None:
+        metrics["initial"] = {"summary": compare(mc_stored, initial_stored, energy_gev, theta_rad)["summary"]}
+    figures = _figures(np.asarray(mc_stored) / STORED_PER_GEV, np.asarray(gan_stored) / STORED_PER_GEV, energy_gev, theta_rad, out_dir)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (out_dir / "report.html").write_text(_html(metrics, figures, title, extra))
+    return metrics
