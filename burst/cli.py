@@ -1,0 +1,429 @@
+"""The ``burst`` command line. Imports only typer/rich/pydantic at start-up (design decision 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__, state
+from .errors import BurstError
+from .state import ClusterHandle, RunRecord
+from .targets import check_provider
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
+console = Console(stderr=True)
+out = Console()
+
+WORKLOADS = ("gan3d",)
+DEFAULT_CLUSTER = "local"
+RUNS_ROOT = Path("burst-runs")
+
+
+def _fail(exc: BurstError) -> None:
+    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    raise typer.Exit(exc.exit_code)
+
+
+def _emit_json(data) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+def _check_workload(workload: str) -> None:
+    if workload not in WORKLOADS:
+        raise BurstError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOADS)}")
+
+
+def _positive(name: str, value: Optional[int]) -> None:
+    if value is not None and value < 1:
+        raise BurstError(f"--{name} must be a positive whole number, got {value}")
+
+
+def _cluster(name: str) -> ClusterHandle:
+    handle = state.load(ClusterHandle, name)
+    if handle is None:
+        raise BurstError(f"no cluster named {name!r}; start one with `burst up --provider local --name {name}`")
+    return handle
+
+
+# --------------------------------------------------------------------------- up / down
+
+
+def _up(provider: str, name: str, cpus: Optional[int], gpus: Optional[int]) -> tuple[ClusterHandle, bool]:
+    check_provider(provider)
+    from .targets import local
+
+    return local.up(name, cpus=cpus, gpus=gpus)
+
+
+@app.command()
+def up(
+    provider: str = typer.Option("local", help="local | ray | gcp | gcp-tpu | azure"),
+    name: str = typer.Option(DEFAULT_CLUSTER, help="cluster name"),
+    cpus: Optional[int] = typer.Option(None, help="CPUs for the local Ray head (default: all)"),
+    gpus: Optional[int] = typer.Option(None, help="GPUs to offer (local target: GPUs on this machine)"),
+    as_json: bool = typer.Option(False, "--json", help="print the cluster handle as JSON"),
+) -> None:
+    """Start a cluster (on this machine with --provider local) and save its handle."""
+    try:
+        _positive("cpus", cpus)
+        started = time.perf_counter()
+        handle, created = _up(provider, name, cpus, gpus)
+    except BurstError as exc:
+        _fail(exc)
+    if as_json:
+        _emit_json({**handle.model_dump(mode="json"), "created_now": created})
+        return
+    verb = f"started in {time.perf_counter() - started:.1f} s" if created else "already running"
+    console.print(f"cluster [bold]{name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url}")
+
+
+@app.command()
+def down(
+    name: Optional[str] = typer.Argument(None, help="cluster name (default: local)"),
+    all_clusters: bool = typer.Option(False, "--all", help="stop every cluster burst started"),
+) -> None:
+    """Stop exactly the processes burst started for a cluster and forget it."""
+    from .targets import local
+
+    try:
+        handles = state.load_all(ClusterHandle) if all_clusters else [_cluster(name or DEFAULT_CLUSTER)]
+        for handle in handles:
+            local.down(handle)
+            console.print(f"cluster [bold]{handle.name}[/bold] stopped; no process left")
+        if all_clusters and not handles:
+            console.print("no clusters to stop")
+    except BurstError as exc:
+        _fail(exc)
+
+
+# --------------------------------------------------------------------------- train / run
+
+
+def _new_run_id(workload: str) -> str:
+    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    got = {"burst": __version__, "python": platform.python_version()}
+    for pkg in ("tensorflow", "keras", "ray", "numpy", "h5py"):
+        try:
+            got[pkg] = version(pkg)
+        except PackageNotFoundError:
+            got[pkg] = None
+    return got
+
+
+def _train(
+    handle: ClusterHandle, workload: str, preset: str, epochs: int, batch_per_replica: Optional[int],
+    data: Optional[Path], synthetic: Optional[int], workers: int, detach: bool, cancel: bool, seed: int,
+    val_events: int, steps: Optional[int],
+) -> RunRecord:
+    from . import jobs
+    from .progress import RunProgress
+
+    run = RunRecord(run_id=_new_run_id(workload), workload=workload, cluster=handle.name, provider=handle.provider,
+                    hourly_usd=handle.hourly_usd, config={"preset": preset, "epochs": epochs})
+    cpus = int(handle.layout.get("cpus", 1))
+    gpus = int(handle.layout.get("gpus", 0))
+    job_config = {
+        "run_id": run.run_id, "storage": handle.storage_uri, "preset": preset, "epochs": epochs,
+        "batch_per_replica": batch_per_replica, "seed": seed, "workers": workers,
+        "cpus_per_worker": max(1, (cpus - 1) // workers) if cpus > 1 else 1,  # one CPU stays with the job driver
+        "gpus_per_worker": gpus // workers if gpus else 0, "val_events": val_events, "steps_per_epoch": steps,
+        "threads": max(1, (cpus - 1) // workers) if cpus > 1 else 1,
+    }
+    if data is not None:
+        job_config["data"] = str(data.resolve())
+    else:
+        job_config["synthetic"] = synthetic
+    run.config = {k: v for k, v in job_config.items() if k not in ("storage",)}
+    submitted = time.time()
+    jobs.submit(handle, run, job_config)
+    console.print(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}")
+    if detach:
+        console.print(f"detached; follow with `burst logs {run.run_id} --follow`")
+        return run
+    progress = RunProgress(console, run, submitted)
+    try:
+        with progress:
+            status = jobs.follow(handle, run, progress.on_event)
+    except KeyboardInterrupt:
+        if cancel:
+            jobs.client(handle).stop_job(run.job_id)
+            run.state = "STOPPED"
+            console.print(f"run {run.run_id} cancelled")
+        else:
+            console.print(f"detached; the run goes on. Follow with `burst logs {run.run_id} --follow`")
+        with state.locked():
+            state.save(run)
+        raise
+    run.state = status
+    run.finished = time.time()
+    run.progress = progress.snapshot()
+    if status == "SUCCEEDED":
+        run_dir = jobs.collect(handle, run, RUNS_ROOT)
+        run.run_dir = str(run_dir.resolve())
+        _write_run_files(run, handle, progress, submitted, run_dir)
+    else:
+        run.message = progress.failure or f"job ended {status}; see `burst logs {run.run_id}`"
+    with state.locked():
+        state.save(run)
+    if status != "SUCCEEDED":
+        raise BurstError(f"run {run.run_id} {status.lower()}: {run.message}", exit_code=1)
+    console.print(f"report: {Path(run.run_dir) / 'report' / 'report.html'}")
+    return run
+
+
+def _write_run_files(run: RunRecord, handle: ClusterHandle, progress, submitted: float, run_dir: Path) -> None:
+    hours = (run.finished - submitted) / 3600
+    cost = {"provider": handle.provider, "hourly_usd": handle.hourly_usd, "hours": round(hours, 5), "cost_usd": round(handle.hourly_usd * hours, 4)}
+    (run_dir / "cost.json").write_text(json.dumps(cost, indent=1))
+    metrics_path = run_dir / "report" / "metrics.json"
+    if metrics_path.exists():
+        (run_dir / "metrics.json").write_text(metrics_path.read_text())
+    job_prov = json.loads((run_dir / "job_provenance.json").read_text()) if (run_dir / "job_provenance.json").exists() else {}
+    provenance = {
+        "run_id": run.run_id, "workload": run.workload, "config": run.config, "versions": _versions(),
+        "target": {"provider": handle.provider, "cluster": handle.name, "layout": handle.layout},
+        "timings": {"submitted": submitted, "first_step": progress.first_step_time, "finished": run.finished,
+                    "submit_to_first_step_s": (progress.first_step_time - submitted) if progress.first_step_time else None,
+                    **job_prov.get("timings", {})},
+        "data_hashes": job_prov.get("data_hashes", {}),
+        "resumes": progress.resumes,
+    }
+    (run_dir / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str))
+
+
+@app.command()
+def train(
+    workload: str = typer.Argument(..., help="workload to train (gan3d)"),
+    cluster: str = typer.Option(DEFAULT_CLUSTER, help="cluster name"),
+    preset: str = typer.Option("small", help="small | paper"),
+    epochs: int = typer.Option(6),
+    batch_per_replica: Optional[int] = typer.Option(None),
+    data: Optional[Path] = typer.Option(None, help="directory of CERN HDF5 files (or converted TFRecords)"),
+    synthetic: Optional[int] = typer.Option(None, help="train on this many synthetic Monte Carlo events"),
+    workers: int = typer.Option(1, help="Ray Train workers (one per node; CPU workers locally)"),
+    detach: bool = typer.Option(False, help="submit and return"),
+    cancel: bool = typer.Option(False, help="Ctrl-C cancels the job instead of detaching"),
+    seed: int = typer.Option(0),
+    val_events: int = typer.Option(400, help="held-out events used by validation"),
+    steps: Optional[int] = typer.Option(None, help="steps per epoch (default: events // global batch)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Train a workload on a running cluster as a Ray job, then validate it."""
+    try:
+        run = _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps)
+    except BurstError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    if as_json:
+        _emit_json(run.model_dump(mode="json"))
+
+
+def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps) -> RunRecord:
+    _check_workload(workload)
+    for n, v in (("epochs", epochs), ("batch-per-replica", batch_per_replica), ("workers", workers), ("synthetic", synthetic), ("val-events", val_events), ("steps", steps)):
+        _positive(n, v)
+    if preset not in ("small", "paper"):
+        raise BurstError(f"unknown preset {preset!r}; choose small or paper")
+    if data is not None and synthetic is not None:
+        raise BurstError("give either --data DIR or --synthetic N, not both")
+    if data is not None and not data.exists():
+        raise BurstError(f"--data {data}: no such file or directory")
+    if data is None and synthetic is None:
+        synthetic = 3000
+    handle = _cluster(cluster)
+    from .targets.local import is_alive
+
+    if not is_alive(handle):
+        raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)
+    return _train(handle, workload, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps)
+
+
+@app.command()
+def run(
+    workload: str = typer.Argument("gan3d", help="workload to run (gan3d)"),
+    provider: str = typer.Option("local", help="local | ray | gcp | gcp-tpu | azure"),
+    name: str = typer.Option("run-local", help="name of the temporary cluster"),
+    cpus: Optional[int] = typer.Option(None),
+    preset: str = typer.Option("small"),
+    epochs: int = typer.Option(6),
+    batch_per_replica: Optional[int] = typer.Option(None),
+    data: Optional[Path] = typer.Option(None),
+    synthetic: Optional[int] = typer.Option(None),
+    workers: int = typer.Option(1),
+    seed: int = typer.Option(0),
+    val_events: int = typer.Option(400),
+    steps: Optional[int] = typer.Option(None),
+) -> None:
+    """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
+    handle = None
+    code = 0
+    try:
+        _check_workload(workload)
+        _positive("cpus", cpus)
+        handle, _ = _up(provider, name, cpus, None)
+        console.print(f"cluster [bold]{name}[/bold] up; dashboard {handle.dashboard_url}")
+        _checked_train(workload, name, preset, epochs, batch_per_replica, data, synthetic, workers, False, True, seed, val_events, steps)
+    except BurstError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        if handle is not None:
+            from .targets import local
+
+            try:
+                local.down(handle)
+                console.print(f"cluster [bold]{name}[/bold] stopped")
+            except BurstError as exc:
+                console.print(f"[red]error:[/red] {exc}", highlight=False)
+                code = code or exc.exit_code
+    if code:
+        raise typer.Exit(code)
+
+
+# --------------------------------------------------------------------------- status / logs / report
+
+
+def _refresh_run(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
+    """Ask the cluster for the state of a run that is not finished yet."""
+    if run.state in ("SUCCEEDED", "FAILED", "STOPPED") or run.job_id is None:
+        return run
+    handle = handles.get(run.cluster)
+    if handle is None:
+        run.state = "LOST"
+        run.message = f"cluster {run.cluster!r} is gone"
+        return run
+    from .targets.local import is_alive
+
+    if not is_alive(handle):
+        run.state = "UNREACHABLE"
+        return run
+    from . import jobs
+
+    c = jobs.client(handle)
+    run.state = jobs.job_status(c, run.job_id)
+    events = jobs.parse_events(c.get_job_logs(run.job_id))
+    epochs = [e for e in events if e["type"] == "epoch"]
+    if epochs:
+        run.progress = {"epoch": epochs[-1]["epoch"], "epochs": epochs[-1]["epochs"], "samples_per_s": epochs[-1].get("samples_per_s")}
+    return run
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
+    try:
+        handles = state.load_all(ClusterHandle)
+        runs = state.load_all(RunRecord)
+        now = time.time()
+        cluster_rows = []
+        for h in handles:
+            alive = False
+            if h.state == "running":
+                from .targets.local import is_alive
+
+                alive = is_alive(h, timeout=1.0)
+            hours = (now - h.created) / 3600
+            cluster_rows.append({"name": h.name, "provider": h.provider, "state": h.state if alive or h.state != "running" else "unreachable",
+                                 "layout": h.layout, "age_s": round(now - h.created), "expires": h.expires,
+                                 "accrued_usd": round(h.hourly_usd * hours, 4), "dashboard": h.dashboard_url})
+        by_name = {h.name: h for h in handles}
+        run_rows = [_refresh_run(r, by_name).model_dump(mode="json") for r in runs]
+    except BurstError as exc:
+        _fail(exc)
+    if as_json:
+        _emit_json({"clusters": cluster_rows, "runs": run_rows})
+        return
+    t = Table(title="clusters")
+    for col in ("name", "provider", "state", "layout", "age", "accrued $"):
+        t.add_column(col)
+    for c in cluster_rows:
+        t.add_row(c["name"], c["provider"], c["state"], json.dumps(c["layout"]), f"{c['age_s']} s", f"{c['accrued_usd']:.2f}")
+    out.print(t)
+    t = Table(title="runs")
+    for col in ("run", "cluster", "state", "progress", "run dir"):
+        t.add_column(col)
+    for r in run_rows:
+        p = r.get("progress") or {}
+        t.add_row(r["run_id"], r["cluster"], r["state"], f"epoch {p.get('epoch', '-')}/{p.get('epochs', '-')}" if p else "-", r.get("run_dir") or "-")
+    out.print(t)
+
+
+def _run(run_id: str) -> RunRecord:
+    record = state.load(RunRecord, run_id)
+    if record is None:
+        raise BurstError(f"no run named {run_id!r}; `burst status` lists them")
+    return record
+
+
+@app.command()
+def logs(run_id: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f")) -> None:
+    """Print a run's job log (from its cluster), optionally following it until the job ends."""
+    from . import jobs
+
+    try:
+        record = _run(run_id)
+        handle = _cluster(record.cluster)
+        if follow:
+            jobs.follow(handle, record, on_event=lambda e: out.print(f"[dim]{json.dumps(e)}[/dim]", highlight=False), on_line=lambda line: out.print(line, markup=False, highlight=False))
+        else:
+            out.print(jobs.client(handle).get_job_logs(record.job_id), markup=False, highlight=False, end="")
+    except BurstError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+
+
+@app.command()
+def report(run_id: str = typer.Argument(...), open_browser: bool = typer.Option(False, "--open")) -> None:
+    """Print the path of a run's HTML report (or open it with --open)."""
+    try:
+        record = _run(run_id)
+        if not record.run_dir:
+            raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
+        path = Path(record.run_dir) / "report" / "report.html"
+        if not path.exists():
+            raise BurstError(f"report {path} is missing; was the run directory moved?", exit_code=1)
+    except BurstError as exc:
+        _fail(exc)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(path.as_uri())
+    out.print(str(path))
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", help="print the version")) -> None:
+    if version:
+        out.print(__version__)
+        raise typer.Exit(0)
+
+
+def main() -> None:
+    try:
+        app()
+    except BurstError as exc:  # defensive: any command that forgot to catch
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

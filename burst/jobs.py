@@ -1,0 +1,103 @@
+"""Submitting a workload as a Ray job, following its progress, and collecting its results."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from . import state
+from .errors import BurstError
+from .state import ClusterHandle, RunRecord
+from .targets.local import auth_headers
+
+EVENT_RE = re.compile(r"BURST_EVENT (\{.*\})\s*$")
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+def client(handle: ClusterHandle):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(handle.dashboard_url, headers=auth_headers(handle))
+    except (ConnectionError, RuntimeError) as exc:
+        raise BurstError(f"cannot reach the Ray cluster {handle.name!r} at {handle.dashboard_url} ({exc}); check `burst status`", exit_code=1) from None
+
+
+def submit(handle: ClusterHandle, run: RunRecord, job_config: dict) -> str:
+    """Submit ``python -m burst.ray_entry CONFIG`` and record the job id in the run."""
+    import shlex
+
+    entry = f"{shlex.quote(sys.executable)} -m burst.ray_entry {shlex.quote(json.dumps(job_config))}"
+    job_id = client(handle).submit_job(entrypoint=entry, submission_id=run.run_id, runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "2"}})
+    run.job_id = job_id
+    run.state = "RUNNING"
+    with state.locked():
+        state.save(run)
+    return job_id
+
+
+def parse_events(text: str) -> list[dict]:
+    """Distinct BURST_EVENT payloads of a job log, in order."""
+    out, seen = [], set()
+    for line in text.splitlines():
+        m = EVENT_RE.search(line)
+        if m and m.group(1) not in seen:
+            seen.add(m.group(1))
+            try:
+                out.append(json.loads(m.group(1)))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def job_status(c, job_id: str) -> str:
+    status = c.get_job_status(job_id)
+    return getattr(status, "value", str(status))
+
+
+def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], None], on_line: Callable[[str], None] | None = None, poll_s: float = 1.0) -> str:
+    """Poll the job's status and logs until it ends; call back for every new event and log line."""
+    c = client(handle)
+    seen = 0
+    delivered: set[str] = set()  # Ray can forward a worker's line twice; each event counts once
+    while True:
+        status = job_status(c, run.job_id)
+        logs = c.get_job_logs(run.job_id)
+        new, seen = logs[seen:], len(logs)
+        for line in new.splitlines():
+            m = EVENT_RE.search(line)
+            if m:
+                if m.group(1) in delivered:
+                    continue
+                delivered.add(m.group(1))
+                try:
+                    on_event(json.loads(m.group(1)))
+                except json.JSONDecodeError:
+                    pass
+            elif on_line is not None:
+                on_line(line)
+        if status in TERMINAL:
+            return status
+        time.sleep(poll_s)
+
+
+def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
+    """Copy the job's outputs from the cluster's storage into ``burst-runs/<run-id>/``."""
+    src = Path(handle.storage_uri) / "runs" / run.run_id
+    dest = runs_root / run.run_id
+    dest.mkdir(parents=True, exist_ok=True)
+    if not src.exists():
+        raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {src}", exit_code=1)
+    for item in ("report", "history.json", "job_provenance.json"):
+        s = src / item
+        if s.is_dir():
+            shutil.copytree(s, dest / item, dirs_exist_ok=True)
+        elif s.exists():
+            shutil.copy2(s, dest / item)
+    (dest / "checkpoint_uri.txt").write_text(str(src / "checkpoint") + "\n")
+    return dest

@@ -1,0 +1,71 @@
+"""Live progress of a run in the terminal, driven by the job's BURST_EVENT lines."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .state import RunRecord
+
+
+class RunProgress:
+    """A rich progress bar over epochs × steps plus one printed line per epoch."""
+
+    def __init__(self, console: Console, run: RunRecord, submitted: float):
+        self.console = console
+        self.run = run
+        self.submitted = submitted
+        self.first_step_time: float | None = None
+        self.resumes: list[dict] = []
+        self.failure: str | None = None
+        self.last_epoch: dict = {}
+        self.epochs = int(run.config.get("epochs", 1))
+        self.steps = 1
+        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
+        self._task = None
+
+    def __enter__(self):
+        self._bar.__enter__()
+        self._task = self._bar.add_task("starting", total=None, info="")
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    def on_event(self, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "status":
+            self._bar.update(self._task, description=event["message"])
+        elif kind == "start":
+            self.steps = max(1, int(event["steps"]))
+            self.epochs = int(event["epochs"])
+            if event.get("resumed"):
+                self.resumes.append({"epoch": event["epoch"], "time": event["time"]})
+                self.console.print(f"worker (re)started; resumed from the checkpoint of epoch {event['epoch']}")
+            self._bar.update(self._task, description="training", total=self.epochs * self.steps, completed=event["epoch"] * self.steps)
+        elif kind == "step":
+            if self.first_step_time is None:
+                self.first_step_time = event.get("time", time.time())
+            self._bar.update(self._task, completed=(event["epoch"] - 1) * self.steps + event["step"],
+                             info=f"epoch {event['epoch']}/{self.epochs} step {event['step']}/{self.steps}")
+        elif kind == "epoch":
+            self.last_epoch = event
+            self._bar.update(self._task, completed=event["epoch"] * self.steps)
+            self.console.print(
+                f"epoch {event['epoch']}/{event['epochs']}: {event.get('samples_per_s')} samples/s, "
+                f"D {event.get('d_loss', float('nan')):.3f}, G {event.get('g_loss', float('nan')):.3f}, "
+                f"ECAL-sum MAPE {event.get('g_ecal_mape', float('nan')):.1f}%"
+            )
+        elif kind == "failed":
+            self.failure = event.get("message")
+        elif kind == "done":
+            s = event.get("summary", {})
+            self._bar.update(self._task, description="done")
+            self.console.print(f"validation: sampling fraction MC {s.get('sf_mc', 0):.4f} vs GAN {s.get('sf_gan', 0):.4f}, "
+                               f"optimisation metric {s.get('optimisation_metric', float('nan')):.3g}")
+
+    def snapshot(self) -> dict:
+        return {"epoch": self.last_epoch.get("epoch"), "epochs": self.epochs, "samples_per_s": self.last_epoch.get("samples_per_s")}

@@ -1,0 +1,1 @@
+"""Pulumi programs, one module per stack, and the Automation API driver (not built yet)."""
