@@ -35,6 +35,7 @@ from .presets import LABEL_FLIP, LEARNING_RATE, LOSS_WEIGHTS, NOISE_SIZE, POWER,
 MetricsCallback = Callable[[dict], None]
 CHECKPOINT_PREFIX = "gan3d"
 HISTORY_FILE = "history.json"
+DATA_GLOBAL_SEED = 0
 
 
 def _per_example_losses(outputs, labels, y, ang, ecal) -> list[tf.Tensor]:
@@ -90,9 +91,16 @@ class GAN3DTrainer:
             self.d_opt.build(self.discriminator.trainable_variables)
             self.rng = tf.random.Generator.from_seed(seed)
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        # tf.data combines its explicit shuffle seeds with TF's global seed. Pin the global seed
+        # to a constant once the weights exist, so that the data order depends only on the data
+        # seed and a resumed run (whatever its own seed) sees what an uninterrupted one would.
+        tf.random.set_seed(DATA_GLOBAL_SEED)
+        # Dropout draws from Keras seed generators whose state variables Keras does not track
+        # for tf.train.Checkpoint; without them a resumed run would draw different masks.
+        seed_states = [v for m in (self.generator, self.discriminator) for v in m.variables if "seed_generator_state" in v.path]
         self.checkpoint = tf.train.Checkpoint(
             generator=self.generator, discriminator=self.discriminator,
-            g_opt=self.g_opt, d_opt=self.d_opt, rng=self.rng, epoch=self.epoch,
+            g_opt=self.g_opt, d_opt=self.d_opt, rng=self.rng, epoch=self.epoch, dropout_seeds=seed_states,
         )
         self.history: list[dict] = []
         self._step = tf.function(self._distributed_step)

@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from workloads.gan3d.features import measured_angle
+from workloads.gan3d.presets import PAPER, PRESETS, SMALL, get_preset
+
+
+def test_paper_parameter_counts_match_the_reference():
+    from workloads.gan3d.model import build_discriminator, build_generator
+
+    assert build_generator(PAPER).count_params() == 1_365_047
+    assert build_discriminator(PAPER).count_params() == 87_402
+
+
+@pytest.mark.parametrize("preset", list(PRESETS.values()), ids=list(PRESETS))
+def test_shapes_follow_the_preset_grid(preset):
+    import tensorflow as tf
+
+    from workloads.gan3d.model import build_discriminator, build_generator
+
+    g, d = build_generator(preset), build_discriminator(preset)
+    z = tf.random.normal([2, 256])
+    img = g(z, training=False)
+    assert tuple(img.shape) == (2, *preset.grid, 1)
+    outs = d(img, training=False)
+    assert [tuple(o.shape) for o in outs] == [(2, 1)] * 4
+    assert float(tf.reduce_min(img)) >= 0.0  # ReLU output: energies are never negative
+
+
+def test_small_preset_is_much_cheaper_than_paper():
+    from workloads.gan3d.model import build_generator, flops_per_sample
+
+    assert flops_per_sample(build_generator(SMALL)) * 100 < flops_per_sample(build_generator(PAPER))
+    assert SMALL.grid == (17, 17, 25)
+
+
+def test_unknown_preset_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        get_preset("huge")
+
+
+def test_tf_angle_head_matches_numpy_measured_angle(tiny_h5):
+    """The discriminator's weightless angle and sum heads compute the data's mtheta and sum."""
+    import tensorflow as tf
+
+    from workloads.gan3d.data import load_raw
+    from workloads.gan3d.model import ecal_angle, ecal_sum
+
+    raw = load_raw(tiny_h5, limit=16)
+    pow_img = tf.constant(np.power(raw["ECAL"], 0.85)[..., None])
+    tf_angle = ecal_angle(pow_img).numpy()[:, 0]
+    np.testing.assert_allclose(tf_angle, measured_angle(raw["ECAL"]), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(tf_angle, raw["mtheta"], rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(ecal_sum(pow_img).numpy()[:, 0], raw["ECAL"].sum(axis=(1, 2, 3)), rtol=1e-3)
+
+
+def test_measured_angle_of_an_empty_image_is_the_reference_sentinel():
+    assert measured_angle(np.zeros((1, 5, 5, 4)))[0] == 100.0
