@@ -21,7 +21,7 @@ from .state import ClusterHandle, RunRecord
 from .targets import check_provider
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
 out = Console()
 
 WORKLOADS = ("gan3d",)
@@ -35,7 +35,7 @@ def _fail(exc: BurstError) -> None:
 
 
 def _emit_json(data) -> None:
-    out.print_json(json.dumps(data, default=str))
+    typer.echo(json.dumps(data, indent=2, default=str))  # plain: never wrapped or styled
 
 
 def _check_workload(workload: str) -> None:
@@ -391,11 +391,36 @@ def logs(run_id: str = typer.Argument(...), follow: bool = typer.Option(False, "
         raise typer.Exit(130)
 
 
+def _collect_finished(record: RunRecord) -> RunRecord:
+    """Fetch the results of a run that succeeded while no CLI was attached (detached or killed)."""
+    handle = state.load(ClusterHandle, record.cluster)
+    if handle is None:
+        return record
+    record = _refresh_run(record, {handle.name: handle})
+    if record.state != "SUCCEEDED":
+        return record
+    from . import jobs
+    from .progress import RunProgress
+
+    progress = RunProgress(console, record, record.created)
+    for event in jobs.parse_events(jobs.client(handle).get_job_logs(record.job_id)):
+        progress.record(event)
+    record.finished = record.finished or time.time()
+    run_dir = jobs.collect(handle, record, RUNS_ROOT)
+    record.run_dir = str(run_dir.resolve())
+    _write_run_files(record, handle, progress, record.created, run_dir)
+    with state.locked():
+        state.save(record)
+    return record
+
+
 @app.command()
 def report(run_id: str = typer.Argument(...), open_browser: bool = typer.Option(False, "--open")) -> None:
     """Print the path of a run's HTML report (or open it with --open)."""
     try:
         record = _run(run_id)
+        if not record.run_dir:
+            record = _collect_finished(record)
         if not record.run_dir:
             raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
         path = Path(record.run_dir) / "report" / "report.html"
@@ -407,13 +432,13 @@ def report(run_id: str = typer.Argument(...), open_browser: bool = typer.Option(
         import webbrowser
 
         webbrowser.open(path.as_uri())
-    out.print(str(path))
+    typer.echo(str(path))
 
 
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", help="print the version")) -> None:
     if version:
-        out.print(__version__)
+        typer.echo(__version__)
         raise typer.Exit(0)
 
 

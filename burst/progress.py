@@ -35,32 +35,41 @@ class RunProgress:
     def __exit__(self, *exc):
         return self._bar.__exit__(*exc)
 
-    def on_event(self, event: dict) -> None:
+    def record(self, event: dict) -> None:
+        """Bookkeeping only: timings, resumes, last epoch, failure (no display)."""
         kind = event.get("type")
-        if kind == "status":
-            self._bar.update(self._task, description=event["message"])
-        elif kind == "start":
+        if kind == "start":
             self.steps = max(1, int(event["steps"]))
             self.epochs = int(event["epochs"])
             if event.get("resumed"):
                 self.resumes.append({"epoch": event["epoch"], "time": event["time"]})
+        elif kind == "step" and self.first_step_time is None:
+            self.first_step_time = event.get("time", time.time())
+        elif kind == "epoch":
+            self.last_epoch = event
+        elif kind == "failed":
+            self.failure = event.get("message")
+
+    def on_event(self, event: dict) -> None:
+        """Record the event and show it on the live progress bar."""
+        self.record(event)
+        kind = event.get("type")
+        if kind == "status":
+            self._bar.update(self._task, description=event["message"])
+        elif kind == "start":
+            if event.get("resumed"):
                 self.console.print(f"worker (re)started; resumed from the checkpoint of epoch {event['epoch']}")
             self._bar.update(self._task, description="training", total=self.epochs * self.steps, completed=event["epoch"] * self.steps)
         elif kind == "step":
-            if self.first_step_time is None:
-                self.first_step_time = event.get("time", time.time())
             self._bar.update(self._task, completed=(event["epoch"] - 1) * self.steps + event["step"],
                              info=f"epoch {event['epoch']}/{self.epochs} step {event['step']}/{self.steps}")
         elif kind == "epoch":
-            self.last_epoch = event
             self._bar.update(self._task, completed=event["epoch"] * self.steps)
             self.console.print(
                 f"epoch {event['epoch']}/{event['epochs']}: {event.get('samples_per_s')} samples/s, "
                 f"D {event.get('d_loss', float('nan')):.3f}, G {event.get('g_loss', float('nan')):.3f}, "
                 f"ECAL-sum MAPE {event.get('g_ecal_mape', float('nan')):.1f}%"
             )
-        elif kind == "failed":
-            self.failure = event.get("message")
         elif kind == "done":
             s = event.get("summary", {})
             self._bar.update(self._task, description="done")

@@ -33,6 +33,29 @@ def _strategy(world_size: int):
     return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
 
 
+def _epochs_in(checkpoint: Path) -> int:
+    """Epochs a checkpoint directory holds, or -1 when it is incomplete (a copy cut short)."""
+    try:
+        history = json.loads((checkpoint / "history.json").read_text())["history"]
+    except (OSError, ValueError, KeyError):
+        return -1
+    if not (checkpoint / "gan3d.index").exists() or not list(checkpoint.glob("gan3d.data-*")):
+        return -1
+    return len(history)
+
+
+def latest_checkpoint(candidates: list[Path]) -> Path | None:
+    """The complete checkpoint with the most epochs among Ray's and those on storage.
+
+    Ray Train V2 registers a reported checkpoint only when its controller next polls the worker
+    (every 2 s); a worker preempted inside that window has its checkpoint on storage but Ray's
+    bookkeeping still points at the previous one. Looking at storage too avoids redoing an epoch.
+    """
+    scored = [(_epochs_in(c), c) for c in candidates]
+    scored = [(n, c) for n, c in scored if n >= 0]
+    return max(scored, key=lambda item: item[0])[1] if scored else None
+
+
 def train_loop_per_worker(cfg: dict) -> None:
     """Ray Train worker: build or restore the trainer, report a checkpoint every epoch."""
     import tempfile
@@ -49,10 +72,11 @@ def train_loop_per_worker(cfg: dict) -> None:
     if cfg.get("threads"):
         configure_cpu_threads(cfg["threads"], 1)
     strategy = _strategy(world)
-    resume_dir = None
     restored = ray.train.get_checkpoint()
-    if restored is not None:
-        resume_dir = Path(restored.to_directory())
+    resume_dir = latest_checkpoint(
+        ([Path(restored.to_directory())] if restored is not None else [])
+        + sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
+    )
     train_files = [Path(f) for f in cfg["train_files"]]
     trainer, dataset_fn, steps = pipeline.prepare_training(
         train_files, cfg["preset"], cfg.get("batch_per_replica"), strategy=strategy, seed=cfg.get("seed", 0),

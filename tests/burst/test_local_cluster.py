@@ -1,0 +1,192 @@
+"""The local target on a real Ray cluster: up, train, preemption, crashes, down.
+
+One cluster serves the module (starting Ray costs ~10 s); every test leaves it as it found it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TRAIN_ARGS = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
+
+
+def burst(*args, home, cwd, timeout=300, check=True):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"burst {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def popen_burst(*args, home, cwd):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    return subprocess.Popen([sys.executable, "-m", "burst.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+
+def marked(cluster_id: str) -> list[int]:
+    from burst.targets.local import cluster_processes
+
+    return [p.pid for p in cluster_processes(cluster_id)]
+
+
+@pytest.fixture(scope="module")
+def home():
+    # Short path: Ray's Unix sockets live under the state directory (108-byte limit).
+    path = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
+    yield path
+    env = {**os.environ, "BURST_HOME": str(path)}
+    subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster(home, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("cwd")
+    proc = burst("up", "--provider", "local", "--name", "t", "--cpus", "2", "--json", home=home, cwd=cwd)
+    handle = json.loads(proc.stdout)
+    yield handle, cwd
+    burst("down", "t", home=home, cwd=cwd, check=False)
+    assert marked(handle["cluster_id"]) == []
+
+
+def test_up_is_secure_and_idempotent(cluster, home):
+    handle, cwd = cluster
+    assert handle["state"] == "running" and handle["created_now"] is True
+    token = Path(handle["token_path"])
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    secret = token.read_text().strip()
+    for path in list(Path(home).rglob("*.json")):
+        assert secret not in path.read_text()  # nothing secret in the state
+    # The dashboard/Jobs API answers only with the token.
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(handle["dashboard_url"] + "/api/version", timeout=5)
+    assert info.value.code in (401, 403)
+    req = urllib.request.Request(handle["dashboard_url"] + "/api/version", headers={"Authorization": f"Bearer {secret}"})
+    assert urllib.request.urlopen(req, timeout=5).status == 200
+    # The dashboard listens on loopback only.
+    import psutil
+
+    port = int(handle["dashboard_url"].rsplit(":", 1)[1])
+    listeners = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port == port]
+    assert listeners and all(c.laddr.ip == "127.0.0.1" for c in listeners)
+    again = json.loads(burst("up", "--provider", "local", "--name", "t", "--json", home=home, cwd=cwd).stdout)
+    assert again["cluster_id"] == handle["cluster_id"] and again["created_now"] is False
+
+
+def test_train_writes_a_complete_run_directory(cluster, home):
+    handle, cwd = cluster
+    burst("train", "gan3d", "--cluster", "t", "--epochs", "2", "--steps", "3", *TRAIN_ARGS, home=home, cwd=cwd)
+    runs = list((cwd / "burst-runs").iterdir())
+    assert len(runs) == 1
+    run_dir = runs[0]
+    for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json"):
+        assert (run_dir / name).exists(), name
+    history = json.loads((run_dir / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2]
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    assert provenance["target"]["provider"] == "local"
+    assert provenance["versions"]["tensorflow"] and provenance["data_hashes"]
+    assert provenance["timings"]["submit_to_first_step_s"] > 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.01 < metrics["summary"]["sf_mc"] < 0.03
+    status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
+    assert status["clusters"][0]["state"] == "running"
+    assert any(r["run_id"] == run_dir.name and r["state"] == "SUCCEEDED" for r in status["runs"])
+    report = burst("report", run_dir.name, home=home, cwd=cwd).stdout.strip()
+    assert report.endswith("report.html") and Path(report).exists()
+
+
+def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
+    """Poll the job log through the CLI's own client until an event matches."""
+    from burst import jobs, state
+    from burst.state import ClusterHandle, RunRecord
+
+    os.environ["BURST_HOME"] = str(home)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        run = state.load(RunRecord, run_id)
+        if run and run.job_id:
+            handle = state.load(ClusterHandle, run.cluster)
+            events = jobs.parse_events(jobs.client(handle).get_job_logs(run.job_id))
+            hits = [e for e in events if predicate(e)]
+            if hits:
+                return hits[0], events
+            if any(e["type"] == "failed" for e in events):
+                raise AssertionError(f"job failed: {events}")
+        time.sleep(1)
+    raise AssertionError("event did not arrive in time")
+
+
+def test_killed_cli_and_preempted_worker_still_finish_every_epoch_once(cluster, home):
+    """SIGKILL `burst train` and then a Ray Train worker mid-run: the job resumes from its latest
+    checkpoint and completes the requested epochs, with no lost or repeated epoch."""
+    handle, cwd = cluster
+    epochs = 4
+    cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", str(epochs), "--steps", "6", *TRAIN_ARGS, home=home, cwd=cwd)
+    before = set(Path(home, "runs").glob("gan3d-*.json")) if Path(home, "runs").exists() else set()
+    deadline = time.time() + 60
+    while not set(Path(home, "runs").glob("gan3d-*.json")) - before:
+        assert time.time() < deadline, "burst train recorded no run"
+        time.sleep(0.5)
+    run_id = (set(Path(home, "runs").glob("gan3d-*.json")) - before).pop().stem
+    _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "epoch" and e["epoch"] == 1)
+    cli.send_signal(signal.SIGKILL)  # the CLI dies; the job must go on
+    cli.wait(10)
+    status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
+    assert next(r for r in status["runs"] if r["run_id"] == run_id)["state"] == "RUNNING"
+
+    first_start, _ = _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "start")
+    os.kill(first_start["pid"], signal.SIGKILL)  # preempt the training worker in epoch 2
+
+    done, events = _wait_for_event(home, cwd, run_id, lambda e: e["type"] in ("done", "failed"), timeout=400)
+    assert done["type"] == "done", events
+    starts = [e for e in events if e["type"] == "start"]
+    assert len(starts) >= 2 and starts[-1]["resumed"] is True and starts[-1]["epoch"] >= 1
+    assert [e["epoch"] for e in events if e["type"] == "epoch"] == list(range(1, epochs + 1))
+    # `burst logs --follow` returns when the job ends; `burst report` then fetches the results
+    # that the killed CLI never collected.
+    follow = burst("logs", run_id, "--follow", home=home, cwd=cwd).stdout
+    assert '"type": "done"' in follow
+    report = Path(burst("report", run_id, home=home, cwd=cwd).stdout.strip())
+    history = json.loads((report.parent.parent / "history.json").read_text())
+    assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
+
+
+def test_killed_up_is_reported_truthfully_and_down_cleans_up(home, tmp_path):
+    """SIGKILL `burst up` while Ray starts: status does not claim a running cluster, and
+    `burst down` leaves no process of it behind."""
+    from burst import state
+    from burst.state import ClusterHandle
+
+    os.environ["BURST_HOME"] = str(home)
+    up = popen_burst("up", "--provider", "local", "--name", "crash", "--cpus", "1", home=home, cwd=tmp_path)
+    deadline = time.time() + 60
+    handle = None
+    while time.time() < deadline:
+        handle = state.load(ClusterHandle, "crash")
+        if handle is not None and marked(handle.cluster_id):
+            break
+        time.sleep(0.2)
+    assert handle is not None
+    up.send_signal(signal.SIGKILL)
+    up.wait(10)
+    status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
+    crash = next(c for c in status["clusters"] if c["name"] == "crash")
+    assert crash["state"] in ("starting", "unreachable")
+    burst("down", "crash", home=home, cwd=tmp_path)
+    time.sleep(1)
+    assert marked(handle.cluster_id) == []
+    assert state.load(ClusterHandle, "crash") is None
