@@ -140,9 +140,11 @@ def _train(
     job_config = {
         "run_id": run.run_id, "storage": handle.storage_uri, "preset": preset, "epochs": epochs,
         "batch_per_replica": batch_per_replica, "seed": seed, "workers": workers,
-        "cpus_per_worker": max(1, (cpus - 1) // workers) if cpus > 1 else 1,  # one CPU stays with the job driver
+        # Ray schedules each worker on (cpus - 1) / W CPUs so the job driver keeps one, but the
+        # driver idles while training, so TensorFlow may use every core of the worker's share.
+        "cpus_per_worker": max(1, (cpus - 1) // workers),
+        "threads": max(1, cpus // workers),
         "gpus_per_worker": gpus // workers if gpus else 0, "val_events": val_events, "steps_per_epoch": steps,
-        "threads": max(1, (cpus - 1) // workers) if cpus > 1 else 1,
     }
     if data is not None:
         job_config["data"] = str(data.resolve())
@@ -442,7 +444,17 @@ def _main(version: bool = typer.Option(False, "--version", help="print the versi
         raise typer.Exit(0)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    import signal
+
+    # Ctrl-C must work even when a parent started us with SIGINT ignored (a background job of a
+    # script), and SIGTERM (a batch system, `kill`) gets the same clean-up as Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         app()
     except BurstError as exc:  # defensive: any command that forgot to catch

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -166,31 +165,24 @@ def _cleanup_failed(handle: ClusterHandle) -> None:
         _forget(handle)
 
 
-def stop_processes(cluster_id: str, grace_s: float = 10.0) -> list[int]:
-    """SIGTERM, then SIGKILL, every process of the cluster; return the pids that survived."""
+def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
+    """Call ``terminate`` or ``kill`` on each process; return those still alive after ``timeout``."""
     import psutil
 
-    procs = cluster_processes(cluster_id)
     for p in procs:
         try:
-            p.send_signal(signal.SIGTERM)
+            getattr(p, method)()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    return psutil.wait_procs(procs, timeout=timeout)[1]
+
+
+def stop_processes(cluster_id: str, grace_s: float = 10.0) -> list[int]:
+    """SIGTERM, then SIGKILL, every process of the cluster; return the pids that survived."""
+    alive = _signal_and_wait(cluster_processes(cluster_id), "terminate", grace_s)
+    _signal_and_wait(alive, "kill", 5)
     # Workers forked while we were stopping: one more sweep.
-    late = cluster_processes(cluster_id)
-    for p in late:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(late, timeout=5)
+    _signal_and_wait(cluster_processes(cluster_id), "kill", 5)
     return [p.pid for p in cluster_processes(cluster_id)]
 
 

@@ -190,3 +190,26 @@ def test_killed_up_is_reported_truthfully_and_down_cleans_up(home, tmp_path):
     time.sleep(1)
     assert marked(handle.cluster_id) == []
     assert state.load(ClusterHandle, "crash") is None
+
+
+def test_ctrl_c_on_run_tears_everything_down(home, tmp_path):
+    """`burst run` interrupted mid-training: the job is cancelled and the cluster stopped."""
+    from burst import state
+    from burst.state import ClusterHandle, RunRecord
+
+    os.environ["BURST_HOME"] = str(home)
+    before = {p.stem for p in Path(home, "runs").glob("*.json")} if Path(home, "runs").exists() else set()
+    proc = popen_burst("run", "gan3d", "--provider", "local", "--name", "ctrlc", "--cpus", "1", "--epochs", "50", *TRAIN_ARGS, home=home, cwd=tmp_path)
+    deadline = time.time() + 120
+    handle = run = None
+    while time.time() < deadline and run is None:
+        handle = handle or state.load(ClusterHandle, "ctrlc")
+        new = {p.stem for p in Path(home, "runs").glob("*.json")} - before if Path(home, "runs").exists() else set()
+        run = state.load(RunRecord, new.pop()) if new else None
+        time.sleep(0.3)
+    assert handle is not None and run is not None and run.job_id
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    assert proc.returncode == 130, proc.stderr.read()
+    assert state.load(ClusterHandle, "ctrlc") is None
+    assert marked(handle.cluster_id) == []

@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--batch-per-replica", type=int)
     b.add_argument("--steps", type=int, default=6)
     b.add_argument("--json", action="store_true")
-    b.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    b.add_argument("--cpu-settings", action="store_true", help="also scan CPU thread/oneDNN settings")
+    b.add_argument("--cpu-preset", default="paper", help="preset for the CPU settings scan")
+    b.add_argument("--cpu-batch", type=int, default=2, help="batch for the CPU settings scan")
     b.set_defaults(fn=_cmd_bench)
 
     a = parser.parse_args(argv)

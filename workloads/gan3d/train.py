@@ -124,10 +124,10 @@ class GAN3DTrainer:
         self.d_opt.apply_gradients(zip(tape.gradient(total, variables), variables))
         return total, terms
 
-    def _generator_update(self, y, ang, ecal):
+    def _generator_update(self, latent, y, ang, ecal):
         ones = tf.ones_like(y)
         with tf.GradientTape() as tape:
-            fake = self.generator(self._latent(y, ang), training=True)
+            fake = self.generator(latent, training=True)
             outputs = self.discriminator(fake, training=True)
             total, terms = self._weighted_loss(_per_example_losses(outputs, ones, y, ang, ecal))
         variables = self.generator.trainable_variables
@@ -143,8 +143,8 @@ class GAN3DTrainer:
         fake_labels = tf.where(self.rng.uniform([n]) < LABEL_FLIP, 1.0, 0.0)
         d_real, d_real_terms = self._discriminator_update(x, real_labels, y, ang, ecal)
         d_fake, d_fake_terms = self._discriminator_update(fake, fake_labels, y, ang, ecal)
-        g1, g1_terms = self._generator_update(y, ang, ecal)
-        g2, g2_terms = self._generator_update(y, ang, ecal)
+        g1, g1_terms = self._generator_update(self._latent(y, ang), y, ang, ecal)
+        g2, g2_terms = self._generator_update(self._latent(y, ang), y, ang, ecal)
         out = {"d_loss": (d_real + d_fake) / 2, "g_loss": (g1 + g2) / 2}
         for i, name in enumerate(TERM_NAMES):
             out[f"d_{name}"] = (d_real_terms[i] + d_fake_terms[i]) / 2
