@@ -160,7 +160,7 @@ def _train(
     progress = RunProgress(console, run, submitted)
     try:
         with progress:
-            status = jobs.follow(handle, run, progress.on_event)
+            status = jobs.follow(handle, run, progress.on_event, on_line=progress.on_log_line)
     except KeyboardInterrupt:
         if cancel:
             jobs.client(handle).stop_job(run.job_id)
@@ -174,6 +174,8 @@ def _train(
     run.state = status
     run.finished = time.time()
     run.progress = progress.snapshot()
+    (RUNS_ROOT / run.run_id).mkdir(parents=True, exist_ok=True)
+    (RUNS_ROOT / run.run_id / "job.log").write_text(jobs.client(handle).get_job_logs(run.job_id))
     if status == "SUCCEEDED":
         run_dir = jobs.collect(handle, run, RUNS_ROOT)
         run.run_dir = str(run_dir.resolve())
@@ -382,11 +384,16 @@ def logs(run_id: str = typer.Argument(...), follow: bool = typer.Option(False, "
 
     try:
         record = _run(run_id)
-        handle = _cluster(record.cluster)
-        if follow:
-            jobs.follow(handle, record, on_event=lambda e: out.print(f"[dim]{json.dumps(e)}[/dim]", highlight=False), on_line=lambda line: out.print(line, markup=False, highlight=False))
+        handle = state.load(ClusterHandle, record.cluster)
+        saved = Path(record.run_dir or RUNS_ROOT / run_id) / "job.log"
+        if handle is None:  # the cluster is gone (e.g. after `burst run`): show the saved log
+            if not saved.exists():
+                raise BurstError(f"cluster {record.cluster!r} of run {run_id} is gone and no saved log is at {saved}", exit_code=1)
+            typer.echo(saved.read_text(), nl=False)
+        elif follow:
+            jobs.follow(handle, record, on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e)}"), on_line=typer.echo)
         else:
-            out.print(jobs.client(handle).get_job_logs(record.job_id), markup=False, highlight=False, end="")
+            typer.echo(jobs.client(handle).get_job_logs(record.job_id), nl=False)
     except BurstError as exc:
         _fail(exc)
     except KeyboardInterrupt:

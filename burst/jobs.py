@@ -66,8 +66,12 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
     seen = 0
     delivered: set[str] = set()  # Ray can forward a worker's line twice; each event counts once
     while True:
-        status = job_status(c, run.job_id)
-        logs = c.get_job_logs(run.job_id)
+        try:
+            status = job_status(c, run.job_id)
+            logs = c.get_job_logs(run.job_id)
+        except (ConnectionError, RuntimeError, OSError) as exc:
+            raise BurstError(f"lost contact with cluster {handle.name!r} ({exc.__class__.__name__}); "
+                             f"the run may still be going: see `burst status`", exit_code=1) from None
         new, seen = logs[seen:], len(logs)
         for line in new.splitlines():
             m = EVENT_RE.search(line)

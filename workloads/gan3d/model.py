@@ -97,7 +97,7 @@ def build_generator(preset: Preset) -> keras.Model:
         h = layers.Conv3D(block.filters, block.kernel, kernel_initializer="he_uniform", name=f"g_conv{i}")(h)
         h = layers.ReLU()(h)
         if block.batchnorm:  # BatchNorm after the activation, as in the reference
-            h = layers.BatchNormalization(epsilon=BN_EPSILON, name=f"g_bn{i}")(h)
+            h = layers.BatchNormalization(momentum=preset.bn_momentum, epsilon=BN_EPSILON, name=f"g_bn{i}")(h)
     h = layers.Conv3D(1, preset.final_kernel, kernel_initializer="glorot_normal", name="g_out")(h)
     image = layers.ReLU()(h)
     model = keras.Model(z, image, name=f"generator_{preset.name}")
@@ -117,7 +117,7 @@ def build_discriminator(preset: Preset) -> keras.Model:
         h = layers.Conv3D(block.filters, block.kernel, padding=block.padding, name=f"d_conv{i}")(h)
         h = layers.LeakyReLU(negative_slope=LEAKY_SLOPE)(h)
         if block.batchnorm:
-            h = layers.BatchNormalization(epsilon=BN_EPSILON, name=f"d_bn{i}")(h)
+            h = layers.BatchNormalization(momentum=preset.bn_momentum, epsilon=BN_EPSILON, name=f"d_bn{i}")(h)
         h = layers.Dropout(DROPOUT)(h)
     h = layers.AveragePooling3D(preset.pool)(h)
     h = layers.Flatten()(h)

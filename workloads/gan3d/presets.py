@@ -59,6 +59,7 @@ class Preset:
     disc_blocks: tuple[DiscBlock, ...]
     pool: tuple[int, int, int] = (2, 2, 2)
     default_batch: int = 64
+    bn_momentum: float = 0.99  # Keras default, as in the reference
     notes: str = field(default="", compare=False)
 
     @property
@@ -107,6 +108,10 @@ SMALL = Preset(
         DiscBlock((0, 0, 0), (3, 3, 3), 4),  # → 13 × 13 × 23
     ),
     default_batch=32,
+    # A run of a few hundred steps changes the generator faster than 0.99 moving averages follow,
+    # which biased inference-mode showers (measured: sampling fraction 0.0260 in inference mode
+    # vs 0.0232 with batch statistics after 6 epochs); 0.9 tracks within a few dozen steps.
+    bn_momentum=0.9,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
 
