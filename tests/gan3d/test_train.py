@@ -47,8 +47,8 @@ def test_step_changes_weights_and_is_deterministic_under_a_seed(spec):
     assert hist_a[0]["epoch"] == 1 and hist_a[0]["steps"] == STEPS and hist_a[0]["samples"] == STEPS * BATCH
 
 
-def test_label_flips_and_noise_differ_between_steps():
-    """The flip pattern and noise come from TF random ops inside the step, not trace-time NumPy."""
+def test_label_flips_and_noise_differ_between_steps_and_replicas():
+    """Flips and noise come from TF random ops keyed by the step, not trace-time NumPy."""
     import tensorflow as tf
 
     from workloads.gan3d.presets import LABEL_FLIP
@@ -56,16 +56,20 @@ def test_label_flips_and_noise_differ_between_steps():
     t = _trainer(seed=2)
 
     @tf.function
-    def draw():
-        return tf.where(t.rng.uniform([4000]) < LABEL_FLIP, 0.0, 1.0), t._latent(tf.ones([2]), tf.ones([2]))
+    def draw(step):
+        flips = tf.where(tf.random.stateless_uniform([4000], seed=t._seed(step, 1)) < LABEL_FLIP, 0.0, 1.0)
+        return flips, t._latent(tf.ones([2]), tf.ones([2]), t._seed(step, 0))
 
-    flips1, z1 = draw()
-    flips2, z2 = draw()
+    flips1, z1 = draw(tf.constant(1, tf.int64))
+    flips2, z2 = draw(tf.constant(2, tf.int64))
+    again, _ = draw(tf.constant(1, tf.int64))
     assert not np.array_equal(flips1.numpy(), flips2.numpy())
     assert not np.array_equal(z1.numpy()[:, 2:], z2.numpy()[:, 2:])
+    np.testing.assert_array_equal(flips1.numpy(), again.numpy())  # a function of the step: resumable
     rate = 1 - flips1.numpy().mean()
     assert 0.03 < rate < 0.07  # about 5 % of labels flipped
     np.testing.assert_array_equal(z1.numpy()[:, :2], np.ones((2, 2)))  # conditioning [Ep/100, θ] first
+    assert int(t.step.numpy()) == 0
 
 
 def test_checkpoint_restore_continue_equals_uninterrupted_run(spec, tmp_path):

@@ -148,35 +148,48 @@ def _worker(cfg: dict) -> dict:
     steps = cfg["steps"]
     spec = data.InputSpec.discover(cfg["data"], preset)
     result = {"config": cfg, "replicas": strategy.num_replicas_in_sync, "global_batch": gb}
+    repeats = cfg.get("repeats", 3)
+    # Shared machines throttle now and then: time several blocks and keep the best and the median.
+    rates = []
     if cfg["mode"] == "optimised":
         fn = data.make_dataset_fn(spec, preset, cfg["batch"], steps, seed=0)
         trainer.fit(fn, 1, steps)  # warm-up: tracing, cache fill
-        hist = trainer.fit(fn, 3, steps)  # two timed epochs
-        seconds = sum(h["seconds"] for h in hist)
-        result["samples_per_s"] = 2 * steps * gb / seconds
+        for epoch in range(2, 2 + repeats):
+            rates.append(trainer.fit(fn, epoch, steps)[-1]["samples"] / trainer.history[-1]["seconds"])
     else:
         events = data.load(cfg["data"], preset, limit=gb * steps)
         loop = BaselineLoop(trainer)
         x = events.x[..., None]
 
         def batch(i):
-            sl = slice((i * gb) % (len(events) - gb + 1), (i * gb) % (len(events) - gb + 1) + gb)
+            start = (i * gb) % (len(events) - gb + 1)
+            sl = slice(start, start + gb)
             return x[sl], events.y[sl], events.ang[sl], events.ecal[sl]
 
         loop.step(*batch(0))  # warm-up
-        start = time.perf_counter()
-        for i in range(2 * steps):
-            loop.step(*batch(i))
-        result["samples_per_s"] = 2 * steps * gb / (time.perf_counter() - start)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for i in range(steps):
+                loop.step(*batch(i))
+            rates.append(steps * gb / (time.perf_counter() - start))
+    result["samples_per_s"] = max(rates)
+    result["samples_per_s_median"] = float(np.median(rates))
     result["step_gflop"] = step_flops_per_sample(preset) * gb / 1e9
     result["gflops"] = result["samples_per_s"] * step_flops_per_sample(preset) / 1e9
     if cfg.get("pipeline"):
-        fn = data.make_dataset_fn(spec, preset, cfg["batch"], steps, seed=0, cache=False)
-        n = 0
-        start = time.perf_counter()
-        for b in fn(None, 0):
-            n += int(b["y"].shape[0])
-        result["pipeline_samples_per_s"] = n / (time.perf_counter() - start)
+        def rate(fn, epoch):
+            n, start = 0, time.perf_counter()
+            for b in fn(None, epoch):
+                n += int(b["y"].shape[0])
+            return n / (time.perf_counter() - start)
+
+        fresh = data.make_dataset_fn(spec, preset, cfg["batch"], steps, seed=0)
+        result["pipeline_first_pass_samples_per_s"] = rate(fresh, 0)  # HDF5 read + preprocessing
+        result["pipeline_cached_samples_per_s"] = max(rate(fresh, e) for e in (1, 2, 3))
+        tfr = Path(cfg["data"]).parent / "tfr"
+        data.convert_to_tfrecords(Path(cfg["data"]), tfr, preset, overwrite=True)
+        tspec = data.InputSpec.discover(tfr, preset)
+        result["pipeline_tfrecord_samples_per_s"] = rate(data.make_dataset_fn(tspec, preset, cfg["batch"], steps, seed=0, cache=False), 0)
     if cfg.get("generation"):
         gen_batch = 128
         e = np.full(gen_batch * 4, 150.0)
@@ -237,21 +250,25 @@ def main(args) -> int:
         base = {"preset": preset.name, "batch": batch, "steps": steps, "data": str(Path(tmp) / "h5")}
 
         loops = {}
-        for replicas in (1, 2):
-            for mode in ("optimised", "baseline"):
-                extra = {"pipeline": mode == "optimised" and replicas == 1, "generation": mode == "optimised" and replicas == 1}
-                loops[f"{mode}_{replicas}"] = _run_worker({**base, "mode": mode, "replicas": replicas, **extra})
+        for b in sorted({batch, args.small_batch}, reverse=True):
+            for replicas in (1, 2):
+                for mode in ("optimised", "baseline"):
+                    first = mode == "optimised" and replicas == 1 and b == batch
+                    cfg = {**base, "batch": b, "mode": mode, "replicas": replicas, "pipeline": first, "generation": first}
+                    loops[f"{mode}_{replicas}r_b{b}"] = _run_worker(cfg)
         report["loops"] = loops
-        for r in (1, 2):
-            opt, bl = loops[f"optimised_{r}"], loops[f"baseline_{r}"]
-            if "samples_per_s" in opt and "samples_per_s" in bl:
-                report[f"speedup_{r}_replica"] = round(opt["samples_per_s"] / bl["samples_per_s"], 2)
-        one = loops["optimised_1"]
+        for b in sorted({batch, args.small_batch}, reverse=True):
+            for r in (1, 2):
+                opt, bl = loops[f"optimised_{r}r_b{b}"], loops[f"baseline_{r}r_b{b}"]
+                if "samples_per_s" in opt and "samples_per_s" in bl:
+                    report[f"speedup_{r}_replica_batch_{b}"] = round(opt["samples_per_s"] / bl["samples_per_s"], 2)
+        one = loops[f"optimised_1r_b{batch}"]
         if "samples_per_s" in one:
             report["step_gflops"] = round(one["gflops"], 2)
             report["fraction_of_peak"] = round(one["gflops"] / peak, 4)
-            report["input_pipeline_samples_per_s"] = round(one.get("pipeline_samples_per_s", float("nan")), 1)
-            report["pipeline_over_step"] = round(one.get("pipeline_samples_per_s", 0) / one["samples_per_s"], 1)
+            for key in ("pipeline_first_pass_samples_per_s", "pipeline_cached_samples_per_s", "pipeline_tfrecord_samples_per_s"):
+                report[key] = round(one.get(key, float("nan")), 1)
+                report[key.replace("samples_per_s", "over_step")] = round(one.get(key, 0) / one["samples_per_s"], 1)
             report["gan_showers_per_s"] = round(one.get("gan_showers_per_s", float("nan")), 1)
             report["gan_over_mc"] = round(one.get("gan_showers_per_s", 0) / report["synthetic_mc_events_per_s"], 1)
 
@@ -283,11 +300,10 @@ def _print(r: dict) -> None:
         if "error" in res:
             print(f"  {name:14s} error: {res['error']}")
         else:
-            print(f"  {name:14s} {res['samples_per_s']:9.1f} samples/s  {res['gflops']:7.2f} GFLOP/s  (global batch {res['global_batch']})")
-    for k in ("speedup_1_replica", "speedup_2_replica", "step_gflops", "fraction_of_peak", "input_pipeline_samples_per_s",
-              "pipeline_over_step", "synthetic_mc_events_per_s", "gan_showers_per_s", "gan_over_mc", "practical_peak_matmul_gflops"):
-        if k in r:
-            print(f"{k}: {r[k]}")
+            print(f"  {name:22s} best {res['samples_per_s']:8.1f} samples/s (median {res['samples_per_s_median']:8.1f})  {res['gflops']:7.2f} GFLOP/s  global batch {res['global_batch']}")
+    for k, v in r.items():
+        if not isinstance(v, dict) and k not in ("preset", "batch_per_replica"):
+            print(f"{k}: {v}")
     if "cpu_settings" in r:
         cs = r["cpu_settings"]
         print(f"CPU settings, preset {cs['preset']} batch {cs['batch']}, {cs['layout']}:")
