@@ -51,6 +51,15 @@ def _ray_binary() -> str:
     return found
 
 
+def detect_gpus() -> int:
+    """NVIDIA GPUs on this machine (0 when there is no driver)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
+
+
 def auth_headers(handle: ClusterHandle) -> dict[str, str]:
     """HTTP headers for the Ray dashboard / Jobs API of a token-protected cluster."""
     if not handle.token_path:
@@ -95,6 +104,11 @@ def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
 
 def up(name: str, cpus: int | None = None, gpus: int | None = None) -> tuple[ClusterHandle, bool]:
     """Start (or find) the local cluster ``name``; returns (handle, created)."""
+    available = detect_gpus()
+    if gpus is None:
+        gpus = available
+    elif gpus < 0 or gpus > available:
+        raise BurstError(f"--gpus {gpus}: this machine has {available} NVIDIA GPU(s)")
     with state.locked():
         existing = state.load(ClusterHandle, name)
         if existing is not None:
@@ -120,7 +134,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None) -> tuple[Clu
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
             token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=str(storage),
-            layout={"nodes": 1, "cpus": ncpu, "gpus": gpus or 0},
+            layout={"nodes": 1, "cpus": ncpu, "gpus": gpus},
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up
 
@@ -134,7 +148,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None) -> tuple[Clu
         "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
         "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
         "--runtime-env-agent-port", str(rt_env), "--node-manager-port", str(node_mgr),
-        "--object-manager-port", str(obj_mgr), "--num-cpus", str(ncpu), "--num-gpus", str(gpus or 0),
+        "--object-manager-port", str(obj_mgr), "--num-cpus", str(ncpu), "--num-gpus", str(gpus),
         "--temp-dir", str(temp_dir), "--disable-usage-stats",
     ]
     try:

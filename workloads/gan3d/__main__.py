@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--batch-per-replica", type=int)
     b.add_argument("--steps", type=int, default=12, help="steps per timed block")
     b.add_argument("--small-batch", type=int, default=4, help="second, small per-replica batch (short steps)")
+    b.add_argument("--repeats", type=int, default=3, help="timed blocks per configuration (best and median are kept)")
     b.add_argument("--json", action="store_true")
     b.add_argument("--cpu-settings", action="store_true", help="also scan CPU thread/oneDNN settings")
     b.add_argument("--cpu-preset", default="paper", help="preset for the CPU settings scan")

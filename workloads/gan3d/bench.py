@@ -247,7 +247,7 @@ def main(args) -> int:
         write_dataset(Path(tmp) / "h5", n_events, seed=1, events_per_file=max(128, n_events // 2))
         mc_seconds = time.perf_counter() - t0
         report["synthetic_mc_events_per_s"] = round(n_events / mc_seconds, 1)
-        base = {"preset": preset.name, "batch": batch, "steps": steps, "data": str(Path(tmp) / "h5")}
+        base = {"preset": preset.name, "batch": batch, "steps": steps, "data": str(Path(tmp) / "h5"), "repeats": args.repeats}
 
         loops = {}
         for b in sorted({batch, args.small_batch}, reverse=True):
