@@ -34,16 +34,19 @@ def plain_ray_start(env: dict) -> float:
     """`ray start --head` + wait for its dashboard, in a private temp dir; then stop exactly it."""
     import urllib.request
 
+    from burst.targets.local import _free_ports
+
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    dash = _free_ports(1)[0]
     marker = f"plain-{os.getpid()}"
     env = {**env, "BURST_CLUSTER_ID": marker, "RAY_USAGE_STATS_ENABLED": "0"}
     start = time.perf_counter()
-    subprocess.run([str(BIN / "ray"), "start", "--head", "--port", "0", "--dashboard-host", "127.0.0.1", "--dashboard-port", "18265",
+    subprocess.run([str(BIN / "ray"), "start", "--head", "--port", "0", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
                     "--include-dashboard", "true", "--num-cpus", "2", "--temp-dir", temp, "--disable-usage-stats"],
                    env=env, capture_output=True, check=True, timeout=300)
     while True:
         try:
-            urllib.request.urlopen("http://127.0.0.1:18265/api/version", timeout=1)
+            urllib.request.urlopen(f"http://127.0.0.1:{dash}/api/version", timeout=1)
             break
         except OSError:
             time.sleep(0.2)
