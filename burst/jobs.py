@@ -41,13 +41,23 @@ def submit(handle: ClusterHandle, run: RunRecord, job_config: dict) -> str:
     return job_id
 
 
+def event_key(payload: str) -> str:
+    """Identity of an event: epoch events by epoch number (a resumed worker re-announces them),
+    every other event by its exact text (Ray may forward a worker's line twice)."""
+    try:
+        event = json.loads(payload)
+    except json.JSONDecodeError:
+        return payload
+    return f"epoch:{event.get('epoch')}" if event.get("type") == "epoch" else payload
+
+
 def parse_events(text: str) -> list[dict]:
     """Distinct BURST_EVENT payloads of a job log, in order."""
     out, seen = [], set()
     for line in text.splitlines():
         m = EVENT_RE.search(line)
-        if m and m.group(1) not in seen:
-            seen.add(m.group(1))
+        if m and event_key(m.group(1)) not in seen:
+            seen.add(event_key(m.group(1)))
             try:
                 out.append(json.loads(m.group(1)))
             except json.JSONDecodeError:
@@ -76,9 +86,9 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
         for line in new.splitlines():
             m = EVENT_RE.search(line)
             if m:
-                if m.group(1) in delivered:
+                if event_key(m.group(1)) in delivered:
                     continue
-                delivered.add(m.group(1))
+                delivered.add(event_key(m.group(1)))
                 try:
                     on_event(json.loads(m.group(1)))
                 except json.JSONDecodeError:

@@ -86,6 +86,10 @@ def train_loop_per_worker(cfg: dict) -> None:
     if rank == 0:
         emit("start", epoch=start_epoch, epochs=cfg["epochs"], steps=steps, replicas=strategy.num_replicas_in_sync,
              global_batch=trainer.global_batch, resumed=resume_dir is not None, pid=os.getpid())
+        # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
+        # re-announce the restored history (the CLI counts each epoch number once).
+        for metrics in trainer.history:
+            emit("epoch", epochs=cfg["epochs"], **metrics)
     every = max(1, steps // STEP_EVENTS_PER_EPOCH)
 
     def on_step(info: dict) -> None:
