@@ -89,7 +89,7 @@ def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.nd
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             out: dict[str, np.ndarray] = {}
-            for key in ("ECAL", "energy", "mtheta"):
+            for key in ("ECAL", "energy", "theta", "mtheta"):
                 if key not in f:
                     continue
                 try:
@@ -122,41 +122,42 @@ def preprocess(raw: dict[str, np.ndarray], preset: Preset) -> Batch:
     )
 
 
-def load(path: Path, preset: Preset, limit: int | None = None) -> Batch:
-    """All (or the first ``limit``) preprocessed events of a file or directory, in memory."""
+def _files(paths: Path | list[Path]) -> list[Path]:
+    return list(paths) if isinstance(paths, (list, tuple)) else list_files(paths)
+
+
+def iter_chunks(paths: Path | list[Path], limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Validated raw chunks of a file, a directory or a list of files, up to ``limit`` events."""
+    remaining = limit
+    for file in _files(paths):
+        for raw in read_chunks(file):
+            if remaining is not None:
+                raw = {k: v[:remaining] for k, v in raw.items()}
+                remaining -= len(raw["energy"])
+            yield raw
+            if remaining is not None and remaining <= 0:
+                return
+
+
+def load(paths: Path | list[Path], preset: Preset, limit: int | None = None) -> Batch:
+    """All (or the first ``limit``) preprocessed events of a file, a directory or files, in memory."""
     parts: list[Batch] = []
     total = 0
-    for file in list_files(path):
-        for raw in read_chunks(file):
-            part = preprocess(raw, preset)
-            parts.append(part)
-            total += len(part)
-            if limit is not None and total >= limit:
-                break
+    for raw in iter_chunks(paths):
+        parts.append(preprocess(raw, preset))
+        total += len(parts[-1])
         if limit is not None and total >= limit:
-            break
-    if not parts or total == 0:
-        raise DataError(f"{path}: no events pass the ECAL-sum cut (> {ECAL_CUT})")
-    batch = Batch(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "y", "ang", "ecal")))
-    if limit is not None:
-        batch = Batch(batch.x[:limit], batch.y[:limit], batch.ang[:limit], batch.ecal[:limit])
-    return batch
+            break  # the limit counts events that pass the cut
+    if total == 0:
+        raise DataError(f"{paths}: no events pass the ECAL-sum cut (> {ECAL_CUT})")
+    return Batch(*(np.concatenate([getattr(p, k) for p in parts])[:limit] for k in ("x", "y", "ang", "ecal")))
 
 
-def load_raw(path: Path, limit: int | None = None) -> dict[str, np.ndarray]:
-    """Raw arrays (ECAL stored units, energy, mtheta when present) of a file or directory."""
-    parts: list[dict[str, np.ndarray]] = []
-    total = 0
-    for file in list_files(path):
-        for raw in read_chunks(file):
-            parts.append(raw)
-            total += len(raw["energy"])
-            if limit is not None and total >= limit:
-                break
-        if limit is not None and total >= limit:
-            break
+def load_raw(paths: Path | list[Path], limit: int | None = None) -> dict[str, np.ndarray]:
+    """Raw arrays (ECAL stored units, energy, theta/mtheta when present), first ``limit`` events."""
+    parts = list(iter_chunks(paths, limit))
     keys = set.intersection(*(set(p) for p in parts))
-    return {k: np.concatenate([p[k] for p in parts])[:limit] for k in keys}
+    return {k: np.concatenate([p[k] for p in parts]) for k in keys}
 
 
 # --------------------------------------------------------------------------- TFRecords
@@ -231,7 +232,10 @@ class InputSpec:
         for file in files:
             inspect_file(file)
             with _open(file) as f:
-                if "sum" in f and preset.rebin == (1, 1):
+                # Summing cells keeps every deposit when the grid divides evenly (51 = 3 × 17),
+                # so the file's ECAL sum gives the cut without decompressing the images.
+                keeps_all = FULL_GRID[0] % preset.rebin[0] == 0 and FULL_GRID[1] % preset.rebin[1] == 0
+                if "sum" in f and keeps_all:
                     events += int((np.asarray(f["sum"][:]) > ECAL_CUT).sum())
                     continue
             events += sum(int((rebin(r["ECAL"], preset.rebin).sum(axis=(1, 2, 3)) > ECAL_CUT).sum()) for r in read_chunks(file))

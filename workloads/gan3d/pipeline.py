@@ -106,21 +106,10 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
         trainer = make_trainer(get_preset(preset_name or meta["preset"]), None, seed=seed)
         trainer.restore(trainer_or_dir)
     preset = trainer.preset
-    raw = {"ECAL": [], "energy": [], "theta": []}
-    for f in test_files:
-        import h5py
-
-        data.inspect_file(f)
-        with h5py.File(f, "r") as h:
-            n = min(len(h["energy"]), events - sum(len(e) for e in raw["energy"]))
-            if n <= 0:
-                break
-            raw["ECAL"].append(np.asarray(h["ECAL"][:n], np.float32))
-            raw["energy"].append(np.asarray(h["energy"][:n], np.float64))
-            theta = h["theta"][:n] if "theta" in h else h["mtheta"][:n]
-            raw["theta"].append(np.asarray(theta, np.float64))
-    mc = rebin(np.concatenate(raw["ECAL"]), preset.rebin)
-    energy, theta = np.concatenate(raw["energy"]), np.concatenate(raw["theta"])
+    raw = data.load_raw(test_files, limit=events)
+    mc = rebin(raw["ECAL"], preset.rebin)
+    energy = raw["energy"].astype(np.float64)
+    theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
     gan = trainer.generate(energy, theta, seed=seed + 1)
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, seed=seed + 1)
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
