@@ -18,6 +18,7 @@ from rich.table import Table
 from . import __version__, state
 from .errors import BurstError
 from .state import ClusterHandle, RunRecord
+from .planning import bench, catalog, plan, policy_app
 from .targets import check_provider
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
@@ -58,28 +59,88 @@ def _cluster(name: str) -> ClusterHandle:
 # --------------------------------------------------------------------------- up / down
 
 
-def _up(provider: str, name: str, cpus: Optional[int], gpus: Optional[int]) -> tuple[ClusterHandle, bool]:
-    check_provider(provider)
-    from .targets import local
+def _choose(policy_file: Optional[Path], gpus: Optional[int], accelerator: Optional[str], preemptible: Optional[bool],
+            provider: Optional[str] = None, epochs: Optional[int] = None):
+    """The plan's choice under the policy and the command line's narrowing."""
+    from .planning import make_plan
 
-    return local.up(name, cpus=cpus, gpus=gpus)
+    plan, pol = make_plan("gan3d", policy_file, None, gpus=gpus, accelerator=accelerator, preemptible=preemptible,
+                          provider=provider, epochs=epochs)
+    if plan.choice is None:
+        raise BurstError(f"the plan finds no feasible target: {plan.why}; see `burst plan`")
+    return plan.choice, pol
+
+
+def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[int], *, policy_file: Optional[Path] = None,
+        accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
+        hours: Optional[float] = None, dry_run: bool = False) -> tuple[ClusterHandle, bool]:
+    """Create (or find) a cluster. Without --provider the plan under the policy picks the target."""
+    from . import policy as policy_mod
+
+    if provider is not None:
+        check_provider(provider)
+    pol = policy_mod.load(policy_file) if policy_file or provider != "local" else None
+    if provider is None:
+        choice, pol = _choose(policy_file, gpus, accelerator, preemptible)
+        provider = choice.provider
+        console.print(f"plan: {choice.provider} {choice.region} {choice.accelerator} x{choice.count}"
+                      f"{' preemptible' if choice.preemptible else ''} ({choice.estimate.hours:.1f} h, ${choice.estimate.cost_usd:,.2f})")
+        if choice.target == "cloud":
+            gpus, accelerator, preemptible, region = choice.count, choice.accelerator, choice.preemptible, choice.region
+    budget = pol.budget_usd if pol else None
+    if provider == "local":
+        if dry_run:
+            raise BurstError("--dry-run renders cloud stacks; the local target starts nothing but Ray on this machine")
+        from .targets import local
+
+        return local.up(name, cpus=cpus, gpus=gpus, hourly_usd=pol.local.usd_per_hour if pol else 0.0, budget_usd=budget)
+    if provider == "ray":
+        if dry_run:
+            raise BurstError("--dry-run renders cloud stacks; the on-prem Ray cluster already exists")
+        site = pol.onprem if pol else None
+        if site is None:
+            raise BurstError("--provider ray needs a policy with an onprem section (ray_address, accelerator, gpus); pass --policy FILE")
+        from .targets import ray as ray_target
+
+        return ray_target.up(name, site.ray_address, gpus or site.gpus, site.accelerator, site.usd_per_gpu_hour * (gpus or site.gpus),
+                             storage_uri=None, budget_usd=budget)
+    from .targets import cloud
+
+    return cloud.up(name, provider, gpus=gpus, accelerator=accelerator, preemptible=bool(preemptible), region=region,
+                    policy=pol, hours=hours, dry_run=dry_run)
 
 
 @app.command()
 def up(
-    provider: str = typer.Option("local", help="local | ray | gcp | gcp-tpu | azure"),
+    provider: Optional[str] = typer.Option(None, help="local | ray | gcp | gcp-tpu | azure (default: the plan's choice under --policy)"),
     name: str = typer.Option(DEFAULT_CLUSTER, help="cluster name"),
     cpus: Optional[int] = typer.Option(None, help="CPUs for the local Ray head (default: all)"),
-    gpus: Optional[int] = typer.Option(None, help="GPUs to offer (local target: GPUs on this machine)"),
+    gpus: Optional[int] = typer.Option(None, help="GPUs (local: GPUs of this machine to offer)"),
+    accelerator: Optional[str] = typer.Option(None, help="V100, A100-40GB, ... or a TPU slice such as v3-8"),
+    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--on-demand", help="spot/preemptible capacity (default: the policy's preference)"),
+    region: Optional[str] = typer.Option(None, help="cloud region (default: the plan's choice)"),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policy YAML (default: policies/default.yaml)"),
+    hours: Optional[float] = typer.Option(None, help="lease: resources are labelled to expire after this many hours"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create"),
     as_json: bool = typer.Option(False, "--json", help="print the cluster handle as JSON"),
 ) -> None:
-    """Start a cluster (on this machine with --provider local) and save its handle."""
+    """Start a cluster and save its handle (on this machine with --provider local)."""
     try:
         _positive("cpus", cpus)
+        _positive("gpus", gpus)
+        if hours is not None and hours <= 0:
+            raise BurstError(f"--hours must be positive, got {hours}")
         started = time.perf_counter()
-        handle, created = _up(provider, name, cpus, gpus)
+        result = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible,
+                     region=region, hours=hours, dry_run=dry_run)
     except BurstError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    if dry_run:
+        _print_dry_run(result, as_json)
+        return
+    handle, created = result
     if as_json:
         _emit_json({**handle.model_dump(mode="json"), "created_now": created})
         return
@@ -87,23 +148,48 @@ def up(
     console.print(f"cluster [bold]{name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url}")
 
 
+def _print_dry_run(rendering, as_json: bool) -> None:
+    if as_json:
+        _emit_json(rendering)
+        return
+    t = Table(title=f"{rendering['provider']} stack {rendering['stack']} (dry run: nothing was created)")
+    for col in ("type", "name", "key inputs"):
+        t.add_column(col, overflow="fold")
+    for r in rendering["resources"]:
+        t.add_row(r["type"], r["name"], ", ".join(f"{k}={v}" for k, v in r.get("summary", {}).items()))
+    out.print(t)
+    out.print(f"layout: {rendering['layout']['description']}; ${rendering['hourly_usd']:,.2f}/h"
+              f"{' (preemptible)' if rendering['preemptible'] else ''}")
+
+
 @app.command()
 def down(
     name: Optional[str] = typer.Argument(None, help="cluster name (default: local)"),
     all_clusters: bool = typer.Option(False, "--all", help="stop every cluster burst started"),
+    expired: bool = typer.Option(False, "--expired", help="destroy every cluster whose lease has passed"),
 ) -> None:
-    """Stop exactly the processes burst started for a cluster and forget it."""
-    from .targets import local
+    """Stop (local), forget (on-prem) or destroy (cloud) a cluster, verifying nothing is left."""
+    from . import targets
 
     try:
-        handles = state.load_all(ClusterHandle) if all_clusters else [_cluster(name or DEFAULT_CLUSTER)]
+        if expired:
+            now = time.time()
+            handles = [h for h in state.load_all(ClusterHandle) if h.expires is not None and h.expires < now]
+            if not handles:
+                console.print("no expired clusters")
+        elif all_clusters:
+            handles = state.load_all(ClusterHandle)
+            if not handles:
+                console.print("no clusters to stop")
+        else:
+            handles = [_cluster(name or DEFAULT_CLUSTER)]
         for handle in handles:
-            local.down(handle)
-            console.print(f"cluster [bold]{handle.name}[/bold] stopped; no process left")
-        if all_clusters and not handles:
-            console.print("no clusters to stop")
+            targets.down(handle)
+            console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) down; nothing left")
     except BurstError as exc:
         _fail(exc)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
 
 
 # --------------------------------------------------------------------------- train / run
@@ -251,7 +337,7 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
     if data is None and synthetic is None:
         synthetic = 3000
     handle = _cluster(cluster)
-    from .targets.local import is_alive
+    from .targets import is_alive
 
     if not is_alive(handle):
         raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)
@@ -261,9 +347,13 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
 @app.command()
 def run(
     workload: str = typer.Argument("gan3d", help="workload to run (gan3d)"),
-    provider: str = typer.Option("local", help="local | ray | gcp | gcp-tpu | azure"),
+    provider: Optional[str] = typer.Option(None, help="local | ray | gcp | gcp-tpu | azure (default: the plan's choice under --policy)"),
     name: str = typer.Option("run-local", help="name of the temporary cluster"),
     cpus: Optional[int] = typer.Option(None),
+    gpus: Optional[int] = typer.Option(None),
+    accelerator: Optional[str] = typer.Option(None),
+    preemptible: Optional[bool] = typer.Option(None, "--preemptible/--on-demand"),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policy YAML (default: policies/default.yaml)"),
     preset: str = typer.Option("small"),
     epochs: int = typer.Option(6),
     batch_per_replica: Optional[int] = typer.Option(None),
@@ -280,7 +370,8 @@ def run(
     try:
         _check_workload(workload)
         _positive("cpus", cpus)
-        handle, _ = _up(provider, name, cpus, None)
+        _positive("gpus", gpus)
+        handle, _ = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible)
         console.print(f"cluster [bold]{name}[/bold] up; dashboard {handle.dashboard_url}")
         _checked_train(workload, name, preset, epochs, batch_per_replica, data, synthetic, workers, False, True, seed, val_events, steps)
     except BurstError as exc:
@@ -290,10 +381,10 @@ def run(
         code = 130
     finally:
         if handle is not None:
-            from .targets import local
+            from . import targets
 
             try:
-                local.down(handle)
+                targets.down(handle)
                 console.print(f"cluster [bold]{name}[/bold] stopped")
             except BurstError as exc:
                 console.print(f"[red]error:[/red] {exc}", highlight=False)
@@ -314,7 +405,7 @@ def _refresh_run(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord
         run.state = "LOST"
         run.message = f"cluster {run.cluster!r} is gone"
         return run
-    from .targets.local import is_alive
+    from .targets import is_alive
 
     if not is_alive(handle):
         run.state = "UNREACHABLE"
@@ -341,7 +432,7 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         for h in handles:
             alive = False
             if h.state == "running":
-                from .targets.local import is_alive
+                from .targets import is_alive
 
                 alive = is_alive(h, timeout=1.0)
             hours = (now - h.created) / 3600
@@ -442,6 +533,12 @@ def report(run_id: str = typer.Argument(...), open_browser: bool = typer.Option(
 
         webbrowser.open(path.as_uri())
     typer.echo(str(path))
+
+
+app.command()(plan)
+app.command()(catalog)
+app.command()(bench)
+app.add_typer(policy_app, name="policy")
 
 
 @app.callback()

@@ -66,7 +66,15 @@ class ClusterHandle(BaseModel):
     storage_uri: str
     layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
     hourly_usd: float = 0.0
+    budget_usd: float | None = None  # the policy's total budget: `burst train` stops before it is spent
+    spent_usd: float = 0.0  # cost already accrued by earlier runs on this cluster (budget guard)
     pids: list[int] = Field(default_factory=list)
+    region: str | None = None
+    accelerator: str | None = None
+    preemptible: bool = False
+    lease_id: str | None = None
+    stack: str | None = None  # Pulumi stack name (cloud providers)
+    outputs: dict = Field(default_factory=dict)  # non-secret stack outputs
 
 
 class RunRecord(BaseModel):

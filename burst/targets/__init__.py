@@ -1,20 +1,36 @@
-"""Targets: one module per provider behind the same few functions (up, down, is_alive).
+"""Targets: one module per provider behind the same functions (``up``, ``down``, ``is_alive``).
 
-Only the local target is built into this version; the cloud providers are named here so that
-they are recognised and answered with a clear message instead of "unknown provider".
+``local`` starts Ray on this machine, ``ray`` attaches to an existing on-prem Ray cluster, and
+the cloud providers (``gcp``, ``gcp-tpu``, ``azure``) provision a cluster with a Pulumi stack.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from ..errors import BurstError
+from ..state import ClusterHandle
 
 PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
-AVAILABLE = ("local",)
+CLOUD = ("gcp", "gcp-tpu", "azure")
+_MODULES = {"local": "local", "ray": "ray", "gcp": "cloud", "gcp-tpu": "cloud", "azure": "cloud"}
 
 
 def check_provider(provider: str) -> str:
     if provider not in PROVIDERS:
         raise BurstError(f"unknown provider {provider!r}; choose one of: {', '.join(PROVIDERS)}")
-    if provider not in AVAILABLE:
-        raise BurstError(f"provider {provider!r} is not available in this version of burst yet; use --provider local")
     return provider
+
+
+def module(provider: str):
+    """The target module of a provider (imported on demand: keeps the CLI start-up light)."""
+    check_provider(provider)
+    return import_module(f"{__name__}.{_MODULES[provider]}")
+
+
+def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
+    return module(handle.provider).is_alive(handle, timeout=timeout)
+
+
+def down(handle: ClusterHandle) -> None:
+    module(handle.provider).down(handle)

@@ -311,5 +311,25 @@ def _print(r: dict) -> None:
             print(f"  oneDNN {str(s['onednn']):5s} intra {s['intra']} inter {s['inter']}: {s['samples_per_s']} samples/s, {s['gflops']} GFLOP/s, {100 * s['fraction_of_peak']:.2f}% of peak" + (f"  error: {s['error']}" if s["error"] else ""))
 
 
+def throughput(preset: str, batch: int, steps: int, repeats: int) -> dict:
+    """Training events/s of the optimised loop on this machine (what `burst bench` records)."""
+    from .synthetic import write_dataset
+
+    cores = cpu_info()["cores"]
+    with tempfile.TemporaryDirectory(prefix="gan3d-throughput-") as tmp:
+        n_events = max(2 * batch * steps + 64, 128)
+        write_dataset(Path(tmp) / "h5", n_events, seed=1, events_per_file=n_events)
+        cfg = {"preset": preset, "batch": batch, "steps": steps, "data": str(Path(tmp) / "h5"), "repeats": repeats,
+               "mode": "optimised", "replicas": 1, "intra": cores, "inter": 2}
+        return _run_worker(cfg, timeout=3600)
+
+
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == WORKER_FLAG:
     print(json.dumps(_worker(json.loads(sys.argv[2]))))
+elif __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--throughput":
+    cfg = json.loads(sys.argv[2])
+    result = throughput(cfg["preset"], cfg["batch"], cfg["steps"], cfg["repeats"])
+    if "error" in result:
+        print(result["error"], file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps(result))

@@ -1,0 +1,127 @@
+"""The price catalog: node shapes and their hourly prices, as data (``burst/data/catalog.csv``).
+
+One row is one node a cluster can be built from: a VM with its GPUs, or a Cloud TPU slice. The
+loader checks every row (positive prices, spot not above on-demand, no placeholder prices) so a
+user-supplied catalog with a bad row fails with its file and line instead of skewing a plan.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .errors import BurstError
+
+DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
+COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accelerator_count", "vcpus", "memory_gib",
+           "price_od", "price_spot", "unit", "quality", "source", "fetched_at", "note")
+PLACEHOLDER_PRICES = (700.0,)  # SkyPilot's TPU_V6E_MAX_PRICE stands for "no price"
+CLOUD_PROVIDERS = ("gcp", "gcp-tpu", "azure")
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One node shape in one region, with its on-demand and (optional) spot price per hour."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    accelerator: str
+    accelerator_count: int
+    vcpus: Optional[int]
+    memory_gib: Optional[float]
+    price_od: float
+    price_spot: Optional[float]
+    unit: str
+    quality: str
+    source: str
+    fetched_at: str
+    note: str = ""
+    line: int = 0
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.unit == "tpu-slice"
+
+    def price(self, preemptible: bool) -> float:
+        if preemptible:
+            if self.price_spot is None:
+                raise BurstError(f"{self.instance_type} in {self.region} has no spot price")
+            return self.price_spot
+        return self.price_od
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("line")
+        return d
+
+
+def _number(text: str, where: str, field: str, kind=float, required: bool = True):
+    if text == "" or text is None:
+        if required:
+            raise BurstError(f"{where}: column {field} is empty; give a number")
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise BurstError(f"{where}: column {field} is {text!r}, not a number") from None
+    return value
+
+
+def _row(raw: dict, path: Path, lineno: int) -> Offer:
+    where = f"{path}:{lineno}"
+    missing = [c for c in COLUMNS if c not in raw]
+    if missing:
+        raise BurstError(f"{where}: missing column(s) {', '.join(missing)}; the header must be {','.join(COLUMNS)}")
+    od = _number(raw["price_od"], where, "price_od")
+    spot = _number(raw["price_spot"], where, "price_spot", required=False)
+    count = _number(raw["accelerator_count"], where, "accelerator_count", int)
+    for name, value in (("price_od", od), ("price_spot", spot)):
+        if value is not None and (value <= 0 or value in PLACEHOLDER_PRICES):
+            raise BurstError(f"{where}: {name} {value} is a placeholder or not positive; remove the row or give the real price")
+    if spot is not None and spot > od:
+        raise BurstError(f"{where}: spot price {spot} is above the on-demand price {od}; fix or drop the spot price")
+    if count < 1:
+        raise BurstError(f"{where}: accelerator_count must be at least 1")
+    if raw["provider"] not in CLOUD_PROVIDERS:
+        raise BurstError(f"{where}: provider {raw['provider']!r} is not one of {', '.join(CLOUD_PROVIDERS)}")
+    if raw["unit"] not in ("node", "tpu-slice"):
+        raise BurstError(f"{where}: unit must be node or tpu-slice, got {raw['unit']!r}")
+    for field in ("region", "instance_type", "accelerator", "source", "fetched_at"):
+        if not raw[field]:
+            raise BurstError(f"{where}: column {field} is empty")
+    return Offer(
+        provider=raw["provider"], region=raw["region"], zone=raw["zone"], instance_type=raw["instance_type"],
+        accelerator=raw["accelerator"], accelerator_count=count,
+        vcpus=_number(raw["vcpus"], where, "vcpus", int, required=False),
+        memory_gib=_number(raw["memory_gib"], where, "memory_gib", required=False),
+        price_od=od, price_spot=spot, unit=raw["unit"], quality=raw["quality"] or "catalog",
+        source=raw["source"], fetched_at=raw["fetched_at"], note=raw.get("note") or "", line=lineno,
+    )
+
+
+def load(path: Optional[Path] = None) -> list[Offer]:
+    """Read and check a catalog file (``#`` lines are comments)."""
+    path = Path(path) if path else DEFAULT_PATH
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BurstError(f"cannot read catalog {path}: {exc.strerror}") from None
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise BurstError(f"catalog {path} has no rows")
+    reader = csv.DictReader([line for _, line in numbered])
+    offers = []
+    try:
+        for (lineno, _), raw in zip(numbered[1:], reader):
+            offers.append(_row(raw, path, lineno))
+    except csv.Error as exc:
+        raise BurstError(f"catalog {path} is not valid CSV: {exc}") from None
+    return offers
+
+
+def accelerators(offers: Iterable[Offer]) -> list[str]:
+    return sorted({o.accelerator for o in offers})

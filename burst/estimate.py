@@ -1,0 +1,155 @@
+"""Time to result and cost of running a workload on one target.
+
+time = provisioning + data staging + training + expected preemption loss
+cost = hourly price x billed hours + storage + egress (on-prem: amortised price per GPU-hour)
+
+Preemption: a synchronous job stops when any of its nodes is preempted, so interruptions come
+at ``rate per node-hour x nodes``; each costs half a checkpoint interval of lost work plus the
+time to get a node back. Losses stretch the run, which raises the exposure, hence the
+``1 / (1 - f)`` form; when ``f >= 1`` preemptions outpace progress and the target is infeasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from .errors import BurstError
+from .layout import Layout
+from .policy import Policy
+from .profile import Profile
+
+PROVIDER_FACTS = Path(__file__).with_name("data") / "providers.yaml"
+HOURS_PER_MONTH = 730.0
+
+
+class ProviderFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provision_minutes: float
+    restart_minutes: float
+    teardown_minutes: float
+    preemption_rate_per_hour: float
+    max_preemptible_hours: Optional[float] = None
+    egress_usd_per_gb: float
+    storage_usd_per_gb_month: float
+
+
+@lru_cache(maxsize=1)
+def provider_facts() -> dict[str, ProviderFacts]:
+    raw = yaml.safe_load(PROVIDER_FACTS.read_text())
+    return {k: ProviderFacts.model_validate(v) for k, v in raw.items()}
+
+
+@dataclass
+class Estimate:
+    """The breakdown behind one candidate's hours and dollars."""
+
+    epoch_s: float
+    provision_h: float = 0.0
+    queue_h: float = 0.0
+    staging_h: float = 0.0
+    training_h: float = 0.0
+    preemption_h: float = 0.0
+    hourly_usd: float = 0.0
+    compute_usd: float = 0.0
+    storage_usd: float = 0.0
+    egress_usd: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    feasible: bool = True
+
+    @property
+    def hours(self) -> float:
+        return self.queue_h + self.provision_h + self.staging_h + self.training_h + self.preemption_h
+
+    @property
+    def cost_usd(self) -> float:
+        return self.compute_usd + self.storage_usd + self.egress_usd
+
+
+def _data_gb(profile: Profile, policy: Policy, events: Optional[int]) -> float:
+    size = policy.data.size_gb if policy.data.size_gb is not None else profile.dataset_gb
+    return size * ((events or profile.events) / profile.events)
+
+
+def _staging(site: str, region: Optional[str], profile: Profile, policy: Policy, events: Optional[int]) -> tuple[float, float, str]:
+    """(hours, egress USD, note) to bring the dataset to ``site`` (onprem, local, gcp, azure)."""
+    where = policy.data.location
+    size = _data_gb(profile, policy, events)
+    src_cloud, _, src_region = where.partition(":")
+    if where in ("onprem", "local"):
+        if site in ("onprem", "local"):
+            return 0.0, 0.0, ""
+        return size * 8 / policy.data.uplink_gbps / 3600, size * policy.data.egress_usd_per_gb, f"copy {size:.0f} GB from on-prem at {policy.data.uplink_gbps:g} Gb/s"
+    facts = provider_facts()[src_cloud]
+    if site == src_cloud and region == src_region:
+        return 0.0, 0.0, ""
+    return (size * 8 / policy.data.uplink_gbps / 3600, size * facts.egress_usd_per_gb,
+            f"copy {size:.0f} GB out of {where} (egress {facts.egress_usd_per_gb} $/GB)")
+
+
+def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+    facts = provider_facts()[layout.provider]
+    epoch_s = profile.epoch_seconds(layout.accelerator, layout.devices, events)
+    est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=epochs * epoch_s / 3600)
+    site = "gcp" if layout.provider.startswith("gcp") else layout.provider
+    est.staging_h, est.egress_usd, note = _staging(site, layout.region, profile, policy, events)
+    if note:
+        est.notes.append(note)
+    est.egress_usd += profile.checkpoint_gb * facts.egress_usd_per_gb  # the final checkpoint comes home
+    if preemptible:
+        rate = policy.preemption_rate_per_hour.get(layout.provider, facts.preemption_rate_per_hour) * layout.nodes
+        loss_h = (profile.checkpoint_every_epochs * epoch_s / 2) / 3600 + facts.restart_minutes / 60
+        f = rate * loss_h
+        if f >= 1:
+            est.feasible = False
+            est.notes.append(f"preemptions ({rate:.2f}/h over {layout.nodes} nodes) would outpace progress")
+            est.preemption_h = float("inf")
+        else:
+            total = est.training_h / (1 - f)
+            if facts.max_preemptible_hours and total > facts.max_preemptible_hours:
+                total += int(total // facts.max_preemptible_hours) * loss_h  # forced stops at the lifetime cap
+            est.preemption_h = total - est.training_h
+            est.notes.append(f"expected preemption loss {est.preemption_h * 60:.0f} min at {rate:.2f} interruptions/h")
+    est.hourly_usd = layout.hourly_usd(preemptible)
+    billed_h = est.staging_h + est.training_h + est.preemption_h + facts.teardown_minutes / 60
+    est.compute_usd = est.hourly_usd * billed_h
+    stored_gb = _data_gb(profile, policy, events) + 2 * profile.checkpoint_gb
+    est.storage_usd = stored_gb * facts.storage_usd_per_gb_month / HOURS_PER_MONTH * est.hours
+    if layout.quality != "catalog":
+        est.notes.append(f"price is {layout.quality} (see the catalog header)")
+    if not profile.measured_accelerator(layout.accelerator):
+        est.notes.append(f"{layout.accelerator} speed is derived, not measured (±30 %)")
+    return est
+
+
+def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+    site = policy.onprem
+    if site is None:
+        raise BurstError("the policy has no onprem section")
+    epoch_s = profile.epoch_seconds(site.accelerator, gpus, events)
+    est = Estimate(epoch_s=epoch_s, queue_h=site.queue_wait_hours, training_h=epochs * epoch_s / 3600)
+    est.staging_h, est.egress_usd, note = _staging("onprem", None, profile, policy, events)
+    if note:
+        est.notes.append(note)
+    est.hourly_usd = site.usd_per_gpu_hour * gpus
+    est.compute_usd = est.hourly_usd * est.training_h
+    if site.queue_wait_hours:
+        est.notes.append(f"on-prem queue wait {site.queue_wait_hours:g} h")
+    return est
+
+
+def local(events_per_s: float, basis: str, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+    epoch_s = (events or profile.events) / events_per_s
+    est = Estimate(epoch_s=epoch_s, training_h=epochs * epoch_s / 3600)
+    est.staging_h, est.egress_usd, note = _staging("local", None, profile, policy, events)
+    if note:
+        est.notes.append(note)
+    est.hourly_usd = policy.local.usd_per_hour
+    est.compute_usd = est.hourly_usd * est.training_h
+    est.notes.append(f"this machine: {events_per_s:.2f} events/s, {basis}")
+    return est

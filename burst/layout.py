@@ -1,0 +1,144 @@
+"""Turn "N accelerators of type A" into node pools: the fewest nodes, each as full as it can be.
+
+128 V100 become 16 nodes x 8 (the measured optimum of the 3DGAN cloud study: one worker per node
+owning all its GPUs). A remainder that does not fill a node goes into one extra pool. A TPU
+request names a slice; the slice is the whole layout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Iterable, Optional
+
+from .catalog import Offer
+from .errors import BurstError
+
+
+@dataclass(frozen=True)
+class Pool:
+    offer: Offer
+    nodes: int
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.offer.accelerator_count
+
+    def to_dict(self) -> dict:
+        return {"instance_type": self.offer.instance_type, "accelerator": self.offer.accelerator,
+                "gpus_per_node": self.gpus_per_node, "nodes": self.nodes, "zone": self.offer.zone}
+
+
+@dataclass(frozen=True)
+class Layout:
+    provider: str
+    region: str
+    accelerator: str
+    pools: tuple[Pool, ...] = field(default_factory=tuple)
+
+    @property
+    def count(self) -> int:
+        return sum(p.nodes * p.gpus_per_node for p in self.pools)
+
+    @property
+    def nodes(self) -> int:
+        return sum(p.nodes for p in self.pools)
+
+    @property
+    def is_tpu(self) -> bool:
+        return self.pools[0].offer.is_tpu
+
+    @property
+    def devices(self) -> int:
+        """Devices in the time model: GPUs, or slices for a TPU."""
+        return self.nodes if self.is_tpu else self.count
+
+    @property
+    def gpus_per_worker(self) -> int:
+        """Ray Train gives every worker the same GPUs: the largest count that divides every node."""
+        return reduce(math.gcd, (p.gpus_per_node for p in self.pools))
+
+    @property
+    def has_spot(self) -> bool:
+        return all(p.offer.price_spot is not None for p in self.pools)
+
+    @property
+    def quality(self) -> str:
+        order = ("catalog", "derived", "estimate")
+        return max((p.offer.quality for p in self.pools), key=lambda q: order.index(q) if q in order else 3)
+
+    def hourly_usd(self, preemptible: bool) -> float:
+        return sum(p.nodes * p.offer.price(preemptible) for p in self.pools)
+
+    def describe(self) -> str:
+        return " + ".join(f"{p.nodes}x {p.offer.instance_type}" + ("" if p.offer.is_tpu else f" ({p.gpus_per_node} {p.offer.accelerator})") for p in self.pools)
+
+    def to_dict(self) -> dict:
+        return {"provider": self.provider, "region": self.region, "accelerator": self.accelerator, "count": self.count,
+                "nodes": self.nodes, "gpus_per_worker": self.gpus_per_worker, "pools": [p.to_dict() for p in self.pools],
+                "description": self.describe()}
+
+
+def normalise_accelerator(provider: str, name: str) -> str:
+    """``v3-8`` and ``tpu-v3-8`` name the same TPU slice; GPU names are case-insensitive."""
+    if provider == "gcp-tpu" and not name.startswith("tpu-"):
+        return f"tpu-{name}"
+    return name
+
+
+def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Optional[int] = None,
+            region: Optional[str] = None, gpus_per_node: Optional[int] = None) -> Layout:
+    """The layout for ``gpus`` accelerators (TPU: one slice) of one provider and region."""
+    offers = list(offers)
+    accelerator = normalise_accelerator(provider, accelerator)
+    mine = [o for o in offers if o.provider == provider]
+    if not mine:
+        raise BurstError(f"the catalog has no offers for provider {provider!r}")
+    names = {o.accelerator.lower(): o.accelerator for o in mine}
+    if accelerator.lower() not in names:
+        if provider == "gcp-tpu" and gpus is not None:
+            family = accelerator
+            sizes = sorted({int(o.accelerator.rsplit("-", 1)[1]) for o in mine if o.accelerator.rsplit("-", 1)[0] == family})
+            if sizes:
+                if gpus not in sizes:
+                    raise BurstError(f"{family.removeprefix('tpu-')} slices come in sizes {', '.join(map(str, sizes))}, not {gpus}; pick one with --accelerator {family.removeprefix('tpu-')}-{sizes[0]}")
+                accelerator = f"{family}-{gpus}"
+        if accelerator.lower() not in names:
+            raise BurstError(f"provider {provider} has no accelerator {accelerator!r}; it has: {', '.join(sorted(names.values()))}")
+    accelerator = names[accelerator.lower()]
+    mine = [o for o in mine if o.accelerator == accelerator]
+    regions = sorted({o.region for o in mine})
+    if region is None:
+        region = regions[0]
+    if region not in regions:
+        raise BurstError(f"{accelerator} on {provider} is offered in {', '.join(regions)}, not in {region}")
+    shapes = sorted((o for o in mine if o.region == region), key=lambda o: o.accelerator_count)
+
+    if shapes[0].is_tpu:
+        slice_size = shapes[0].accelerator_count
+        if gpus is not None and gpus not in (1, slice_size, int(accelerator.rsplit("-", 1)[1])):
+            raise BurstError(f"{accelerator} is one slice of {slice_size} chips; a TPU request names a slice size, not {gpus}")
+        return Layout(provider, region, accelerator, (Pool(shapes[0], 1),))
+
+    if gpus is None:
+        raise BurstError("say how many accelerators with --gpus N")
+    if gpus < 1:
+        raise BurstError(f"--gpus must be at least 1, got {gpus}")
+    by_count = {o.accelerator_count: o for o in shapes}
+    largest = max(by_count)
+    if gpus_per_node is not None:
+        if gpus_per_node not in by_count:
+            raise BurstError(f"{accelerator} nodes on {provider} hold {', '.join(map(str, sorted(by_count)))} GPUs, not {gpus_per_node}")
+        largest = gpus_per_node
+    full, rest = divmod(gpus, largest)
+    pools = [Pool(by_count[largest], full)] if full else []
+    if rest:
+        if rest in by_count:
+            pools.append(Pool(by_count[rest], 1))
+        else:  # one extra pool of the smallest node that divides the remainder
+            small = next(c for c in sorted(by_count) if rest % c == 0) if any(rest % c == 0 for c in by_count) else None
+            if small is None:
+                raise BurstError(f"{gpus} {accelerator} cannot be laid out on {provider} nodes of {', '.join(map(str, sorted(by_count)))} GPUs")
+            pools.append(Pool(by_count[small], rest // small))
+    return Layout(provider, region, accelerator, tuple(pools))

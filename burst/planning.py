@@ -1,0 +1,225 @@
+"""The ``burst plan | policy | catalog | bench`` commands: placement made visible.
+
+Kept apart from ``cli.py`` so the command module stays readable; nothing here imports
+TensorFlow, Ray or a cloud SDK (``burst bench`` runs the workload in a subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import BurstError
+
+console = Console(stderr=True, soft_wrap=True)
+out = Console(width=None if sys.stdout.isatty() else 150)  # a plan table is wide; do not fold it into 80 columns
+
+
+def _emit_json(data) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def make_plan(workload: str, policy_file: Optional[Path], catalog_file: Optional[Path], **narrow):
+    from . import catalog, placement, policy, profile
+
+    pol = policy.load(policy_file)
+    prof = profile.load(workload)
+    offers = catalog.load(catalog_file)
+    return placement.plan(pol, prof, offers, **narrow), pol
+
+
+def _row_style(c, choice) -> str:
+    if c is choice:
+        return "bold green"
+    return "" if c.feasible else "dim"
+
+
+def print_plan(p, limit: Optional[int]) -> None:
+    t = Table(title=f"burst plan: {p.epochs} epochs" + (f", deadline {p.deadline_h:.1f} h" if p.deadline_h is not None else "")
+              + (f", budget ${p.budget_usd:,.0f}" if p.budget_usd is not None else ""))
+    for col, just in (("#", "right"), ("provider", "left"), ("region", "left"), ("accel", "left"), ("n", "right"),
+                      ("spot", "left"), ("epoch s", "right"), ("hours", "right"), ("cost $", "right"), ("why not", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    shown = p.candidates if limit is None else p.candidates[:limit]
+    if p.nearest is not None and p.nearest not in shown:
+        shown = shown + [p.nearest]
+    for i, c in enumerate(shown, 1):
+        e = c.estimate
+        blocking = [r for r in c.reasons if r.startswith(("misses", "over budget", "the deadline", "preemptions"))]
+        t.add_row(str(p.candidates.index(c) + 1), "onprem" if c.target == "onprem" else c.provider, c.region, c.accelerator,
+                  str(c.count), "yes" if c.preemptible else "no", f"{e.epoch_s:,.0f}", f"{e.hours:,.2f}", f"{e.cost_usd:,.2f}",
+                  "; ".join(blocking) if not c.feasible else ("chosen" if c is p.choice else ""), style=_row_style(c, p.choice))
+    out.print(t)
+    hidden = len(p.candidates) - len(shown)
+    if hidden > 0:
+        out.print(f"{hidden} more candidates (use --all or --json)")
+    if p.excluded:
+        out.print("outside the policy: " + ", ".join(f"{v} {k}" for k, v in sorted(p.excluded.items())))
+    if p.choice:
+        c = p.choice
+        e = c.estimate
+        out.print(f"[bold green]choice:[/bold green] {c.provider} {c.region} {c.accelerator} x{c.count}"
+                  f"{' preemptible' if c.preemptible else ''} on {c.layout_text}: {e.hours:.2f} h, ${e.cost_usd:,.2f}")
+        out.print(f"  why: {p.why}")
+        out.print(f"  time: queue {e.queue_h:.2f} h + provisioning {e.provision_h:.2f} h + staging {e.staging_h:.2f} h"
+                  f" + training {e.training_h:.2f} h + preemption {e.preemption_h:.2f} h")
+        out.print(f"  cost: compute ${e.compute_usd:,.2f} (${e.hourly_usd:,.2f}/h) + storage ${e.storage_usd:,.2f} + egress ${e.egress_usd:,.2f}")
+        for r in c.reasons:
+            out.print(f"  note: {r}")
+    else:
+        out.print(f"[bold red]no feasible target:[/bold red] {p.why}")
+
+
+def plan(
+    workload: str = typer.Argument("gan3d", help="workload to place"),
+    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policy YAML (default: policies/default.yaml)"),
+    gpus: Optional[int] = typer.Option(None, help="only candidates with this many GPUs"),
+    epochs: Optional[int] = typer.Option(None, help="epochs to train (default: policy, then workload profile)"),
+    events: Optional[int] = typer.Option(None, help="training events (default: the workload profile's dataset)"),
+    provider: Optional[str] = typer.Option(None, help="only this provider"),
+    accelerator: Optional[str] = typer.Option(None, help="only this accelerator"),
+    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="price catalog CSV (default: the packaged one)"),
+    show_all: bool = typer.Option(False, "--all", help="show every candidate, not the first 15"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
+    try:
+        for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events)):
+            if v is not None and v < 1:
+                raise BurstError(f"--{name} must be a positive whole number, got {v}")
+        if provider is not None:
+            from .targets import check_provider
+
+            check_provider(provider)
+        p, _ = make_plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events,
+                         provider=provider, accelerator=accelerator)
+    except BurstError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(exc.exit_code)
+    if as_json:
+        _emit_json(p.to_dict())
+    else:
+        print_plan(p, None if show_all else 15)
+    if p.choice is None:
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- policy
+
+
+policy_app = typer.Typer(help="Validate policy files and print their JSON Schema.", no_args_is_help=True)
+
+
+@policy_app.command("check")
+def policy_check(file: Path = typer.Argument(..., help="policy YAML")) -> None:
+    """Validate a policy file: prints a summary, or one line saying what is wrong and where."""
+    from . import policy
+
+    try:
+        p = policy.load(file)
+    except BurstError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(exc.exit_code)
+    deadline = p.deadline_hours()
+    parts = [f"objective {p.objective}", f"providers {', '.join(p.providers)}", f"regions {', '.join(p.regions)}",
+             f"preemptible {p.preemptible}", f"max {p.max_gpus} GPUs"]
+    if deadline is not None:
+        parts.append(f"deadline in {deadline:.1f} h")
+    if p.budget_usd is not None:
+        parts.append(f"budget ${p.budget_usd:,.2f}")
+    if p.onprem:
+        parts.append(f"on-prem {p.onprem.gpus} {p.onprem.accelerator} at ${p.onprem.usd_per_gpu_hour}/GPU-h")
+    out.print(f"{file}: valid ({'; '.join(parts)})")
+
+
+@policy_app.command("schema")
+def policy_schema() -> None:
+    """Print the policy JSON Schema (for editors and CI checks)."""
+    from . import policy
+
+    _emit_json(policy.schema())
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def catalog(
+    accelerator: Optional[str] = typer.Option(None, help="only this accelerator"),
+    provider: Optional[str] = typer.Option(None, help="only this provider"),
+    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="price catalog CSV (default: the packaged one)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """List the price catalog: node shapes, on-demand and spot prices, and where each comes from."""
+    from . import catalog as cat
+
+    try:
+        offers = cat.load(catalog_file)
+    except BurstError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(exc.exit_code)
+    rows = [o for o in offers if (accelerator is None or o.accelerator.lower() == accelerator.lower()) and (provider is None or o.provider == provider)]
+    if not rows:
+        console.print(f"[red]error:[/red] no catalog rows match; accelerators: {', '.join(cat.accelerators(offers))}")
+        raise typer.Exit(2)
+    if as_json:
+        _emit_json([o.to_dict() for o in rows])
+        return
+    t = Table(title=f"price catalog ({len(rows)} rows)")
+    for col in ("provider", "region", "instance", "accel", "n", "on-demand $/h", "spot $/h", "quality", "date"):
+        t.add_column(col, justify="right" if col in ("n", "on-demand $/h", "spot $/h") else "left")
+    for o in rows:
+        t.add_row(o.provider, o.region, o.instance_type, o.accelerator, str(o.accelerator_count), f"{o.price_od:.4f}",
+                  "-" if o.price_spot is None else f"{o.price_spot:.4f}", o.quality, o.fetched_at)
+    out.print(t)
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def bench(
+    workload: str = typer.Argument("gan3d"),
+    batch: int = typer.Option(4, help="events per step"),
+    steps: int = typer.Option(3, help="steps per timed block"),
+    repeats: int = typer.Option(2, help="timed blocks (the best is kept)"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Measure this machine on the workload's paper preset and record it for `burst plan`."""
+    from . import profile
+
+    try:
+        if workload != "gan3d":
+            raise BurstError(f"unknown workload {workload!r}; choose gan3d")
+        for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
+            if v < 1:
+                raise BurstError(f"--{name} must be a positive whole number, got {v}")
+        console.print(f"measuring the paper preset on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
+        proc = subprocess.run([sys.executable, "-m", "workloads.gan3d.bench", "--throughput", json.dumps(
+            {"preset": "paper", "batch": batch, "steps": steps, "repeats": repeats})],
+            capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=3600)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BurstError(f"the benchmark failed: {last}", exit_code=1)
+        result = json.loads(lines[-1])
+        record = {"workload": workload, "preset": "paper", "events_per_s": result["samples_per_s"],
+                  "events_per_s_median": result["samples_per_s_median"], "gflops": result["gflops"],
+                  "cpus": os.cpu_count(), "batch": batch}
+        path = profile.record_local(workload, record)
+    except BurstError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(exc.exit_code)
+    except subprocess.TimeoutExpired:
+        console.print("[red]error:[/red] the benchmark did not finish within an hour")
+        raise typer.Exit(1)
+    if as_json:
+        _emit_json({**record, "recorded_in": str(path)})
+    else:
+        out.print(f"{record['events_per_s']:.2f} events/s ({record['gflops']:.1f} GFLOP/s) on {record['cpus']} CPUs; recorded in {path}")

@@ -1,0 +1,216 @@
+"""Placement policies: what a user allows and wants, as YAML validated by pydantic.
+
+Unknown keys are errors (a misspelt ``budjet_usd`` must not silently mean "no budget"), and
+every error names the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import BurstError
+
+PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|min|h|d|w)\s*$")
+_UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OnPrem(_Strict):
+    """The group's own GPU cluster, reached as an existing Ray cluster (provider ``ray``)."""
+
+    name: str = "onprem"
+    accelerator: str = Field(description="accelerator name as in the catalog, e.g. V100")
+    gpus: int = Field(gt=0, description="GPUs this run may use on-prem")
+    queue_wait_hours: float = Field(0.0, ge=0, description="expected wait before the job starts")
+    usd_per_gpu_hour: float = Field(ge=0, description="amortised price: hardware, power, operations")
+    ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
+
+
+class LocalMachine(_Strict):
+    usd_per_hour: float = Field(0.0, ge=0, description="what an hour of this machine costs (0: already paid for)")
+
+
+class BurstWhen(_Strict):
+    """When to leave on-prem: any one condition that holds sends the run to the cloud."""
+
+    queue_wait_over_hours: Optional[float] = Field(None, ge=0)
+    deadline_missed: bool = Field(True, description="burst when on-prem cannot meet the deadline")
+    over_budget: bool = Field(True, description="burst when on-prem would exceed the budget")
+
+
+class DataLocation(_Strict):
+    location: str = Field("onprem", description="onprem, local, gcp:<region> or azure:<region>")
+    size_gb: Optional[float] = Field(None, ge=0, description="dataset size; default from the workload profile")
+    uplink_gbps: float = Field(1.0, gt=0, description="bandwidth from where the data is to a cloud")
+    egress_usd_per_gb: float = Field(0.0, ge=0, description="what sending a GB out of the on-prem site costs")
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, v: str) -> str:
+        if v in ("onprem", "local") or re.fullmatch(r"(gcp|azure):[a-z0-9-]+", v):
+            return v
+        raise ValueError("must be onprem, local, gcp:<region> or azure:<region>")
+
+
+class Policy(_Strict):
+    """Where a run may go and what it should optimise."""
+
+    objective: Literal["min_cost", "min_time"] = "min_cost"
+    deadline: Optional[Union[float, str]] = Field(None, description="hours from now (48, '48h', '3d') or an ISO 8601 time")
+    budget_usd: Optional[float] = Field(None, gt=0, description="total spend allowed for the run, all providers")
+    providers: list[Literal["local", "ray", "gcp", "gcp-tpu", "azure"]] = Field(default_factory=lambda: list(PROVIDERS))
+    regions: list[str] = Field(default_factory=lambda: ["*"], description="region patterns, e.g. europe-* (data residency)")
+    preemptible: Literal["never", "prefer", "only"] = "prefer"
+    accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
+    max_gpus: int = Field(128, gt=0)
+    epochs: Optional[int] = Field(None, gt=0, description="default: the workload profile's")
+    preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict)
+    onprem: Optional[OnPrem] = None
+    local: LocalMachine = Field(default_factory=LocalMachine)
+    burst_when: Optional[BurstWhen] = None
+    data: DataLocation = Field(default_factory=DataLocation)
+
+    @field_validator("deadline")
+    @classmethod
+    def _deadline(cls, v):
+        if v is None:
+            return v
+        _deadline_hours(v, datetime.now(timezone.utc))  # raises ValueError with the reason
+        return v
+
+    @field_validator("providers")
+    @classmethod
+    def _providers(cls, v):
+        if not v:
+            raise ValueError("allow at least one provider")
+        return v
+
+    @field_validator("preemption_rate_per_hour")
+    @classmethod
+    def _rates(cls, v):
+        for k, rate in v.items():
+            if not 0 <= rate < 10:
+                raise ValueError(f"{k}: a rate per node-hour between 0 and 10")
+        return v
+
+    def deadline_hours(self, now: Optional[datetime] = None) -> Optional[float]:
+        if self.deadline is None:
+            return None
+        return _deadline_hours(self.deadline, now or datetime.now(timezone.utc))
+
+    def region_allowed(self, region: str) -> bool:
+        return any(fnmatch.fnmatchcase(region, pattern) for pattern in self.regions)
+
+    def accelerator_allowed(self, accelerator: str) -> bool:
+        return self.accelerators is None or any(fnmatch.fnmatchcase(accelerator, p) for p in self.accelerators)
+
+
+def _deadline_hours(value, now: datetime) -> float:
+    if isinstance(value, bool):
+        raise ValueError("give hours (48), a duration ('48h', '3d') or an ISO 8601 time")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError("must be positive")
+        return float(value)
+    m = _DURATION.match(value)
+    if m:
+        hours = float(m.group(1)) * _UNITS[m.group(2)]
+        if hours <= 0:
+            raise ValueError("must be positive")
+        return hours
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("give hours (48), a duration ('48h', '3d') or an ISO 8601 time") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (when - now).total_seconds() / 3600  # may be negative: a past deadline is infeasible, not malformed
+
+
+# ---------------------------------------------------------------------- loading with line numbers
+
+
+def _lines(node, path=()) -> dict:
+    """Map every key path of a composed YAML document to its 1-based line."""
+    lines = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = path + (key.value,)
+            lines[sub] = key.start_mark.line + 1
+            lines.update({k: v for k, v in _lines(value, sub).items() if k != sub})
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(_lines(item, path + (i,)))
+    return lines
+
+
+def parse(text: str, source: str = "<policy>") -> Policy:
+    """Validate a policy document; errors are one line: ``file:line: field: what is wrong``."""
+    try:
+        node = yaml.compose(text)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise BurstError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise BurstError(f"{source}:1: a policy is a mapping of fields (objective, deadline, budget_usd, ...)")
+    lines = _lines(node) if node is not None else {}
+    try:
+        return Policy.model_validate(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+        err = errors[0]
+        loc = tuple(err["loc"])
+        # pydantic adds the union branch or literal tag to loc; keep the parts that are real keys
+        key_path = []
+        for part in loc:
+            if tuple(key_path + [part]) in lines:
+                key_path.append(part)
+        line = lines.get(tuple(key_path)) or lines.get((), 1)
+        field = ".".join(str(p) for p in key_path) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field {field!r}; allowed here: {', '.join(_allowed(key_path))}"
+        else:
+            msg = f"{field}: {err['msg']}"
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise BurstError(f"{source}:{line}: {msg}{more}") from None
+
+
+def _allowed(key_path: list) -> list[str]:
+    model: type[BaseModel] = Policy
+    for part in key_path[:-1]:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None)
+        inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            break
+        model = inner[0]
+    return list(model.model_fields)
+
+
+def load(path: Optional[Path] = None) -> Policy:
+    path = Path(path) if path else DEFAULT_POLICY
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BurstError(f"cannot read policy {path}: {exc.strerror}; the examples are in policies/") from None
+    return parse(text, str(path))
+
+
+def schema() -> dict:
+    return Policy.model_json_schema()

@@ -1,0 +1,64 @@
+"""The on-prem target: an existing Ray cluster the group already runs, named in the policy.
+
+burst does not start or stop it; ``up`` checks that its dashboard answers and records a handle,
+``down`` forgets the handle. Its storage URI must be a path (or bucket) that both the cluster and
+this machine can read, so results can be collected.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle
+
+
+def _headers(handle: ClusterHandle) -> dict:
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if handle.token_path:
+        token = Path(handle.token_path).read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
+    try:
+        req = urllib.request.Request(handle.dashboard_url.rstrip("/") + "/api/version", headers=_headers(handle))
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_usd: float,
+       storage_uri: Optional[str] = None, token_path: Optional[str] = None, budget_usd: Optional[float] = None) -> tuple[ClusterHandle, bool]:
+    if not address:
+        raise BurstError("the policy's onprem section has no ray_address; add the dashboard URL of your Ray cluster, e.g. http://ray-head:8265")
+    if not address.startswith(("http://", "https://")):
+        raise BurstError(f"onprem.ray_address {address!r} must be the dashboard URL (http://host:8265), not a GCS or ray:// address")
+    with state.locked():
+        existing = state.load(ClusterHandle, name)
+        if existing is not None:
+            if is_alive(existing):
+                return existing, False
+            raise BurstError(f"cluster {name!r} is recorded but not answering; run `burst down {name}` first")
+        handle = ClusterHandle(name=name, provider="ray", cluster_id=uuid.uuid4().hex[:12], state="running",
+                               dashboard_url=address.rstrip("/"), token_path=token_path,
+                               storage_uri=storage_uri or str(state.home() / "clusters" / name / "storage"),
+                               layout={"nodes": None, "gpus": gpus, "accelerator": accelerator, "cpus": 1},
+                               accelerator=accelerator, hourly_usd=hourly_usd, budget_usd=budget_usd)
+        if not is_alive(handle):
+            raise BurstError(f"the on-prem Ray cluster at {address} does not answer; check the address and that its dashboard is reachable from here", exit_code=1)
+        state.save(handle)
+    return handle, True
+
+
+def down(handle: ClusterHandle) -> None:
+    """The on-prem cluster keeps running; burst only forgets its handle."""
+    with state.locked():
+        state.delete(ClusterHandle, handle.name)
