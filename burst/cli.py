@@ -214,7 +214,7 @@ def _versions() -> dict:
 def _train(
     handle: ClusterHandle, workload: str, preset: str, epochs: int, batch_per_replica: Optional[int],
     data: Optional[Path], synthetic: Optional[int], workers: int, detach: bool, cancel: bool, seed: int,
-    val_events: int, steps: Optional[int],
+    val_events: int, steps: Optional[int], budget_usd: Optional[float] = None,
 ) -> RunRecord:
     from . import jobs
     from .progress import RunProgress
@@ -237,6 +237,11 @@ def _train(
     else:
         job_config["synthetic"] = synthetic
     run.config = {k: v for k, v in job_config.items() if k not in ("storage",)}
+    from .budget import BudgetGuard
+
+    guard = BudgetGuard.for_cluster(handle, budget_usd)
+    if guard is not None:
+        guard.check_can_start()
     submitted = time.time()
     jobs.submit(handle, run, job_config)
     console.print(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}")
@@ -244,9 +249,22 @@ def _train(
         console.print(f"detached; follow with `burst logs {run.run_id} --follow`")
         return run
     progress = RunProgress(console, run, submitted)
+
+    def watch_budget() -> None:
+        if guard is None:
+            return
+        if guard.requested_at is None and guard.must_stop():
+            guard.request_stop(run.run_id)
+            console.print(f"[yellow]budget guard:[/yellow] ${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; "
+                          f"taking a final checkpoint and stopping (reserve {guard.reserve_s:.0f} s for checkpoint and tear-down)")
+        elif guard.overdue():
+            console.print("[yellow]budget guard:[/yellow] the workers did not stop in time; stopping the job")
+            jobs.client(handle).stop_job(run.job_id)
+            guard.requested_at = float("inf")  # stop once
+
     try:
         with progress:
-            status = jobs.follow(handle, run, progress.on_event, on_line=progress.on_log_line)
+            status = jobs.follow(handle, run, progress.on_event, on_line=progress.on_log_line, on_poll=watch_budget)
     except KeyboardInterrupt:
         if cancel:
             jobs.client(handle).stop_job(run.job_id)
@@ -262,14 +280,25 @@ def _train(
     run.progress = progress.snapshot()
     (RUNS_ROOT / run.run_id).mkdir(parents=True, exist_ok=True)
     (RUNS_ROOT / run.run_id / "job.log").write_text(jobs.client(handle).get_job_logs(run.job_id))
+    stopped = progress.stopped is not None or (guard is not None and guard.requested_at is not None)
     if status == "SUCCEEDED":
         run_dir = jobs.collect(handle, run, RUNS_ROOT)
         run.run_dir = str(run_dir.resolve())
         _write_run_files(run, handle, progress, submitted, run_dir)
     else:
         run.message = progress.failure or f"job ended {status}; see `burst logs {run.run_id}`"
+    if stopped:
+        run.state = "STOPPED_BUDGET"
+        where = progress.stopped or {}
+        run.message = (f"stopped by the budget guard at epoch {where.get('epoch', '?')} step {where.get('step', '?')}: "
+                       f"${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; final checkpoint {Path(handle.storage_uri) / 'runs' / run.run_id / 'checkpoint'}")
     with state.locked():
         state.save(run)
+    if stopped:
+        from . import targets
+
+        targets.down(handle)
+        raise BurstError(f"run {run.run_id} {run.message}; cluster {handle.name!r} torn down", exit_code=3)
     if status != "SUCCEEDED":
         raise BurstError(f"run {run.run_id} {status.lower()}: {run.message}", exit_code=1)
     console.print(f"report: {Path(run.run_dir) / 'report' / 'report.html'}")
@@ -311,11 +340,14 @@ def train(
     seed: int = typer.Option(0),
     val_events: int = typer.Option(400, help="held-out events used by validation"),
     steps: Optional[int] = typer.Option(None, help="steps per epoch (default: events // global batch)"),
+    budget: Optional[float] = typer.Option(None, help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Train a workload on a running cluster as a Ray job, then validate it."""
     try:
-        run = _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps)
+        if budget is not None and budget <= 0:
+            raise BurstError(f"--budget must be positive, got {budget}")
+        run = _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps, budget)
     except BurstError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -324,7 +356,7 @@ def train(
         _emit_json(run.model_dump(mode="json"))
 
 
-def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps) -> RunRecord:
+def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps, budget=None) -> RunRecord:
     _check_workload(workload)
     for n, v in (("epochs", epochs), ("batch-per-replica", batch_per_replica), ("workers", workers), ("synthetic", synthetic), ("val-events", val_events), ("steps", steps)):
         _positive(n, v)
@@ -341,7 +373,7 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
 
     if not is_alive(handle):
         raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)
-    return _train(handle, workload, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps)
+    return _train(handle, workload, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps, budget)
 
 
 @app.command()
@@ -398,7 +430,7 @@ def run(
 
 def _refresh_run(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
     """Ask the cluster for the state of a run that is not finished yet."""
-    if run.state in ("SUCCEEDED", "FAILED", "STOPPED") or run.job_id is None:
+    if run.state in ("SUCCEEDED", "FAILED", "STOPPED", "STOPPED_BUDGET") or run.job_id is None:
         return run
     handle = handles.get(run.cluster)
     if handle is None:

@@ -70,7 +70,8 @@ def job_status(c, job_id: str) -> str:
     return getattr(status, "value", str(status))
 
 
-def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], None], on_line: Callable[[str], None] | None = None, poll_s: float = 1.0) -> str:
+def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], None], on_line: Callable[[str], None] | None = None,
+           poll_s: float = 1.0, on_poll: Callable[[], None] | None = None) -> str:
     """Poll the job's status and logs until it ends; call back for every new event and log line."""
     c = client(handle)
     seen = 0
@@ -97,6 +98,8 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
                 on_line(line)
         if status in TERMINAL:
             return status
+        if on_poll is not None:
+            on_poll()
         time.sleep(poll_s)
 
 

@@ -227,6 +227,15 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
 
     cands.sort(key=key)
     choice = cands[0] if cands and cands[0].feasible else None
+    if choice is not None and policy.tolerance > 0:
+        # Near-ties on the objective are decided by the other measure: 8 on-prem GPUs for 1 %
+        # more than 1 GPU, but 8x sooner, is the better choice.
+        tier = key(choice)[:3]
+        best = objective(choice)[0]
+        close = [c for c in cands if c.feasible and key(c)[:3] == tier and objective(c)[0] <= best * (1 + policy.tolerance)]
+        choice = min(close, key=lambda c: (objective(c)[1], objective(c)[0]))
+        cands.remove(choice)
+        cands.insert(0, choice)
     nearest = None
     if choice is None:
         if cands:

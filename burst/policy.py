@@ -75,6 +75,7 @@ class Policy(_Strict):
     preemptible: Literal["never", "prefer", "only"] = "prefer"
     accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
     max_gpus: int = Field(128, gt=0)
+    tolerance: float = Field(0.05, ge=0, le=1, description="options within this fraction of the best objective value count as equal; the other measure (time or cost) decides")
     epochs: Optional[int] = Field(None, gt=0, description="default: the workload profile's")
     preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict)
     onprem: Optional[OnPrem] = None

@@ -20,6 +20,7 @@ class RunProgress:
         self.first_step_time: float | None = None
         self.resumes: list[dict] = []
         self.failure: str | None = None
+        self.stopped: dict | None = None
         self.last_epoch: dict = {}
         self.epochs = int(run.config.get("epochs", 1))
         self.steps = 1
@@ -49,6 +50,8 @@ class RunProgress:
             self.last_epoch = event
         elif kind == "failed":
             self.failure = event.get("message")
+        elif kind == "stopped":
+            self.stopped = event
 
     def on_event(self, event: dict) -> None:
         """Record the event and show it on the live progress bar."""
@@ -70,6 +73,10 @@ class RunProgress:
                 f"D {event.get('d_loss', float('nan')):.3f}, G {event.get('g_loss', float('nan')):.3f}, "
                 f"ECAL-sum MAPE {event.get('g_ecal_mape', float('nan')):.1f}%"
             )
+        elif kind == "stopped":
+            self.console.print(f"stopped on request at epoch {event['epoch']} step {event['step']}/{event['steps']}; final checkpoint written")
+        elif kind == "done" and event.get("stopped"):
+            self._bar.update(self._task, description="stopped")
         elif kind == "done":
             s = event.get("summary", {})
             self._bar.update(self._task, description="done")

@@ -104,7 +104,33 @@ def train_loop_per_worker(cfg: dict) -> None:
         if rank == 0:
             emit("epoch", epochs=cfg["epochs"], **metrics)
 
-    trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step)
+    stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
+    trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
+                should_stop=lambda: stop_requested(stop_file))
+    if trainer.stopped:
+        # Asked to stop (the CLI's budget guard): a final checkpoint of the weights as they are now.
+        # It records only the whole epochs done, so a resume would redo the interrupted epoch.
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save(tmp)
+            (Path(tmp) / "stopped.json").write_text(json.dumps(trainer.stopped))
+            checkpoint = Checkpoint.from_directory(tmp) if rank == 0 else None
+            ray.train.report({"stopped": True, **trainer.stopped}, checkpoint=checkpoint)
+        if rank == 0:
+            emit("stopped", **trainer.stopped)
+
+
+def stop_request_path(storage: str, run_id: str) -> str:
+    """Where the CLI asks a run to stop: a file in the run's directory on the cluster storage."""
+    return f"{storage.rstrip('/')}/runs/{run_id}/STOP"
+
+
+def stop_requested(path: str) -> bool:
+    if "://" not in path:
+        return os.path.exists(path)
+    from pyarrow import fs  # gs://, abfs:// ... through the filesystem Ray Train already uses
+
+    filesystem, inner = fs.FileSystem.from_uri(path)
+    return filesystem.get_file_info(inner).type != fs.FileType.NotFound
 
 
 def run(cfg: dict) -> int:
@@ -147,6 +173,14 @@ def run(cfg: dict) -> int:
         return 1
     out_dir = storage / "runs" / cfg["run_id"]
     ckpt_dir = Path(result.checkpoint.to_directory(str(out_dir / "checkpoint")))
+    if (ckpt_dir / "stopped.json").exists():
+        # Stopped on request: keep the checkpoint and its history, skip validation (it costs
+        # cluster time the budget no longer has).
+        history = json.loads((ckpt_dir / "history.json").read_text())["history"]
+        (out_dir / "history.json").write_text(json.dumps(history, indent=1))
+        (out_dir / "job_provenance.json").write_text(json.dumps({"timings": timings, "stopped": json.loads((ckpt_dir / "stopped.json").read_text())}, indent=1))
+        emit("done", run_dir=str(out_dir), stopped=True)
+        return 0
     emit("status", message="validating against held-out Monte Carlo")
     from workloads.gan3d.pipeline import validate
 

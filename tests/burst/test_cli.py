@@ -18,7 +18,7 @@ def burst(*args, home, cwd=None, timeout=60):
         (["up", "--provider", "mars"], "unknown provider 'mars'"),
         (["up", "--provider", "gcp"], "not available in this version"),
         (["up", "--cpus", "0"], "--cpus must be a positive"),
-        (["up", "--gpus", "64"], "--gpus 64: this machine has"),
+        (["up", "--provider", "local", "--gpus", "64"], "--gpus 64: this machine has"),
         (["train", "nope"], "unknown workload 'nope'"),
         (["train", "gan3d", "--cluster", "ghost"], "no cluster named 'ghost'"),
         (["train", "gan3d", "--epochs", "0"], "--epochs must be a positive"),

@@ -213,3 +213,23 @@ def test_ctrl_c_on_run_tears_everything_down(home, tmp_path):
     assert proc.returncode == 130, proc.stderr.read()
     assert state.load(ClusterHandle, "ctrlc") is None
     assert marked(handle.cluster_id) == []
+
+
+def test_budget_guard_checkpoints_stops_and_tears_down_before_the_budget_is_spent(home, tmp_path):
+    # $36/h = 1 cent per second; the guard keeps 75 s in reserve (final checkpoint + tear-down).
+    policy = tmp_path / "tight.yaml"
+    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
+    handle = json.loads(burst("up", "--provider", "local", "--name", "budget", "--cpus", "2", "--policy", str(policy), "--json",
+                              home=home, cwd=tmp_path).stdout)
+    assert handle["budget_usd"] == 1.3 and handle["hourly_usd"] == 36
+    proc = burst("train", "gan3d", "--cluster", "budget", "--epochs", "200", *TRAIN_ARGS, home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "budget guard" in proc.stderr and "torn down" in proc.stderr
+    spent = time.time() - handle["created"]
+    assert spent * 0.01 <= 1.3 + 0.05  # the cluster was gone before the budget was spent
+    assert marked(handle["cluster_id"]) == []
+    assert not (home / "clusters" / "budget.json").exists()
+    (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json") if json.loads(p.read_text())["cluster"] == "budget"]
+    assert run["state"] == "STOPPED_BUDGET"
+    ckpt = Path(handle["storage_uri"]) / "runs" / run["run_id"] / "checkpoint"
+    assert (ckpt / "stopped.json").exists() and list(ckpt.glob("gan3d.data-*"))

@@ -175,9 +175,17 @@ class GAN3DTrainer:
         steps_per_epoch: int,
         on_epoch_end: list[MetricsCallback] | None = None,
         on_step: MetricsCallback | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        stop_check_every: int = 5,
     ) -> list[dict]:
-        """Train from the current epoch counter up to ``epochs``; return this run's epoch metrics."""
+        """Train from the current epoch counter up to ``epochs``; return this run's epoch metrics.
+
+        ``should_stop`` is asked every ``stop_check_every`` steps; every replica must agree to
+        stop at the same step (a collective would hang otherwise), so the answers are summed
+        across replicas and any one "yes" stops all of them. ``self.stopped`` then holds where.
+        """
         done: list[dict] = []
+        self.stopped = None
         for epoch in range(int(self.epoch.numpy()), epochs):
             dist = self.strategy.distribute_datasets_from_function(lambda ctx, e=epoch: dataset_fn(ctx, e))
             sums: dict[str, float] = {}
@@ -190,6 +198,9 @@ class GAN3DTrainer:
                 steps += 1
                 if on_step is not None:
                     on_step({"epoch": epoch + 1, "step": steps, "steps": steps_per_epoch, "elapsed": time.perf_counter() - start})
+                if should_stop is not None and steps % stop_check_every == 0 and self._all_agree(should_stop()):
+                    self.stopped = {"epoch": epoch + 1, "step": steps, "steps": steps_per_epoch}
+                    return done
             seconds = time.perf_counter() - start
             self.epoch.assign(epoch + 1)
             metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, {k: v / max(steps, 1) for k, v in sums.items()}).as_dict()
@@ -198,6 +209,11 @@ class GAN3DTrainer:
             for callback in on_epoch_end or []:
                 callback(metrics)
         return done
+
+    def _all_agree(self, flag: bool) -> bool:
+        """True on every replica when any replica's ``flag`` is true."""
+        votes = self.strategy.run(lambda: tf.constant(1.0 if flag else 0.0))
+        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)) > 0
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -1,0 +1,74 @@
+"""The budget guard: stop a run and tear its cluster down before the policy's budget is spent.
+
+Cost accrues from the cluster's creation at its hourly price. The guard acts while there is
+still a reserve left: the time to take a final checkpoint and to tear the cluster down, both
+billed too. Stopping is a request the workers see at their next step check (a ``STOP`` file in
+the run's directory on the cluster storage); they agree on the step, save a checkpoint and end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import BurstError
+from .state import ClusterHandle
+
+CHECKPOINT_RESERVE_S = 60.0  # a final checkpoint of the paper preset, written to cluster storage
+LOCAL_TEARDOWN_S = 15.0
+
+
+def teardown_seconds(provider: str) -> float:
+    from .estimate import provider_facts
+
+    facts = provider_facts().get(provider)
+    return facts.teardown_minutes * 60 if facts else LOCAL_TEARDOWN_S
+
+
+@dataclass
+class BudgetGuard:
+    handle: ClusterHandle
+    budget_usd: float
+    reserve_s: float
+    requested_at: Optional[float] = None
+
+    @classmethod
+    def for_cluster(cls, handle: ClusterHandle, budget_usd: Optional[float]) -> Optional["BudgetGuard"]:
+        budget = budget_usd if budget_usd is not None else handle.budget_usd
+        if budget is None or handle.hourly_usd <= 0:
+            return None
+        return cls(handle, budget, CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider))
+
+    def accrued(self, now: Optional[float] = None) -> float:
+        now = time.time() if now is None else now
+        return self.handle.hourly_usd * max(0.0, now - self.handle.created) / 3600
+
+    def must_stop(self, now: Optional[float] = None) -> bool:
+        now = time.time() if now is None else now
+        return self.accrued(now + self.reserve_s) >= self.budget_usd
+
+    def check_can_start(self) -> None:
+        if self.must_stop():
+            raise BurstError(f"the budget of ${self.budget_usd:,.2f} is (nearly) spent: ${self.accrued():,.2f} accrued on cluster "
+                             f"{self.handle.name!r} at ${self.handle.hourly_usd:,.2f}/h; raise budget_usd or `burst down {self.handle.name}`", exit_code=3)
+
+    def request_stop(self, run_id: str) -> None:
+        from .ray_entry import stop_request_path
+
+        path = stop_request_path(self.handle.storage_uri, run_id)
+        if "://" in path:
+            from pyarrow import fs
+
+            filesystem, inner = fs.FileSystem.from_uri(path)
+            with filesystem.open_output_stream(inner) as f:
+                f.write(b"budget\n")
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("budget\n")
+        self.requested_at = time.time()
+
+    def overdue(self) -> bool:
+        """The workers did not stop within the reserve: the job must be stopped hard."""
+        return self.requested_at is not None and time.time() - self.requested_at > CHECKPOINT_RESERVE_S

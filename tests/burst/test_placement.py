@@ -1,0 +1,213 @@
+"""The time/cost model and placement: properties that must hold for any policy and catalog row."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from burst import catalog, layout, placement, policy, profile
+from burst.errors import BurstError
+
+ROOT = Path(__file__).resolve().parents[2]
+OFFERS = catalog.load()
+PROFILE = profile.load("gan3d")
+REGIONS = sorted({o.region for o in OFFERS})
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))  # no `burst bench` record: the profile default
+
+
+def make(**fields) -> policy.Policy:
+    return policy.Policy.model_validate(fields)
+
+
+# ---------------------------------------------------------------------- the scaling fit
+
+
+def test_fit_reproduces_the_measured_v100_table():
+    a, b = PROFILE.fit()
+    for n, t in PROFILE.scaling.measured.items():
+        assert PROFILE.epoch_seconds("V100", n) == pytest.approx(t, rel=0.05)
+    assert 3400 < a < 3700 and 0 < b < 15
+
+
+def test_leave_one_out_error_is_within_15_percent():
+    measured = PROFILE.scaling.measured
+    for held in measured:
+        a, b = profile.fit_amdahl({n: t for n, t in measured.items() if n != held})
+        assert abs((a / held + b) / measured[held] - 1) < 0.15, held
+
+
+def test_measured_tpu_epochs_are_reproduced():
+    assert PROFILE.epoch_seconds("tpu-v3-8", 1) == pytest.approx(416.3)
+    assert PROFILE.epoch_seconds("tpu-v2-8", 1) == pytest.approx(1058.9)
+
+
+@FAST
+@given(acc=st.sampled_from(sorted(PROFILE.accelerators)), n=st.integers(1, 512), extra=st.integers(1, 512))
+def test_more_accelerators_never_make_an_epoch_slower(acc, n, extra):
+    assert PROFILE.epoch_seconds(acc, n + extra) <= PROFILE.epoch_seconds(acc, n)
+
+
+# ---------------------------------------------------------------------- estimates
+
+
+policies = st.builds(
+    dict,
+    objective=st.sampled_from(["min_cost", "min_time"]),
+    preemptible=st.sampled_from(["never", "prefer", "only"]),
+    max_gpus=st.integers(1, 256),
+    preemption_rate_per_hour=st.fixed_dictionaries({"gcp": st.floats(0, 2), "azure": st.floats(0, 2), "gcp-tpu": st.floats(0, 2)}),
+    onprem=st.fixed_dictionaries({"accelerator": st.sampled_from(["V100", "A100-40GB", "T4"]), "gpus": st.integers(1, 64),
+                                  "queue_wait_hours": st.floats(0, 100), "usd_per_gpu_hour": st.floats(0, 5)}),
+    data=st.fixed_dictionaries({"location": st.sampled_from(["onprem", "gcp:us-central1", "azure:eastus"]),
+                                "uplink_gbps": st.floats(0.01, 100)}),
+)
+
+
+@FAST
+@given(doc=policies, epochs=st.integers(1, 200))
+def test_estimates_are_positive_and_finite_where_feasible(doc, epochs):
+    plan = placement.plan(make(**doc), PROFILE, OFFERS, epochs=epochs)
+    assert plan.candidates
+    for c in plan.candidates:
+        e = c.estimate
+        assert e.epoch_s > 0 and e.training_h > 0
+        assert e.cost_usd >= 0 and e.hours > 0
+        if c.feasible:
+            assert e.hours < float("inf") and e.cost_usd < float("inf")
+        if c.target == "cloud":
+            assert e.cost_usd > 0
+        assert c.preemptible is False or doc["preemptible"] != "never"
+        assert c.preemptible is True or c.target != "cloud" or doc["preemptible"] != "only"
+
+
+@FAST
+@given(doc=policies)
+def test_a_budget_below_the_cheapest_option_leaves_nothing_feasible(doc):
+    cheapest = min(c.estimate.cost_usd for c in placement.plan(make(**doc), PROFILE, OFFERS).candidates)
+    assume(cheapest > 0.02)
+    plan = placement.plan(make(**doc, budget_usd=cheapest * 0.99), PROFILE, OFFERS)
+    assert plan.choice is None
+    assert all(not c.feasible and any(r.startswith("over budget") for r in c.reasons) for c in plan.candidates)
+    assert plan.nearest is not None and "nothing is feasible" in plan.why
+
+
+@FAST
+@given(patterns=st.lists(st.sampled_from(REGIONS + ["europe-*", "us-*", "*east*", "asia-*"]), min_size=1, max_size=3))
+def test_region_patterns_filter_exactly(patterns):
+    import fnmatch
+
+    pol = make(regions=patterns, providers=["gcp", "gcp-tpu", "azure"], max_gpus=16)
+    plan = placement.plan(pol, PROFILE, OFFERS)
+    got = {c.region for c in plan.candidates}
+    want = {o.region for o in OFFERS if any(fnmatch.fnmatchcase(o.region, p) for p in patterns)}
+    assert got == want
+
+
+def test_a_passed_deadline_makes_everything_infeasible():
+    plan = placement.plan(make(deadline="2020-01-01T00:00:00Z"), PROFILE, OFFERS)
+    assert plan.choice is None
+    assert all("the deadline has passed" in c.reasons for c in plan.candidates)
+
+
+def test_preemptions_that_outpace_progress_are_infeasible():
+    plan = placement.plan(make(preemptible="only", providers=["gcp"], preemption_rate_per_hour={"gcp": 5.0}), PROFILE, OFFERS, gpus=128)
+    assert all(not c.feasible and any("outpace" in r for r in c.reasons) for c in plan.candidates)
+
+
+# ---------------------------------------------------------------------- the choice
+
+
+def test_default_policy_keeps_the_run_on_prem_and_uses_all_its_gpus():
+    plan = placement.plan(policy.load(ROOT / "policies" / "default.yaml"), PROFILE, OFFERS)
+    assert plan.choice.target == "onprem" and plan.choice.count == 8
+    assert "on-prem first" in plan.why
+
+
+def test_a_long_queue_bursts_to_the_cloud():
+    pol = policy.load(ROOT / "policies" / "default.yaml").model_copy(update={"onprem": policy.OnPrem(
+        accelerator="V100", gpus=8, queue_wait_hours=30, usd_per_gpu_hour=0.9)})
+    plan = placement.plan(pol, PROFILE, OFFERS)
+    assert plan.choice.target == "cloud"
+    assert "queue wait 30 h is over 12 h" in plan.why
+
+
+def test_eu_only_keeps_every_candidate_in_the_eu():
+    plan = placement.plan(policy.load(ROOT / "policies" / "eu-only.yaml"), PROFILE, OFFERS)
+    clouds = [c for c in plan.candidates if c.target == "cloud"]
+    assert clouds and all(c.region.startswith("europe-") or c.region == "westeurope" for c in clouds)
+    assert plan.choice.region.startswith("europe-") or plan.choice.target == "onprem"
+
+
+def test_min_time_within_budget_picks_the_fastest_affordable():
+    pol = make(objective="min_time", budget_usd=300, preemptible="never", providers=["gcp"])
+    plan = placement.plan(pol, PROFILE, OFFERS)
+    feasible = [c for c in plan.candidates if c.feasible]
+    assert plan.choice.estimate.cost_usd <= 300
+    assert plan.choice.estimate.hours <= min(c.estimate.hours for c in feasible) * 1.05
+
+
+def test_plan_json_has_the_documented_fields():
+    d = placement.plan(make(), PROFILE, OFFERS).to_dict()
+    assert set(d) >= {"choice", "candidates"}
+    for c in [d["choice"]] + d["candidates"]:
+        assert set(c) >= {"provider", "region", "accelerator", "count", "preemptible", "est_epoch_s", "est_hours",
+                          "est_cost_usd", "feasible", "reasons"}
+
+
+def test_a_bench_record_replaces_the_profile_default(tmp_path):
+    profile.record_local("gan3d", {"events_per_s": 50.0, "cpus": 2})
+    plan = placement.plan(make(providers=["local"]), PROFILE, OFFERS)
+    (local,) = plan.candidates
+    assert local.estimate.epoch_s == pytest.approx(PROFILE.events / 50.0)
+    assert any("measured by `burst bench`" in r for r in local.reasons)
+
+
+# ---------------------------------------------------------------------- layouts
+
+
+def test_128_v100_is_16_full_nodes():
+    lay = layout.resolve(OFFERS, "gcp", "V100", 128, region="us-central1")
+    assert [(p.nodes, p.gpus_per_node) for p in lay.pools] == [(16, 8)]
+    assert lay.hourly_usd(False) == pytest.approx(16 * (8 * 2.48 + 32 * 0.0475), rel=1e-3)
+
+
+@given(n=st.integers(1, 300), acc=st.sampled_from(["V100", "A100-40GB", "H100", "L4", "T4"]), prov=st.sampled_from(["gcp", "azure"]))
+@settings(max_examples=80, deadline=None)
+def test_layouts_hold_exactly_the_request_in_few_nodes(n, acc, prov):
+    try:
+        lay = layout.resolve(OFFERS, prov, acc, n)
+    except BurstError as exc:
+        assert "cannot be laid out" in str(exc) or "has no accelerator" in str(exc)
+        return
+    assert lay.count == n
+    largest = max(o.accelerator_count for o in OFFERS if o.provider == prov and o.accelerator == acc and o.region == lay.region)
+    assert lay.pools[0].gpus_per_node == largest or n < largest
+    assert len(lay.pools) <= 2
+    assert all(p.gpus_per_node % lay.gpus_per_worker == 0 for p in lay.pools)
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("gcp", "V100", 0), "at least 1"),
+        (("gcp", "V100", -3), "at least 1"),
+        (("gcp", "B200", 8), "has no accelerator 'B200'"),
+        (("azure", "tpu-v3-8", 8), "has no accelerator"),
+        (("gcp-tpu", "v3", 12), "slices come in sizes 8, 32"),
+        (("gcp-tpu", "v3-8", 12), "names a slice size"),
+    ],
+)
+def test_impossible_requests_are_clear_errors(args, fragment):
+    with pytest.raises(BurstError, match=fragment):
+        layout.resolve(OFFERS, *args)
+
+
+def test_more_gpus_per_node_than_any_machine_holds():
+    with pytest.raises(BurstError, match="hold 1, 2, 4, 8 GPUs, not 16"):
+        layout.resolve(OFFERS, "gcp", "V100", 32, gpus_per_node=16)

@@ -1,0 +1,107 @@
+"""`burst plan | policy | catalog | bench` as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def burst(*args, home, timeout=120):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+def test_plan_json_ranks_candidates_and_explains_the_choice(tmp_path):
+    proc = burst("plan", "gan3d", "--policy", "policies/deadline.yaml", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    choice = plan["choice"]
+    assert choice["feasible"] and choice["est_hours"] <= plan["deadline_hours"] and choice["est_cost_usd"] <= 1500
+    assert choice["preemptible"] is False  # deadline.yaml: preemptible never
+    assert plan["candidates"][0] == choice
+    assert any(not c["feasible"] and c["reasons"] for c in plan["candidates"])
+
+
+def test_plan_table_highlights_the_choice_and_says_why(tmp_path):
+    proc = burst("plan", "--policy", "policies/default.yaml", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "choice: ray site-gpu V100 x8" in proc.stdout
+    assert "on-prem first" in proc.stdout
+
+
+def test_nothing_feasible_exits_1_and_shows_the_nearest(tmp_path):
+    pol = tmp_path / "tight.yaml"
+    pol.write_text("budget_usd: 0.5\ndeadline: 2h\nproviders: [gcp]\n")
+    proc = burst("plan", "--policy", str(pol), home=tmp_path)
+    assert proc.returncode == 1
+    assert "no feasible target" in proc.stdout and "nearest" in proc.stdout
+    proc = burst("plan", "--policy", str(pol), "--json", home=tmp_path)
+    assert json.loads(proc.stdout)["choice"] is None and json.loads(proc.stdout)["nearest"]["reasons"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["plan", "--policy", "/no/such.yaml"], "cannot read policy /no/such.yaml"),
+        (["plan", "--gpus", "0"], "--gpus must be a positive"),
+        (["plan", "--provider", "aws"], "unknown provider 'aws'"),
+        (["plan", "nope"], "unknown workload 'nope'"),
+        (["plan", "--catalog", "/no/such.csv"], "cannot read catalog"),
+        (["catalog", "--accelerator", "B200"], "no catalog rows match"),
+        (["policy", "check", "/no/such.yaml"], "cannot read policy"),
+        (["bench", "--steps", "0"], "--steps must be a positive"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, args, fragment):
+    proc = burst(*args, home=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert fragment in proc.stderr and "Traceback" not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_policy_check_and_schema(tmp_path):
+    assert burst("policy", "check", "policies/eu-only.yaml", home=tmp_path).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("objective: min_cost\nregions: [europe-*]\nmax_gpu: 8\n")
+    proc = burst("policy", "check", str(bad), home=tmp_path)
+    assert proc.returncode == 2 and f"{bad}:3: unknown field 'max_gpu'" in proc.stderr
+    schema = json.loads(burst("policy", "schema", home=tmp_path).stdout)
+    assert "budget_usd" in schema["properties"]
+
+
+def test_catalog_filters_and_overrides(tmp_path):
+    rows = json.loads(burst("catalog", "--accelerator", "v100", "--json", home=tmp_path).stdout)
+    assert rows and {r["accelerator"] for r in rows} == {"V100"}
+    custom = tmp_path / "c.csv"
+    custom.write_text("provider,region,zone,instance_type,accelerator,accelerator_count,vcpus,memory_gib,price_od,price_spot,unit,quality,source,fetched_at,note\n"
+                      "gcp,europe-west9,europe-west9-a,n1-standard-8,V100,1,8,30,1.0,0.5,node,catalog,my quote,2026-11-20,\n")
+    plan = json.loads(burst("plan", "--catalog", str(custom), "--json", "--policy", "policies/cost-first.yaml", home=tmp_path).stdout)
+    assert {c["region"] for c in plan["candidates"] if c["target"] == "cloud"} == {"europe-west9"}
+
+
+def test_plan_imports_no_heavy_frameworks():
+    code = ("import sys; sys.argv = ['burst', 'plan', '--json']\n"
+            "import burst.cli\n"
+            "try:\n    burst.cli.app()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('tensorflow', 'ray', 'keras', 'h5py', 'pulumi', 'matplotlib', 'numpy') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "BURST_HOME": "/tmp/burst-lazy-check"})
+    assert "HEAVY []" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
+    proc = burst("bench", "--batch", "2", "--steps", "1", "--repeats", "1", "--json", home=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads(proc.stdout)
+    assert rec["events_per_s"] > 0 and Path(rec["recorded_in"]).exists()
+    plan = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)
+    local = next(c for c in plan["candidates"] if c["target"] == "local")
+    assert local["est_epoch_s"] == pytest.approx(124987 / rec["events_per_s"], rel=0.01)
+    assert any("measured by `burst bench`" in r for r in local["reasons"])
