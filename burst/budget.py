@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 from .errors import BurstError
@@ -55,18 +54,10 @@ class BudgetGuard:
                              f"{self.handle.name!r} at ${self.handle.hourly_usd:,.2f}/h; raise budget_usd or `burst down {self.handle.name}`", exit_code=3)
 
     def request_stop(self, run_id: str) -> None:
+        from . import storage
         from .ray_entry import stop_request_path
 
-        path = stop_request_path(self.handle.storage_uri, run_id)
-        if "://" in path:
-            from pyarrow import fs
-
-            filesystem, inner = fs.FileSystem.from_uri(path)
-            with filesystem.open_output_stream(inner) as f:
-                f.write(b"budget\n")
-        else:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text("budget\n")
+        storage.write_text(stop_request_path(self.handle.storage_uri, run_id), "budget\n")
         self.requested_at = time.time()
 
     def overdue(self) -> bool:

@@ -23,7 +23,7 @@ from .targets import check_provider
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
 console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 150)
 
 WORKLOADS = ("gan3d",)
 DEFAULT_CLUSTER = "local"
@@ -106,6 +106,16 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
                              storage_uri=None, budget_usd=budget)
     from .targets import cloud
 
+    if accelerator is None or region is None:
+        # Let the plan, narrowed to this provider and what the command line fixed, fill the rest.
+        choice, pol = _choose(policy_file, gpus, accelerator, preemptible, provider=provider)
+        accelerator, region = choice.accelerator, region or choice.region
+        gpus = gpus or (None if choice.layout and choice.layout.is_tpu else choice.count)
+        preemptible = choice.preemptible if preemptible is None else preemptible
+        console.print(f"plan: {choice.accelerator} x{choice.count} in {choice.region}{' preemptible' if choice.preemptible else ''} "
+                      f"({choice.estimate.hours:.1f} h, ${choice.estimate.cost_usd:,.2f} for {choice.estimate.training_h:.1f} h of training)")
+    elif preemptible is None:
+        preemptible = pol.preemptible != "never"
     return cloud.up(name, provider, gpus=gpus, accelerator=accelerator, preemptible=bool(preemptible), region=region,
                     policy=pol, hours=hours, dry_run=dry_run)
 
@@ -113,7 +123,7 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
 @app.command()
 def up(
     provider: Optional[str] = typer.Option(None, help="local | ray | gcp | gcp-tpu | azure (default: the plan's choice under --policy)"),
-    name: str = typer.Option(DEFAULT_CLUSTER, help="cluster name"),
+    name: Optional[str] = typer.Option(None, help="cluster name (default: local, or the cloud provider's name)"),
     cpus: Optional[int] = typer.Option(None, help="CPUs for the local Ray head (default: all)"),
     gpus: Optional[int] = typer.Option(None, help="GPUs (local: GPUs of this machine to offer)"),
     accelerator: Optional[str] = typer.Option(None, help="V100, A100-40GB, ... or a TPU slice such as v3-8"),
@@ -131,6 +141,7 @@ def up(
         if hours is not None and hours <= 0:
             raise BurstError(f"--hours must be positive, got {hours}")
         started = time.perf_counter()
+        name = name or (provider if provider in ("gcp", "gcp-tpu", "azure") else DEFAULT_CLUSTER)
         result = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible,
                      region=region, hours=hours, dry_run=dry_run)
     except BurstError as exc:
@@ -211,7 +222,15 @@ def _versions() -> dict:
     return got
 
 
-def _train(
+def _train(handle: ClusterHandle, *args, **kwargs) -> RunRecord:
+    """Train on a cluster reachable from here (cloud: through a tunnel open for the command)."""
+    from . import targets
+
+    with targets.connect(handle) as reachable:
+        return _train_on(reachable, *args, **kwargs)
+
+
+def _train_on(
     handle: ClusterHandle, workload: str, preset: str, epochs: int, batch_per_replica: Optional[int],
     data: Optional[Path], synthetic: Optional[int], workers: int, detach: bool, cancel: bool, seed: int,
     val_events: int, steps: Optional[int], budget_usd: Optional[float] = None,
@@ -232,6 +251,12 @@ def _train(
         "threads": max(1, cpus // workers),
         "gpus_per_worker": gpus // workers if gpus else 0, "val_events": val_events, "steps_per_epoch": steps,
     }
+    if handle.provider in ("gcp", "azure"):
+        # One Ray Train worker per GPU group of a node (a whole node when the pools are uniform).
+        per_worker = int(handle.layout.get("gpus_per_worker", 1))
+        job_config.update(workers=int(handle.layout["count"]) // per_worker, gpus_per_worker=per_worker, cpus_per_worker=1, threads=None)
+    elif handle.provider == "gcp-tpu":
+        job_config.update(tpu=True, workers=1, gpus_per_worker=0, threads=None)
     if data is not None:
         job_config["data"] = str(data.resolve())
     else:
@@ -369,8 +394,11 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
     if data is None and synthetic is None:
         synthetic = 3000
     handle = _cluster(cluster)
-    from .targets import is_alive
+    from .targets import CLOUD, is_alive
 
+    if data is not None and handle.provider in CLOUD:
+        raise BurstError(f"--data {data}: a cloud cluster cannot read this machine's files; train on --synthetic N "
+                         f"(the job generates it on the cluster) or copy the files to {handle.storage_uri or 'the cluster bucket'}")
     if not is_alive(handle):
         raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)
     return _train(handle, workload, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps, budget)
@@ -437,8 +465,10 @@ def _refresh_run(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord
         run.state = "LOST"
         run.message = f"cluster {run.cluster!r} is gone"
         return run
-    from .targets import is_alive
+    from .targets import CLOUD, is_alive
 
+    if handle.provider in CLOUD:
+        return run  # reaching a cloud head needs a tunnel; `burst logs RUN` opens one
     if not is_alive(handle):
         run.state = "UNREACHABLE"
         return run
@@ -513,10 +543,14 @@ def logs(run_id: str = typer.Argument(...), follow: bool = typer.Option(False, "
             if not saved.exists():
                 raise BurstError(f"cluster {record.cluster!r} of run {run_id} is gone and no saved log is at {saved}", exit_code=1)
             typer.echo(saved.read_text(), nl=False)
-        elif follow:
-            jobs.follow(handle, record, on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e)}"), on_line=typer.echo)
         else:
-            typer.echo(jobs.client(handle).get_job_logs(record.job_id), nl=False)
+            from . import targets
+
+            with targets.connect(handle) as reachable:
+                if follow:
+                    jobs.follow(reachable, record, on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e)}"), on_line=typer.echo)
+                else:
+                    typer.echo(jobs.client(reachable).get_job_logs(record.job_id), nl=False)
     except BurstError as exc:
         _fail(exc)
     except KeyboardInterrupt:

@@ -15,6 +15,9 @@ from .errors import BurstError
 from .state import ClusterHandle, RunRecord
 from .targets.local import auth_headers
 
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotlib>=3.8", "pydantic>=2.6", "pyyaml>=6",
+                    "typer>=0.12", "rich>=13", "filelock>=3.13", "psutil>=5.9")
 EVENT_RE = re.compile(r"BURST_EVENT (\{.*\})\s*$")
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -32,8 +35,17 @@ def submit(handle: ClusterHandle, run: RunRecord, job_config: dict) -> str:
     """Submit ``python -m burst.ray_entry CONFIG`` and record the job id in the run."""
     import shlex
 
-    entry = f"{shlex.quote(sys.executable)} -m burst.ray_entry {shlex.quote(json.dumps(job_config))}"
-    job_id = client(handle).submit_job(entrypoint=entry, submission_id=run.run_id, runtime_env={"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "2"}})
+    runtime_env: dict = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "2"}}
+    python = shlex.quote(sys.executable)
+    if handle.provider in ("gcp", "azure"):
+        # KubeRay pods run the stock Ray image: ship burst's source and the workload's packages.
+        python = "python"
+        runtime_env.update(working_dir=str(SOURCE_ROOT), pip=list(CLUSTER_PACKAGES),
+                           excludes=[".git", ".venv", "burst-runs", "tests", "*.h5", "*.tfrecord"])
+    elif handle.provider == "gcp-tpu":
+        python = "python3"  # the TPU hosts installed burst from its wheel at boot
+    entry = f"{python} -m burst.ray_entry {shlex.quote(json.dumps(job_config))}"
+    job_id = client(handle).submit_job(entrypoint=entry, submission_id=run.run_id, runtime_env=runtime_env)
     run.job_id = job_id
     run.state = "RUNNING"
     with state.locked():
@@ -105,9 +117,25 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
 
 def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
     """Copy the job's outputs from the cluster's storage into ``burst-runs/<run-id>/``."""
-    src = Path(handle.storage_uri) / "runs" / run.run_id
+    from . import storage as cluster_storage
+
     dest = runs_root / run.run_id
     dest.mkdir(parents=True, exist_ok=True)
+    if cluster_storage.is_remote(handle.storage_uri):
+        remote = cluster_storage.join(handle.storage_uri, "runs", run.run_id)
+        if not cluster_storage.exists(remote):
+            raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {remote}", exit_code=1)
+        for item in ("report", "history.json", "job_provenance.json"):
+            if cluster_storage.exists(cluster_storage.join(remote, item)):
+                if item == "report":
+                    cluster_storage.copy_dir(cluster_storage.join(remote, item), str(dest / item))
+                else:
+                    from pyarrow import fs
+
+                    fs.copy_files(cluster_storage.join(remote, item), str((dest / item).resolve()))
+        (dest / "checkpoint_uri.txt").write_text(cluster_storage.join(remote, "checkpoint") + "\n")
+        return dest
+    src = Path(handle.storage_uri) / "runs" / run.run_id
     if not src.exists():
         raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {src}", exit_code=1)
     for item in ("report", "history.json", "job_provenance.json"):

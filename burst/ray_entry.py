@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,12 +73,12 @@ def train_loop_per_worker(cfg: dict) -> None:
     if cfg.get("threads"):
         configure_cpu_threads(cfg["threads"], 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
     strategy = _strategy(world)
+    from . import storage as cluster_storage
+
     restored = ray.train.get_checkpoint()
-    resume_dir = latest_checkpoint(
-        ([Path(restored.to_directory())] if restored is not None else [])
-        + sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
-    )
-    train_files = [Path(f) for f in cfg["train_files"]]
+    on_storage = [] if cluster_storage.is_remote(cfg["storage"]) else sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
+    resume_dir = latest_checkpoint(([Path(restored.to_directory())] if restored is not None else []) + on_storage)
+    train_files = _local_files(cfg["train_files"], cfg["run_id"])
     trainer, dataset_fn, steps = pipeline.prepare_training(
         train_files, cfg["preset"], cfg.get("batch_per_replica"), strategy=strategy, seed=cfg.get("seed", 0),
         resume_from=resume_dir, steps_per_epoch=cfg.get("steps_per_epoch"),
@@ -106,7 +107,7 @@ def train_loop_per_worker(cfg: dict) -> None:
 
     stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
     trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
-                should_stop=lambda: stop_requested(stop_file))
+                should_stop=lambda: cluster_storage.exists(stop_file))
     if trainer.stopped:
         # Asked to stop (the CLI's budget guard): a final checkpoint of the weights as they are now.
         # It records only the whole epochs done, so a resume would redo the interrupted epoch.
@@ -124,13 +125,66 @@ def stop_request_path(storage: str, run_id: str) -> str:
     return f"{storage.rstrip('/')}/runs/{run_id}/STOP"
 
 
-def stop_requested(path: str) -> bool:
-    if "://" not in path:
-        return os.path.exists(path)
-    from pyarrow import fs  # gs://, abfs:// ... through the filesystem Ray Train already uses
+def _local_files(files: list[str], run_id: str) -> list[Path]:
+    """Training files as local paths; files in a bucket are copied to this node's disk first."""
+    from . import storage as cluster_storage
 
-    filesystem, inner = fs.FileSystem.from_uri(path)
-    return filesystem.get_file_info(inner).type != fs.FileType.NotFound
+    if not files or not cluster_storage.is_remote(files[0]):
+        return [Path(f) for f in files]
+    import tempfile
+
+    local = Path(tempfile.gettempdir()) / "burst-data" / run_id
+    parent = files[0].rsplit("/", 1)[0]
+    if not local.exists():
+        cluster_storage.copy_dir(parent, str(local))
+    return [local / f.rsplit("/", 1)[1] for f in files]
+
+
+def _train_on_tpu(cfg: dict, final_dir: str) -> str:
+    """Design decision 4: on a TPU host the loop runs under TPUStrategy as a Ray task.
+
+    The same strategy-agnostic trainer as on GPUs; a checkpoint goes to the cluster storage at
+    every epoch, and a restarted task (a preempted slice comes back) resumes from the newest.
+    """
+    import shutil
+
+    import tensorflow as tf
+
+    from workloads.gan3d import pipeline
+
+    from . import storage as cluster_storage
+
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+    ckpt_root = cluster_storage.join(cfg["storage"], "tpu-checkpoints", cfg["run_id"])
+    local_root = Path(tempfile.gettempdir()) / "burst-tpu-ckpt" / cfg["run_id"]
+    if cluster_storage.exists(ckpt_root):
+        cluster_storage.copy_dir(ckpt_root, str(local_root))
+    resume = latest_checkpoint(sorted(local_root.glob("epoch_*"))) if local_root.exists() else None
+    trainer, dataset_fn, steps = pipeline.prepare_training(
+        _local_files(cfg["train_files"], cfg["run_id"]), cfg["preset"], cfg.get("batch_per_replica"), strategy=strategy,
+        seed=cfg.get("seed", 0), resume_from=resume, steps_per_epoch=cfg.get("steps_per_epoch"))
+    emit("start", epoch=int(trainer.epoch.numpy()), epochs=cfg["epochs"], steps=steps, replicas=strategy.num_replicas_in_sync,
+         global_batch=trainer.global_batch, resumed=resume is not None, pid=os.getpid())
+
+    def on_epoch_end(metrics: dict) -> None:
+        local = local_root / f"epoch_{metrics['epoch']:04d}"
+        trainer.save(local)
+        cluster_storage.copy_dir(str(local), cluster_storage.join(ckpt_root, local.name))
+        emit("epoch", epochs=cfg["epochs"], **metrics)
+
+    stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
+    trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end],
+                on_step=lambda info: emit("step", **info) if info["step"] % max(1, steps // STEP_EVENTS_PER_EPOCH) == 0 else None,
+                should_stop=lambda: cluster_storage.exists(stop_file))
+    trainer.save(final_dir)
+    if trainer.stopped:
+        (Path(final_dir) / "stopped.json").write_text(json.dumps(trainer.stopped))
+        emit("stopped", **trainer.stopped)
+    shutil.rmtree(local_root, ignore_errors=True)
+    return final_dir
 
 
 def run(cfg: dict) -> int:
@@ -140,17 +194,32 @@ def run(cfg: dict) -> int:
 
     from workloads.gan3d import pipeline
 
+    from . import storage as cluster_storage
+
     timings: dict[str, float] = {"job_start": time.time()}
-    storage = Path(cfg["storage"])
+    remote = cluster_storage.is_remote(cfg["storage"])
+    # A bucket cannot be written like a directory: work on local disk and copy to the bucket.
+    storage = Path(tempfile.gettempdir()) / "burst" / cfg["run_id"] if remote else Path(cfg["storage"])
     if cfg.get("synthetic"):
         emit("status", message=f"generating {cfg['synthetic']} synthetic Monte Carlo events")
-        train_dir, test_dir = pipeline.prepare_synthetic(storage / "data" / f"synthetic-{cfg['synthetic']}-s{cfg.get('seed', 0)}", cfg["synthetic"], seed=cfg.get("seed", 0))
+        name = f"synthetic-{cfg['synthetic']}-s{cfg.get('seed', 0)}"
+        train_dir, test_dir = pipeline.prepare_synthetic(storage / "data" / name, cfg["synthetic"], seed=cfg.get("seed", 0))
         train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
     else:
         train_files, test_files = pipeline.split_files(Path(cfg["data"]))
+    shared_train = [str(f) for f in train_files]
+    if remote:  # workers on other nodes read the training files from the bucket
+        bucket_dir = cluster_storage.join(cfg["storage"], "data", cfg["run_id"], "train")
+        cluster_storage.copy_dir(str(train_files[0].parent), bucket_dir)
+        shared_train = [cluster_storage.join(bucket_dir, f.name) for f in train_files]
     timings["data_ready"] = time.time()
-    cfg = {**cfg, "train_files": [str(f) for f in train_files]}
+    cfg = {**cfg, "train_files": shared_train}
     ray.init(address="auto", log_to_driver=True)
+    out_dir = storage / "runs" / cfg["run_id"]
+    if cfg.get("tpu"):
+        ckpt_dir = ray.get(train_on_tpu.remote(cfg, str(out_dir / "checkpoint")))
+        timings["trained"] = time.time()
+        return _finish(Path(ckpt_dir), out_dir, cfg, timings, train_files, test_files)
     workers, gpus = int(cfg.get("workers", 1)), int(cfg.get("gpus_per_worker", 0))
     resources = {"CPU": float(cfg.get("cpus_per_worker", 1))}
     if gpus:
@@ -160,7 +229,7 @@ def run(cfg: dict) -> int:
         train_loop_config=cfg,
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0, resources_per_worker=resources),
         run_config=RunConfig(
-            name=cfg["run_id"], storage_path=str(storage / "ray-train"),
+            name=cfg["run_id"], storage_path=cluster_storage.join(cfg["storage"], "ray-train") if remote else str(storage / "ray-train"),
             failure_config=FailureConfig(max_failures=cfg.get("max_failures", 3)),
             checkpoint_config=CheckpointConfig(num_to_keep=2),
         ),
@@ -171,14 +240,21 @@ def run(cfg: dict) -> int:
     if result.checkpoint is None:
         emit("failed", message=f"training produced no checkpoint: {result.error}")
         return 1
-    out_dir = storage / "runs" / cfg["run_id"]
     ckpt_dir = Path(result.checkpoint.to_directory(str(out_dir / "checkpoint")))
+    return _finish(ckpt_dir, out_dir, cfg, timings, train_files, test_files)
+
+
+def _finish(ckpt_dir: Path, out_dir: Path, cfg: dict, timings: dict, train_files: list, test_files: list) -> int:
+    """Validate the final checkpoint (unless the run was stopped) and publish the run directory."""
+    from workloads.gan3d import pipeline
+
     if (ckpt_dir / "stopped.json").exists():
         # Stopped on request: keep the checkpoint and its history, skip validation (it costs
         # cluster time the budget no longer has).
         history = json.loads((ckpt_dir / "history.json").read_text())["history"]
         (out_dir / "history.json").write_text(json.dumps(history, indent=1))
         (out_dir / "job_provenance.json").write_text(json.dumps({"timings": timings, "stopped": json.loads((ckpt_dir / "stopped.json").read_text())}, indent=1))
+        _publish(out_dir, cfg)
         emit("done", run_dir=str(out_dir), stopped=True)
         return 0
     emit("status", message="validating against held-out Monte Carlo")
@@ -195,8 +271,33 @@ def run(cfg: dict) -> int:
         "test_files": [str(f) for f in test_files],
     }
     (out_dir / "job_provenance.json").write_text(json.dumps(provenance, indent=1))
+    _publish(out_dir, cfg)
     emit("done", run_dir=str(out_dir), summary=metrics["summary"])
     return 0
+
+
+def _publish(out_dir: Path, cfg: dict) -> None:
+    """On a bucket-backed cluster, copy the run directory to ``<storage>/runs/<run-id>``."""
+    from . import storage as cluster_storage
+
+    if cluster_storage.is_remote(cfg["storage"]):
+        cluster_storage.copy_dir(str(out_dir), cluster_storage.join(cfg["storage"], "runs", cfg["run_id"]))
+
+
+def _remote_tpu_task():
+    import ray
+
+    return ray.remote(resources={"TPU_HOST": 1}, max_retries=3)(_train_on_tpu)
+
+
+class _LazyTask:
+    """``train_on_tpu.remote(...)``: the Ray task is built only when a TPU run asks for it."""
+
+    def remote(self, *args):
+        return _remote_tpu_task().remote(*args)
+
+
+train_on_tpu = _LazyTask()
 
 
 def main() -> int:

@@ -6,7 +6,9 @@ the cloud providers (``gcp``, ``gcp-tpu``, ``azure``) provision a cluster with a
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from importlib import import_module
+from typing import Iterator
 
 from ..errors import BurstError
 from ..state import ClusterHandle
@@ -34,3 +36,13 @@ def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
 
 def down(handle: ClusterHandle) -> None:
     module(handle.provider).down(handle)
+
+
+@contextmanager
+def connect(handle: ClusterHandle) -> Iterator[ClusterHandle]:
+    """The handle with a dashboard URL reachable from here (cloud: through a tunnel burst owns)."""
+    if handle.provider in CLOUD:
+        with module(handle.provider).connect(handle) as reachable:
+            yield reachable
+    else:
+        yield handle

@@ -16,7 +16,7 @@ def burst(*args, home, cwd=None, timeout=60):
     "args, fragment",
     [
         (["up", "--provider", "mars"], "unknown provider 'mars'"),
-        (["up", "--provider", "gcp"], "not available in this version"),
+        (["up", "--provider", "gcp", "--accelerator", "V100", "--gpus", "8", "--region", "us-central1"], "cannot create a cluster on gcp"),
         (["up", "--cpus", "0"], "--cpus must be a positive"),
         (["up", "--provider", "local", "--gpus", "64"], "--gpus 64: this machine has"),
         (["train", "nope"], "unknown workload 'nope'"),

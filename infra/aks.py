@@ -1,0 +1,76 @@
+"""AKS with GPU agent pools, blob storage for checkpoints, and KubeRay (``--provider azure``).
+
+Its own resource group per burst (deleting it is the backstop for anything left), a cluster
+whose only inline pool is the system pool, GPU pools as separate ``AgentPool`` resources (extra
+inline profiles trigger the re-creation bugs in pulumi-azure-native#579/#2719), Spot priority
+when asked with its automatic ``scalesetpriority=spot:NoSchedule`` taint tolerated by the Ray
+workers, and the same KubeRay module as GKE.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pulumi_azure_native import containerservice, resources, storage
+
+from . import kuberay
+from .spec import RAY_NAMESPACE, StackSpec
+
+SYSTEM_VM = "Standard_D4s_v5"
+
+
+def program(spec: StackSpec) -> dict:
+    tags = spec.labels()
+    rg = resources.ResourceGroup("rg", resource_group_name=spec.slug, location=spec.region, tags=tags)
+    cluster = containerservice.ManagedCluster(
+        "aks", resource_name_=spec.slug, resource_group_name=rg.name, location=rg.location, dns_prefix=spec.slug,
+        identity=containerservice.ManagedClusterIdentityArgs(type=containerservice.ResourceIdentityType.SYSTEM_ASSIGNED),
+        agent_pool_profiles=[containerservice.ManagedClusterAgentPoolProfileArgs(
+            name="system", mode=containerservice.AgentPoolMode.SYSTEM, vm_size=SYSTEM_VM, count=1, os_type="Linux",
+            type=containerservice.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS, tags=tags)],
+        tags=tags, opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="45m")),
+    )
+    pools = []
+    for pool in spec.pools:
+        spot = dict(scale_set_priority=containerservice.ScaleSetPriority.SPOT,
+                    scale_set_eviction_policy=containerservice.ScaleSetEvictionPolicy.DELETE, spot_max_price=-1) if spec.preemptible else {}
+        pools.append(containerservice.AgentPool(
+            pool.name, agent_pool_name=pool.name.replace("-", "")[:12], resource_group_name=rg.name, resource_name_=cluster.name,
+            mode=containerservice.AgentPoolMode.USER, vm_size=pool.instance_type, count=pool.nodes, os_type="Linux",
+            node_taints=["nvidia.com/gpu=present:NoSchedule"], node_labels={"burst-role": "gpu", "burst-pool": pool.name},
+            tags=tags, **spot, opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="45m")),
+        ))
+    account_name = spec.slug.replace("-", "")[:24]
+    account = storage.StorageAccount(
+        "storage", account_name=account_name, resource_group_name=rg.name, location=rg.location,
+        kind=storage.Kind.STORAGE_V2, sku=storage.SkuArgs(name=storage.SkuName.STANDARD_LRS),
+        allow_blob_public_access=False, minimum_tls_version=storage.MinimumTlsVersion.TLS1_2, tags=tags,
+    )
+    container = storage.BlobContainer("checkpoints", account_name=account.name, resource_group_name=rg.name, container_name="burst",
+                                      metadata=tags)
+    creds = containerservice.list_managed_cluster_user_credentials_output(resource_group_name=rg.name, resource_name=cluster.name)
+    config = pulumi.Output.secret(creds.kubeconfigs[0].value.apply(lambda b64: base64.b64decode(b64).decode()))
+    keys = storage.list_storage_account_keys_output(resource_group_name=rg.name, account_name=account.name)
+    env = [{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name},
+           {"name": "AZURE_STORAGE_ACCOUNT_KEY", "valueFrom": {"secretKeyRef": {"name": "burst-storage", "key": "key"}}}]
+    ray = kuberay.install(
+        spec, config, cluster, pools,
+        node_selector_for=lambda p: {"burst-pool": p.name},
+        system_selector={"kubernetes.azure.com/mode": "system"},
+        tolerations=[kuberay.GPU_TOLERATION] + ([kuberay.AKS_SPOT_TOLERATION] if spec.preemptible else []),
+        env=env,
+    )
+    secret = k8s.core.v1.Secret(
+        "storage-key", metadata={"name": "burst-storage", "namespace": RAY_NAMESPACE, "labels": tags},
+        string_data={"key": pulumi.Output.secret(keys.keys[0].value)},
+        opts=pulumi.ResourceOptions(provider=ray["provider"], depends_on=[ray["namespace"]], deleted_with=cluster),
+    )
+    pulumi.export("kubeconfig", config)
+    pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
+    pulumi.export("ray_namespace", RAY_NAMESPACE)
+    pulumi.export("ray_head_service", ray["head_service"])
+    pulumi.export("cluster_name", cluster.name)
+    pulumi.export("resource_group", rg.name)
+    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray, "secret": secret}

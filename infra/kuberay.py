@@ -1,0 +1,83 @@
+"""KubeRay on a Kubernetes cluster: the operator (Helm chart, pinned) and one ``RayCluster``.
+
+The head runs on the system pool and is exposed only as a ClusterIP service (burst reaches it
+with ``kubectl port-forward``). Each GPU pool gets one worker group with one pod per node that
+requests all the node's GPUs, so Ray Train's workers own whole nodes (the measured optimum).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .spec import KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+
+
+def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, tolerations: list, env: list, service_account: Optional[str]) -> dict:
+    cpu = max(1, (pool.vcpus or 8) - 2)  # leave room for kubelet and daemon sets
+    memory = f"{int((pool.memory_gib or 30) * 0.8)}Gi"
+    resources = {"nvidia.com/gpu": pool.gpus_per_node, "cpu": str(cpu), "memory": memory}
+    pod = {
+        "tolerations": tolerations,
+        "nodeSelector": node_selector,
+        "containers": [{
+            "name": "ray-worker", "image": f"rayproject/ray:{spec.ray_version}-py311-gpu",
+            "resources": {"limits": resources, "requests": resources}, "env": env,
+        }],
+    }
+    if service_account:
+        pod["serviceAccountName"] = service_account
+    return {"groupName": pool.name, "replicas": pool.nodes, "minReplicas": pool.nodes, "maxReplicas": pool.nodes,
+            "rayStartParams": {"num-gpus": str(pool.gpus_per_node)}, "template": {"metadata": {"labels": spec.labels()}, "spec": pod}}
+
+
+def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict], env: list, service_account: Optional[str]) -> dict:
+    head_pod = {
+        "nodeSelector": system_selector,
+        "containers": [{
+            "name": "ray-head", "image": f"rayproject/ray:{spec.ray_version}-py311",
+            "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
+            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
+            "env": env,
+        }],
+    }
+    if service_account:
+        head_pod["serviceAccountName"] = service_account
+    return {
+        "rayVersion": spec.ray_version,
+        "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+                          "template": {"metadata": {"labels": spec.labels()}, "spec": head_pod}},
+        "workerGroupSpecs": groups,
+    }
+
+
+def install(spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource, pool_resources: Sequence[pulumi.Resource],
+            node_selector_for, system_selector: dict, tolerations: list, env: Optional[list] = None,
+            service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = ()) -> dict:
+    """The operator and the RayCluster; returns the objects and the head service name."""
+    env = env or []
+    provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
+                            opts=pulumi.ResourceOptions(depends_on=[cluster, *pool_resources]))
+    in_cluster = pulumi.ResourceOptions(provider=provider, deleted_with=cluster)
+    namespace = k8s.core.v1.Namespace("ray-namespace", metadata={"name": RAY_NAMESPACE, "labels": spec.labels()}, opts=in_cluster)
+    operator = k8s.helm.v3.Release(
+        "kuberay-operator", chart="kuberay-operator", version=KUBERAY_CHART_VERSION,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_REPO),
+        namespace=RAY_NAMESPACE, skip_await=False, timeout=600,
+        values={"nodeSelector": system_selector, "labels": spec.labels()},
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace], deleted_with=cluster),
+    )
+    groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account) for p in spec.pools]
+    ray_cluster = k8s.apiextensions.CustomResource(
+        "raycluster", api_version="ray.io/v1", kind="RayCluster",
+        metadata={"name": RAY_CLUSTER_NAME, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
+        spec=ray_cluster_spec(spec, system_selector, groups, env, service_account),
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[operator, *extra], deleted_with=cluster),
+    )
+    return {"provider": provider, "namespace": namespace, "operator": operator, "ray_cluster": ray_cluster,
+            "head_service": f"{RAY_CLUSTER_NAME}-head-svc"}

@@ -1,0 +1,76 @@
+"""What a cluster stack is built from: a layout, a lease and the versions to run.
+
+Plain data, no Pulumi imports, so the CLI can build and print it before Pulumi is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+KUBERAY_CHART_VERSION = "1.5.1"  # pinned: KubeRay operator Helm chart
+KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
+RAY_NAMESPACE = "burst"
+RAY_CLUSTER_NAME = "burst"
+
+GKE_ACCELERATORS = {  # catalog name -> GKE guest accelerator type
+    "T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "L4": "nvidia-l4",
+    "A100-40GB": "nvidia-tesla-a100", "A100-80GB": "nvidia-a100-80gb", "H100": "nvidia-h100-80gb",
+}
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One node pool: ``nodes`` machines of ``instance_type``, each with ``gpus_per_node`` accelerators."""
+
+    name: str
+    instance_type: str
+    accelerator: str
+    gpus_per_node: int
+    nodes: int
+    zone: str
+    vcpus: Optional[int] = None
+    memory_gib: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    provider: str  # gcp | gcp-tpu | azure
+    cluster: str  # burst's cluster name
+    lease_id: str
+    expires: int  # unix seconds
+    region: str
+    pools: tuple[PoolSpec, ...]
+    preemptible: bool
+    ray_version: str
+    project: Optional[str] = None  # GCP project
+    external_ip: bool = False  # TPU VMs: no external IP unless asked
+    tf_version: str = "2.18.0"
+    wheel_path: Optional[str] = None  # the burst wheel the TPU hosts install
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def stack_name(self) -> str:
+        return f"{self.cluster}-{self.lease_id[:8]}"
+
+    @property
+    def slug(self) -> str:
+        """A name fragment valid for GCP and Azure resources: lowercase, digits and dashes."""
+        return safe_name(f"burst-{self.cluster}-{self.lease_id[:6]}", 40)
+
+    def labels(self) -> dict[str, str]:
+        """Labels/tags on every resource, so a sweeper can find leftovers of an expired lease."""
+        return {"burst-lease": self.lease_id, "burst-expires": str(self.expires), "burst-cluster": safe_name(self.cluster, 63)}
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(p.nodes * p.gpus_per_node for p in self.pools)
+
+
+def safe_name(text: str, limit: int) -> str:
+    """Lowercase letters, digits and dashes, starting with a letter (GCP label and resource rules)."""
+    s = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not s or not s[0].isalpha():
+        s = "b-" + s
+    return s[:limit].rstrip("-")
