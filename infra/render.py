@@ -71,11 +71,19 @@ def render(program: Callable[[], dict], stack: str = "dry-run") -> list[dict]:
     @pulumi.runtime.test
     def run():
         created = program()
-        outputs = [r.urn for r in _resources(created)]
+        outputs = [r.urn for r in _resources(created)] + [o for o in _outputs(created)]
         return pulumi.Output.all(*outputs)
 
     run()
     return mocks.resources
+
+
+def _outputs(tree) -> list:
+    if isinstance(tree, pulumi.Output):
+        return [tree]
+    if isinstance(tree, dict):
+        return [o for v in tree.values() for o in _outputs(v)]
+    return []
 
 
 def _resources(tree) -> list:

@@ -1,0 +1,213 @@
+"""The Automation API driver against a recording stand-in for the Pulumi CLI (no CLI here, no cloud).
+
+The stand-in is a ``PulumiCommand`` subclass, the seam Pulumi's Automation API offers for this:
+it records every CLI call and answers like the CLI would.
+"""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+from pulumi import automation as auto
+from pulumi.automation.errors import create_command_error
+from semver import VersionInfo
+
+from burst import catalog, layout, state
+from burst.errors import BurstError
+from burst.state import ClusterHandle
+from burst.targets import cloud
+from infra.driver import BurstPulumiCommand, StackDriver
+
+URN = "urn:pulumi:t::burst::gcp:container/cluster:Cluster::burst-t"
+
+
+class RecordingPulumi(BurstPulumiCommand):
+    """Answers like the Pulumi CLI; ``fail_up``, ``block_up`` and ``leftover`` script its behaviour."""
+
+    def __init__(self, fail_up=False, block_up=False, leftover_destroys=0):
+        self.command, self.version, self.process = "pulumi", VersionInfo.parse("3.272.0"), None
+        self.calls: list[list[str]] = []
+        self.fail_up, self.block_up, self.leftover_destroys = fail_up, block_up, leftover_destroys
+        self.stacks: set[str] = set()
+        self.interrupted = threading.Event()
+        self.destroys = 0
+
+    def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+        args = [a for a in args if a != "--non-interactive"]
+        self.calls.append(args)
+        assert additional_env["PULUMI_CONFIG_PASSPHRASE"]  # secrets provider always has its passphrase
+        stack = args[args.index("--stack") + 1] if "--stack" in args else None
+        if args[:2] == ["stack", "select"]:
+            if stack not in self.stacks:
+                raise create_command_error(auto.CommandResult("", f"error: no stack named '{stack}' found", 255))
+        elif args[:2] == ["stack", "init"]:
+            self.stacks.add(stack)
+        elif args[0] == "up":
+            if self.block_up:
+                self.interrupted.wait(10)
+                raise create_command_error(auto.CommandResult("", "error: update canceled", 255))
+            if self.fail_up:
+                raise create_command_error(auto.CommandResult("", "error: googleapi: Error 403: Quota 'NVIDIA_V100_GPUS' exceeded", 255))
+        elif args[:2] == ["stack", "output"]:
+            return auto.CommandResult(json.dumps({"storage_uri": "gs://b", "kubeconfig": "apiVersion: v1", "ray_namespace": "burst",
+                                                  "ray_head_service": "burst-head-svc"}), "", 0)
+        elif args[:2] == ["stack", "history"]:
+            return auto.CommandResult(json.dumps([{"kind": "update", "startTime": "2026-11-22T00:00:00.000Z", "message": "",
+                                                   "environment": {}, "config": {}, "result": "succeeded",
+                                                   "endTime": "2026-11-22T00:10:00.000Z"}]), "", 0)
+        elif args[0] == "destroy":
+            self.destroys += 1
+        elif args[:2] == ["stack", "export"]:
+            left = self.destroys <= self.leftover_destroys
+            resources = [{"urn": "urn:pulumi:t::burst::pulumi:pulumi:Stack::burst-t", "type": "pulumi:pulumi:Stack"}]
+            if left:
+                resources.append({"urn": URN, "type": "gcp:container/cluster:Cluster"})
+            return auto.CommandResult(json.dumps({"version": 3, "deployment": {"resources": resources}}), "", 0)
+        return auto.CommandResult("", "", 0)
+
+    def interrupt(self) -> bool:
+        self.calls.append(["<SIGINT>"])
+        self.interrupted.set()
+        return True
+
+    def commands(self) -> list[str]:
+        return [" ".join(c[:2]) if c[0] in ("stack", "config") else c[0] for c in self.calls]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.setattr(cloud, "missing_prerequisites", lambda provider: [])  # CLI and credentials: tested below
+    return tmp_path
+
+
+def spec_for(n=8):
+    lay = layout.resolve(catalog.load(), "gcp", "V100", n, region="us-central1")
+    return cloud.build_spec("t", lay, True, hours=2, lease_id="lease0123456", project="proj")
+
+
+def test_up_issues_the_expected_cli_commands(home):
+    fake = RecordingPulumi()
+    outputs = StackDriver(spec_for(), command=fake).up()
+    assert outputs["storage_uri"] == "gs://b"
+    cmds = fake.commands()
+    assert cmds[:2] == ["stack select", "stack init"]
+    init = next(c for c in fake.calls if c[:2] == ["stack", "init"])
+    assert "--secrets-provider" in init and init[init.index("--secrets-provider") + 1] == "passphrase"
+    assert "config set-all" in cmds and cmds.index("config set-all") < cmds.index("up")
+    up = next(c for c in fake.calls if c[0] == "up")
+    assert {"--yes", "--skip-preview"} <= set(up) and up[up.index("--stack") + 1] == "t-lease012"
+    config = next(c for c in fake.calls if c[:2] == ["config", "set-all"])
+    assert "gcp:project=proj" in config and "gcp:region=us-central1" in config
+    # local file backend under the state directory, passphrase generated once, user-only
+    pulumi_yaml = (home / "pulumi" / "work" / "t-lease012" / "Pulumi.yaml").read_text()
+    assert f"file://{home}/pulumi/backend" in pulumi_yaml
+    assert oct((home / "pulumi" / "passphrase").stat().st_mode & 0o777) == "0o600"
+
+
+def test_backend_and_passphrase_from_the_environment(home, monkeypatch):
+    monkeypatch.setenv("PULUMI_BACKEND_URL", "gs://team-state")
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "from-env")
+    StackDriver(spec_for(), command=RecordingPulumi()).up()
+    assert "gs://team-state" in (home / "pulumi" / "work" / "t-lease012" / "Pulumi.yaml").read_text()
+    assert not (home / "pulumi" / "passphrase").exists()
+
+
+def test_a_failed_up_destroys_what_it_created_and_forgets_the_cluster(home):
+    fake = RecordingPulumi(fail_up=True)
+    with pytest.raises(BurstError, match="Quota 'NVIDIA_V100_GPUS' exceeded; everything it created was destroyed"):
+        cloud.up("t", "gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1", command=fake)
+    cmds = fake.commands()
+    assert cmds.index("up") < cmds.index("destroy") < cmds.index("stack export")
+    assert "stack rm" in cmds
+    assert state.load(ClusterHandle, "t") is None
+
+
+def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
+    fake = RecordingPulumi()
+    handle, created = cloud.up("t", "gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1", command=fake)
+    assert created and handle.state == "running" and handle.storage_uri == "gs://b"
+    assert "kubeconfig" not in handle.outputs  # secrets never reach the state directory
+    stuck = RecordingPulumi(leftover_destroys=5)
+    stuck.stacks = fake.stacks
+    with pytest.raises(BurstError) as err:
+        cloud.down(handle, command=stuck)
+    assert URN in str(err.value) and "handle is kept" in str(err.value)
+    assert stuck.commands().count("destroy") == 2 and "refresh" in stuck.commands()
+    assert state.load(ClusterHandle, "t") is not None
+    # the cause is fixed: the second `burst down` succeeds and forgets the handle
+    healed = RecordingPulumi(leftover_destroys=0)
+    healed.stacks = fake.stacks
+    cloud.down(state.load(ClusterHandle, "t"), command=healed)
+    assert state.load(ClusterHandle, "t") is None
+
+
+def test_ctrl_c_is_forwarded_to_pulumi_and_followed_by_a_refresh(home):
+    fake = RecordingPulumi(block_up=True)
+    driver = StackDriver(spec_for(), command=fake)
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        driver.up()
+    cmds = [" ".join(c) for c in fake.calls]
+    interrupt_at = cmds.index("<SIGINT>")
+    refresh = next(i for i, c in enumerate(fake.calls) if c[0] == "refresh")
+    assert refresh > interrupt_at and "--clear-pending-creates" in fake.calls[refresh]
+
+
+def test_interrupt_sends_exactly_one_sigint_to_the_running_cli():
+    import subprocess
+    import sys
+
+    cmd = BurstPulumiCommand.__new__(BurstPulumiCommand)
+    cmd.process = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                                    "signal.signal(signal.SIGINT, lambda *a: (print('graceful'), sys.exit(3)))\ntime.sleep(30)"],
+                                   stdout=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(0.5)
+    assert cmd.interrupt() is True
+    assert cmd.process.wait(10) == 3 and "graceful" in cmd.process.stdout.read()
+    assert cmd.interrupt() is False  # already finished: nothing sent
+
+
+def test_expired_leases_are_swept(home, monkeypatch):
+    from typer.testing import CliRunner
+
+    from burst import cli
+
+    for name, expires in (("old", time.time() - 60), ("fresh", time.time() + 3600)):
+        with state.locked():
+            state.save(ClusterHandle(name=name, provider="gcp", cluster_id=name, state="running", storage_uri="gs://x",
+                                     expires=expires, stack=f"{name}-stack"))
+    destroyed = []
+    monkeypatch.setattr(cloud, "down", lambda handle, command=None: destroyed.append(handle.name))
+    result = CliRunner().invoke(cli.app, ["down", "--expired"])
+    assert result.exit_code == 0, result.output
+    assert destroyed == ["old"]
+
+
+@pytest.mark.parametrize("provider, env, files, fragments", [
+    ("gcp", {}, [], ["Pulumi CLI is not installed", "gcloud auth application-default login", "GOOGLE_CLOUD_PROJECT"]),
+    ("gcp", {"GOOGLE_APPLICATION_CREDENTIALS": "/no/key.json", "GOOGLE_CLOUD_PROJECT": "p"}, [], ["/no/key.json, which does not exist"]),
+    ("azure", {}, [], ["Pulumi CLI is not installed", "run `az login`"]),
+    ("azure", {"ARM_CLIENT_ID": "x"}, [], ["incomplete Azure service principal"]),
+])
+def test_missing_cli_and_credentials_are_named_with_the_fix(tmp_path, provider, env, files, fragments):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BURST_HOME": str(tmp_path / "b"), **env}
+    args = ["--provider", provider, "--gpus", "8", "--accelerator", "V100", "--region", "us-central1" if provider == "gcp" else "eastus"]
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", *args], capture_output=True, text=True, env=clean, cwd=root, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert not list((tmp_path / "b").glob("clusters/*.json"))  # nothing recorded, nothing created

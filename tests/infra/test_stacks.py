@@ -1,0 +1,177 @@
+"""The Pulumi programs rendered under Pulumi's mocks: the inputs users depend on, per provider and layout."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burst import catalog, layout
+from burst.targets import cloud
+
+OFFERS = catalog.load()
+ROOT = Path(__file__).resolve().parents[2]
+UNLABELLED = {"gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember"}  # bindings take no labels
+
+
+def render(provider, accelerator, gpus, preemptible, region=None):
+    lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region)
+    spec = cloud.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj")
+    result = cloud.dry_run(spec, lay)
+    return lay, spec, result["resources"], result
+
+
+def of_type(resources, suffix):
+    return [r for r in resources if r["type"].endswith(suffix)]
+
+
+def lease_labels(r) -> dict:
+    i = r["inputs"]
+    for holder in (i.get("labels"), i.get("resourceLabels"), i.get("tags"), (i.get("metadata") or {}).get("labels"),
+                   (i.get("nodeConfig") or {}).get("resourceLabels"), (i.get("values") or {}).get("labels"), i.get("metadata")):
+        if isinstance(holder, dict) and "burst-lease" in holder:
+            return holder
+    if r["type"] == "gcp:serviceaccount/account:Account":  # service accounts take no labels
+        return dict(kv.split("=") for kv in i["description"].split())
+    return {}
+
+
+def assert_every_resource_is_labelled(resources, spec):
+    for r in resources:
+        if r["type"] in UNLABELLED:
+            continue
+        labels = lease_labels(r)
+        assert labels.get("burst-lease") == spec.lease_id, r["type"]
+        assert labels.get("burst-expires") == str(spec.expires), r["type"]
+
+
+def ray_groups(resources):
+    (rc,) = of_type(resources, "RayCluster")
+    return rc["inputs"]["spec"]
+
+
+@pytest.mark.parametrize("accelerator, gpus, preemptible, expect", [
+    ("V100", 128, True, [("n1-standard-32", "nvidia-tesla-v100", 8, 16)]),
+    ("V100", 12, False, [("n1-standard-32", "nvidia-tesla-v100", 8, 1), ("n1-standard-32", "nvidia-tesla-v100", 4, 1)]),
+    ("A100-40GB", 16, True, [("a2-highgpu-8g", "nvidia-tesla-a100", 8, 2)]),
+    ("H100", 8, False, [("a3-highgpu-8g", "nvidia-h100-80gb", 8, 1)]),
+    ("L4", 2, True, [("g2-standard-24", "nvidia-l4", 2, 1)]),
+    ("T4", 4, True, [("n1-standard-32", "nvidia-tesla-t4", 4, 1)]),
+])
+def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, expect):
+    lay, spec, resources, result = render("gcp", accelerator, gpus, preemptible, region="us-central1")
+    (cluster,) = of_type(resources, "container/cluster:Cluster")
+    assert cluster["inputs"]["deletionProtection"] is False
+    assert cluster["inputs"]["removeDefaultNodePool"] is True
+    assert cluster["inputs"]["workloadIdentityConfig"]["workloadPool"] == "proj.svc.id.goog"
+    assert cluster["inputs"]["location"] == "us-central1-a"  # zonal: node counts are per zone
+    pools = sorted((p for p in of_type(resources, "nodePool:NodePool") if p["name"] != "system"), key=lambda p: p["name"])
+    got = []
+    for p in pools:
+        nc = p["inputs"]["nodeConfig"]
+        acc = nc["guestAccelerators"][0]
+        got.append((nc["machineType"], acc["type"], acc["count"], p["inputs"]["nodeCount"]))
+        assert nc.get("spot", False) is preemptible and "preemptible" not in nc
+        assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in nc["taints"]
+        assert acc["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "LATEST"
+    assert got == expect
+    spec_rc = ray_groups(resources)
+    assert spec_rc["headGroupSpec"]["serviceType"] == "ClusterIP"
+    groups = spec_rc["workerGroupSpecs"]
+    assert [(g["replicas"], g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for g in groups] == [(n, c) for *_, c, n in expect]
+    for g, p in zip(groups, pools):
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in g["template"]["spec"]["tolerations"]
+        assert g["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": p["name"]}
+    (release,) = of_type(resources, "helm.sh/v3:Release")
+    assert release["inputs"]["chart"] == "kuberay-operator" and release["inputs"]["version"] == "1.5.1"
+    assert of_type(resources, "storage/bucket:Bucket")[0]["inputs"]["forceDestroy"] is True
+    assert_every_resource_is_labelled(resources, spec)
+    assert result["hourly_usd"] == pytest.approx(lay.hourly_usd(preemptible), abs=1e-3)
+
+
+@pytest.mark.parametrize("accelerator, gpus, preemptible, expect", [
+    ("V100", 6, True, [("Standard_NC24s_v3", 1), ("Standard_NC12s_v3", 1)]),
+    ("A100-80GB", 16, False, [("Standard_ND96amsr_A100_v4", 2)]),
+    ("T4", 1, True, [("Standard_NC4as_T4_v3", 1)]),
+])
+def test_aks_agent_pools_spot_taints_and_tags(accelerator, gpus, preemptible, expect):
+    lay, spec, resources, _ = render("azure", accelerator, gpus, preemptible, region="eastus")
+    (cluster,) = of_type(resources, "ManagedCluster")
+    assert [p["mode"] for p in cluster["inputs"]["agentPoolProfiles"]] == ["System"]  # GPU pools are separate resources
+    pools = sorted(of_type(resources, "containerservice:AgentPool"), key=lambda p: p["name"])
+    assert [(p["inputs"]["vmSize"], p["inputs"]["count"]) for p in pools] == expect
+    for p in pools:
+        assert p["inputs"]["mode"] == "User"
+        assert "nvidia.com/gpu=present:NoSchedule" in p["inputs"]["nodeTaints"]
+        if preemptible:
+            assert p["inputs"]["scaleSetPriority"] == "Spot" and p["inputs"]["spotMaxPrice"] == -1
+            assert p["inputs"]["scaleSetEvictionPolicy"] == "Delete"
+        else:
+            assert "scaleSetPriority" not in p["inputs"]
+    spot_toleration = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+    for g, (vm, n) in zip(ray_groups(resources)["workerGroupSpecs"], expect):
+        assert g["replicas"] == n
+        assert (spot_toleration in g["template"]["spec"]["tolerations"]) is preemptible
+    assert_every_resource_is_labelled(resources, spec)
+
+
+@pytest.mark.parametrize("accelerator, preemptible, runtime", [
+    ("v3-8", True, "tpu-vm-tf-2.18.0-pjrt"), ("v5litepod-8", False, "tpu-vm-tf-2.18.0-pjrt"), ("v3-32", True, "tpu-vm-tf-2.18.0-pod-pjrt"),
+])
+def test_tpu_vm_slice(accelerator, preemptible, runtime):
+    lay, spec, resources, _ = render("gcp-tpu", accelerator, None, preemptible)
+    (tpu,) = of_type(resources, "v2Vm:V2Vm")
+    i = tpu["inputs"]
+    assert i["acceleratorType"] == accelerator and i["runtimeVersion"] == runtime
+    assert i.get("schedulingConfig", {}).get("spot", False) is preemptible
+    assert i["networkConfig"]["enableExternalIps"] is False  # no external IP unless asked
+    script = i["metadata"]["startup-script"]
+    assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
+    assert_every_resource_is_labelled(resources, spec)
+
+
+def test_gke_kubeconfig_is_a_secret_built_from_the_cluster():
+    import pulumi
+
+    from infra import gke, render as r
+
+    lay = layout.resolve(OFFERS, "gcp", "V100", 8, region="us-central1")
+    spec = cloud.build_spec("t", lay, False, hours=1, lease_id="lease0123456", project="proj")
+    seen = {}
+
+    def program():
+        out = gke.program(spec)
+        config = gke.kubeconfig(out["cluster"])
+        config.apply(lambda text: seen.update(text=text))
+
+        async def secret():
+            seen["secret"] = await config.is_secret()
+
+        return {**out, "check": pulumi.Output.from_input(secret())}
+
+    r.render(program)
+    assert "server: https://203.0.113.10" in seen["text"] and "certificate-authority-data: Q0EK" in seen["text"]
+    assert "command: gke-gcloud-auth-plugin" in seen["text"]
+    assert seen["secret"] is True
+
+
+def test_dry_run_cli_json_for_every_provider(tmp_path):
+    env = {**os.environ, "BURST_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for args in (["--provider", "gcp", "--gpus", "128", "--accelerator", "V100", "--preemptible", "--region", "us-central1"],
+                 ["--provider", "gcp-tpu", "--accelerator", "v3-8", "--on-demand"],
+                 ["--provider", "azure", "--gpus", "8", "--accelerator", "A100-80GB", "--region", "eastus"]):
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", *args, "--dry-run", "--json"], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["hourly_usd"] > 0 and out["resources"]
+        assert all(set(r) >= {"type", "name", "inputs"} for r in out["resources"])
+        assert "[secret]" not in json.dumps(out["resources"]) or args[1] == "azure"  # only the storage key secret is masked
+    assert not list(tmp_path.glob("clusters/*.json"))  # a dry run records nothing
+    gcp = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "gcp", "--gpus", "128", "--accelerator", "V100",
+                                     "--preemptible", "--region", "us-central1", "--dry-run", "--json"], capture_output=True, text=True,
+                                    env=env, cwd=ROOT, timeout=120).stdout)
+    assert gcp["layout"]["pools"] == [{"instance_type": "n1-standard-32", "accelerator": "V100", "gpus_per_node": 8, "nodes": 16, "zone": "us-central1-a"}]
+    assert gcp["hourly_usd"] == pytest.approx(16 * (8 * 1.0885 + 32 * 0.0963 / 8), rel=1e-3)
