@@ -115,9 +115,13 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
         if not policy.accelerator_allowed(site.accelerator) or (accelerator and accelerator != site.accelerator):
             skip("accelerator not allowed")
         else:
-            counts = sorted({n for n in _gpu_counts(min(site.gpus, policy.max_gpus), gpus)} | ({site.gpus} if gpus is None and site.gpus <= policy.max_gpus else set()))
+            cap = min(site.gpus, policy.max_gpus)
+            counts = _gpu_counts(cap, gpus)
+            if gpus is None and cap not in counts:
+                counts.append(cap)  # the whole on-prem allocation, even when it is not a power of two
             if gpus is not None and gpus > site.gpus:
                 skip("more GPUs than on-prem has")
+                counts = []
             for n in counts:
                 e = est_mod.onprem(n, profile, policy, epochs, events)
                 out.append(Candidate("onprem", "ray", site.name, site.accelerator, n, False, e))

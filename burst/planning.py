@@ -62,7 +62,7 @@ def print_plan(p, limit: Optional[int]) -> None:
     if hidden > 0:
         out.print(f"{hidden} more candidates (use --all or --json)")
     if p.excluded:
-        out.print("outside the policy: " + ", ".join(f"{v} {k}" for k, v in sorted(p.excluded.items())))
+        out.print("not considered: " + ", ".join(f"{v} x {k}" for k, v in sorted(p.excluded.items())))
     if p.choice:
         c = p.choice
         e = c.estimate

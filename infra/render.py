@@ -113,7 +113,7 @@ def summary(resource: dict) -> dict:
                 walk(v, depth + 1)
 
     walk(resource["inputs"])
-    if "replicas" in str(resource["inputs"]) and resource["type"].endswith("RayCluster"):
+    if resource["type"].endswith("RayCluster"):
         groups = resource["inputs"].get("spec", {}).get("workerGroupSpecs", [])
         out["workers"] = ", ".join(f"{g['groupName']}: {g['replicas']} pods x {g['template']['spec']['containers'][0]['resources']['limits'].get('nvidia.com/gpu', 0)} GPU" for g in groups)
     return out

@@ -61,7 +61,7 @@ def build_spec(name: str, lay: Layout, preemptible: bool, hours: float, lease_id
     pools = []
     for i, pool in enumerate(lay.pools):
         o = pool.offer
-        pools.append(PoolSpec(name=f"tpu" if o.is_tpu else f"gpu{i}-{safe_name(o.accelerator, 12)}", instance_type=o.instance_type,
+        pools.append(PoolSpec(name="tpu" if o.is_tpu else f"gpu{i}-{safe_name(o.accelerator, 12)}", instance_type=o.instance_type,
                               accelerator=o.accelerator, gpus_per_node=o.accelerator_count, nodes=pool.nodes, zone=o.zone,
                               vcpus=o.vcpus, memory_gib=o.memory_gib))
     return StackSpec(provider=lay.provider, cluster=name, lease_id=lease_id or uuid.uuid4().hex[:12],
