@@ -202,7 +202,7 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     # On-prem first when the policy says when to burst and no burst condition holds.
     onprem_first = False
     why = ""
-    if policy.burst_when is not None:
+    if policy.burst_when is not None and narrow.get("provider") in (None, "ray"):
         site = [c for c in cands if c.target == "onprem"]
         best_site = min(site, key=lambda c: (not c.feasible, objective(c))) if site else None
         bw = policy.burst_when
