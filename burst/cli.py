@@ -73,7 +73,7 @@ def _choose(policy_file: Optional[Path], gpus: Optional[int], accelerator: Optio
 
 def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[int], *, policy_file: Optional[Path] = None,
         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
-        hours: Optional[float] = None, dry_run: bool = False) -> tuple[ClusterHandle, bool]:
+        hours: Optional[float] = None, dry_run: bool = False, storage: Optional[str] = None) -> tuple[ClusterHandle, bool]:
     """Create (or find) a cluster. Without --provider the plan under the policy picks the target."""
     from . import policy as policy_mod
 
@@ -93,7 +93,8 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
             raise BurstError("--dry-run renders cloud stacks; the local target starts nothing but Ray on this machine")
         from .targets import local
 
-        return local.up(name, cpus=cpus, gpus=gpus, hourly_usd=pol.local.usd_per_hour if pol else 0.0, budget_usd=budget)
+        return local.up(name, cpus=cpus, gpus=gpus, hourly_usd=pol.local.usd_per_hour if pol else 0.0, budget_usd=budget,
+                        storage_uri=storage)
     if provider == "ray":
         if dry_run:
             raise BurstError("--dry-run renders cloud stacks; the on-prem Ray cluster already exists")
@@ -131,6 +132,7 @@ def up(
     region: Optional[str] = typer.Option(None, help="cloud region (default: the plan's choice)"),
     policy_file: Optional[Path] = typer.Option(None, "--policy", help="policy YAML (default: policies/default.yaml)"),
     hours: Optional[float] = typer.Option(None, help="lease: resources are labelled to expire after this many hours"),
+    storage: Optional[str] = typer.Option(None, help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create"),
     as_json: bool = typer.Option(False, "--json", help="print the cluster handle as JSON"),
 ) -> None:
@@ -142,8 +144,10 @@ def up(
             raise BurstError(f"--hours must be positive, got {hours}")
         started = time.perf_counter()
         name = name or (provider if provider in ("gcp", "gcp-tpu", "azure") else DEFAULT_CLUSTER)
+        if storage is not None and provider != "local":
+            raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         result = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible,
-                     region=region, hours=hours, dry_run=dry_run)
+                     region=region, hours=hours, dry_run=dry_run, storage=storage)
     except BurstError as exc:
         _fail(exc)
     except KeyboardInterrupt:
@@ -232,7 +236,7 @@ def _train(handle: ClusterHandle, *args, **kwargs) -> RunRecord:
 
 def _train_on(
     handle: ClusterHandle, workload: str, preset: str, epochs: int, batch_per_replica: Optional[int],
-    data: Optional[Path], synthetic: Optional[int], workers: int, detach: bool, cancel: bool, seed: int,
+    data: Optional[str], synthetic: Optional[int], workers: int, detach: bool, cancel: bool, seed: int,
     val_events: int, steps: Optional[int], budget_usd: Optional[float] = None,
 ) -> RunRecord:
     from . import jobs
@@ -258,7 +262,7 @@ def _train_on(
     elif handle.provider == "gcp-tpu":
         job_config.update(tpu=True, workers=1, gpus_per_worker=0, threads=None)
     if data is not None:
-        job_config["data"] = str(data.resolve())
+        job_config["data"] = _data_for(handle, data, run.run_id)
     else:
         job_config["synthetic"] = synthetic
     run.config = {k: v for k, v in job_config.items() if k not in ("storage",)}
@@ -330,6 +334,22 @@ def _train_on(
     return run
 
 
+def _data_for(handle: ClusterHandle, data, run_id: str) -> str:
+    """Where the job finds ``--data``: a bucket URI as given, a local path on a local cluster, and
+    on a cloud cluster a copy in its bucket (the job's nodes cannot read this machine's disk)."""
+    from . import storage
+    from .targets import CLOUD
+
+    if "://" in str(data):
+        return str(data)
+    if handle.provider not in CLOUD:
+        return str(Path(data).resolve())
+    dest = storage.join(handle.storage_uri, "data", run_id, "source")
+    console.print(f"copying {data} to {dest}")
+    storage.copy_dir(str(Path(data).resolve()), dest)
+    return dest
+
+
 def _write_run_files(run: RunRecord, handle: ClusterHandle, progress, submitted: float, run_dir: Path) -> None:
     hours = (run.finished - submitted) / 3600
     cost = {"provider": handle.provider, "hourly_usd": handle.hourly_usd, "hours": round(hours, 5), "cost_usd": round(handle.hourly_usd * hours, 4)}
@@ -357,7 +377,7 @@ def train(
     preset: str = typer.Option("small", help="small | paper"),
     epochs: int = typer.Option(6),
     batch_per_replica: Optional[int] = typer.Option(None),
-    data: Optional[Path] = typer.Option(None, help="directory of CERN HDF5 files (or converted TFRecords)"),
+    data: Optional[str] = typer.Option(None, help="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI"),
     synthetic: Optional[int] = typer.Option(None, help="train on this many synthetic Monte Carlo events"),
     workers: int = typer.Option(1, help="Ray Train workers (one per node; CPU workers locally)"),
     detach: bool = typer.Option(False, help="submit and return"),
@@ -389,16 +409,14 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
         raise BurstError(f"unknown preset {preset!r}; choose small or paper")
     if data is not None and synthetic is not None:
         raise BurstError("give either --data DIR or --synthetic N, not both")
-    if data is not None and not data.exists():
+    remote_data = data is not None and "://" in str(data)
+    if data is not None and not remote_data and not Path(data).exists():
         raise BurstError(f"--data {data}: no such file or directory")
     if data is None and synthetic is None:
         synthetic = 3000
     handle = _cluster(cluster)
     from .targets import CLOUD, is_alive
 
-    if data is not None and handle.provider in CLOUD:
-        raise BurstError(f"--data {data}: a cloud cluster cannot read this machine's files; train on --synthetic N "
-                         f"(the job generates it on the cluster) or copy the files to {handle.storage_uri or 'the cluster bucket'}")
     if not is_alive(handle):
         raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)
     return _train(handle, workload, preset, epochs, batch_per_replica, data, synthetic, workers, detach, cancel, seed, val_events, steps, budget)
@@ -417,7 +435,7 @@ def run(
     preset: str = typer.Option("small"),
     epochs: int = typer.Option(6),
     batch_per_replica: Optional[int] = typer.Option(None),
-    data: Optional[Path] = typer.Option(None),
+    data: Optional[str] = typer.Option(None),
     synthetic: Optional[int] = typer.Option(None),
     workers: int = typer.Option(1),
     seed: int = typer.Option(0),

@@ -59,7 +59,6 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
 
 def train_loop_per_worker(cfg: dict) -> None:
     """Ray Train worker: build or restore the trainer, report a checkpoint every epoch."""
-    import tempfile
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import ray.train
@@ -108,6 +107,10 @@ def train_loop_per_worker(cfg: dict) -> None:
     stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
     trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
                 should_stop=lambda: cluster_storage.exists(stop_file))
+    if cluster_storage.is_remote(cfg["train_files"][0]):
+        import shutil
+
+        shutil.rmtree(Path(tempfile.gettempdir()) / "burst-data" / cfg["run_id"], ignore_errors=True)
     if trainer.stopped:
         # Asked to stop (the CLI's budget guard): a final checkpoint of the weights as they are now.
         # It records only the whole epochs done, so a resume would redo the interrupted epoch.
@@ -131,7 +134,6 @@ def _local_files(files: list[str], run_id: str) -> list[Path]:
 
     if not files or not cluster_storage.is_remote(files[0]):
         return [Path(f) for f in files]
-    import tempfile
 
     local = Path(tempfile.gettempdir()) / "burst-data" / run_id
     parent = files[0].rsplit("/", 1)[0]
@@ -205,6 +207,10 @@ def run(cfg: dict) -> int:
         name = f"synthetic-{cfg['synthetic']}-s{cfg.get('seed', 0)}"
         train_dir, test_dir = pipeline.prepare_synthetic(storage / "data" / name, cfg["synthetic"], seed=cfg.get("seed", 0))
         train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
+    elif cluster_storage.is_remote(cfg["data"]):  # a bucket: copy to this node's disk first
+        source = storage / "data-source"
+        cluster_storage.copy_dir(cfg["data"], str(source))
+        train_files, test_files = pipeline.split_files(source)
     else:
         train_files, test_files = pipeline.split_files(Path(cfg["data"]))
     shared_train = [str(f) for f in train_files]
@@ -281,7 +287,10 @@ def _publish(out_dir: Path, cfg: dict) -> None:
     from . import storage as cluster_storage
 
     if cluster_storage.is_remote(cfg["storage"]):
+        import shutil
+
         cluster_storage.copy_dir(str(out_dir), cluster_storage.join(cfg["storage"], "runs", cfg["run_id"]))
+        shutil.rmtree(Path(tempfile.gettempdir()) / "burst" / cfg["run_id"], ignore_errors=True)  # the local work copy
 
 
 def _remote_tpu_task():

@@ -35,6 +35,7 @@ def write_text(uri: str, text: str) -> None:
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
+    filesystem.create_dir(inner.rsplit("/", 1)[0], recursive=True)  # a no-op on object stores
     with filesystem.open_output_stream(inner) as f:
         f.write(text.encode())
 
@@ -46,6 +47,9 @@ def copy_dir(src: str, dest: str) -> None:
         return
     from pyarrow import fs
 
-    if not is_remote(dest):
+    if is_remote(dest):
+        filesystem, inner = fs.FileSystem.from_uri(dest)
+        filesystem.create_dir(inner, recursive=True)  # a no-op on object stores
+    else:
         Path(dest).mkdir(parents=True, exist_ok=True)
-    fs.copy_files(str(src), str(Path(dest).resolve()) if not is_remote(dest) else dest)
+    fs.copy_files(str(src), dest if is_remote(dest) else str(Path(dest).resolve()))

@@ -103,7 +103,7 @@ def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
 
 
 def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: float = 0.0,
-       budget_usd: float | None = None) -> tuple[ClusterHandle, bool]:
+       budget_usd: float | None = None, storage_uri: str | None = None) -> tuple[ClusterHandle, bool]:
     """Start (or find) the local cluster ``name``; returns (handle, created)."""
     available = detect_gpus()
     if gpus is None:
@@ -134,7 +134,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         handle = ClusterHandle(
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
-            token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=str(storage),
+            token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=storage_uri or str(storage),
             layout={"nodes": 1, "cpus": ncpu, "gpus": gpus}, hourly_usd=hourly_usd, budget_usd=budget_usd,
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up

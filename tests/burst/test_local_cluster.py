@@ -233,3 +233,27 @@ def test_budget_guard_checkpoints_stops_and_tears_down_before_the_budget_is_spen
     assert run["state"] == "STOPPED_BUDGET"
     ckpt = Path(handle["storage_uri"]) / "runs" / run["run_id"] / "checkpoint"
     assert (ckpt / "stopped.json").exists() and list(ckpt.glob("gan3d.data-*"))
+
+
+def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path):
+    # The path cloud clusters take (storage in a bucket), driven here through pyarrow's file:// filesystem.
+    bucket = tmp_path / "bucket"
+    dataset = bucket / "datasets" / "ele"  # CERN-format files already in the bucket
+    subprocess.run([sys.executable, "-m", "workloads.gan3d", "generate", "--out", str(dataset), "--events", "300", "--per-file", "100"],
+                   check=True, capture_output=True, timeout=300)
+    burst("up", "--provider", "local", "--name", "bucket", "--cpus", "2", "--storage", bucket.as_uri(), home=home, cwd=tmp_path)
+    try:
+        proc = burst("train", "gan3d", "--cluster", "bucket", "--epochs", "1", "--data", dataset.as_uri(), "--val-events", "50",
+                     "--batch-per-replica", "8", "--json", home=home, cwd=tmp_path)
+        run = json.loads(proc.stdout)
+        assert run["state"] == "SUCCEEDED"
+        published = bucket / "runs" / run["run_id"]
+        assert (published / "report" / "report.html").exists() and (published / "checkpoint").is_dir()
+        assert list((bucket / "data" / run["run_id"] / "train").glob("*.h5"))  # workers read training data from the bucket
+        assert list((bucket / "ray-train" / run["run_id"]).glob("checkpoint_*"))
+        local = Path(run["run_dir"])
+        assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1
+        assert (local / "checkpoint_uri.txt").read_text().strip() == f"{bucket.as_uri()}/runs/{run['run_id']}/checkpoint"
+        assert not (Path(tempfile.gettempdir()) / "burst" / run["run_id"]).exists()  # the job's local work copy is gone
+    finally:
+        burst("down", "bucket", home=home, cwd=tmp_path)
