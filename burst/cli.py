@@ -527,10 +527,12 @@ def status(as_json: bool = typer.Option(False, "--json")) -> None:
         _emit_json({"clusters": cluster_rows, "runs": run_rows})
         return
     t = Table(title="clusters")
-    for col in ("name", "provider", "state", "layout", "age", "accrued $"):
+    for col in ("name", "provider", "state", "layout", "age", "lease ends", "accrued $"):
         t.add_column(col)
     for c in cluster_rows:
-        t.add_row(c["name"], c["provider"], c["state"], json.dumps(c["layout"]), f"{c['age_s']} s", f"{c['accrued_usd']:.2f}")
+        layout = c["layout"].get("description") or json.dumps(c["layout"])
+        ends = time.strftime("%Y-%m-%d %H:%M", time.localtime(c["expires"])) if c["expires"] else "-"
+        t.add_row(c["name"], c["provider"], c["state"], layout, f"{c['age_s']} s", ends, f"{c['accrued_usd']:.2f}")
     out.print(t)
     t = Table(title="runs")
     for col in ("run", "cluster", "state", "progress", "run dir"):

@@ -178,25 +178,53 @@ def _wheel() -> str:
     return str(wheels[0])
 
 
-def _progress_callbacks():
-    """Pulumi's engine events as one line per resource operation."""
-    counts = {"done": 0}
+class PulumiProgress:
+    """Pulumi's engine events as a rich progress bar: one step per resource, the current one named.
 
-    def on_event(event) -> None:
+    ``total`` (when known) is the number of resources the program registers.
+    """
+
+    def __init__(self, verb: str, total: Optional[int] = None, out: Optional[Console] = None):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.out = out or console
+        self.done = 0
+        self.failed: list[str] = []
+        self._bar = Progress(TextColumn(f"[bold]{verb}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TextColumn("{task.description}"), console=self.out, transient=False)
+        self._task = self._bar.add_task("", total=total)
+
+    def __enter__(self):
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+    @staticmethod
+    def _name(meta) -> str:
+        return f"{meta.type.rsplit(':', 1)[-1]} {meta.urn.rsplit('::', 1)[-1]}"
+
+    def on_event(self, event) -> None:
+        pre = getattr(event, "resource_pre_event", None)
         outputs = getattr(event, "res_outputs_event", None)
         failed = getattr(event, "res_op_failed_event", None)
-        if outputs is not None:
-            counts["done"] += 1
-            meta = outputs.metadata
-            console.print(f"  [{counts['done']}] {meta.op.value if hasattr(meta.op, 'value') else meta.op} {meta.type} {meta.urn.rsplit('::', 1)[-1]}")
+        if pre is not None and not pre.planning and not pre.metadata.type.startswith("pulumi:"):
+            self._bar.update(self._task, description=f"{_op(pre.metadata)} {self._name(pre.metadata)}")
+        elif outputs is not None and not outputs.metadata.type.startswith("pulumi:"):
+            self.done += 1
+            self._bar.update(self._task, advance=1, description=f"done: {self._name(outputs.metadata)}")
         elif failed is not None:
-            console.print(f"  [red]failed[/red] {failed.metadata.type} {failed.metadata.urn.rsplit('::', 1)[-1]}")
+            self.failed.append(self._name(failed.metadata))
+            self.out.print(f"[red]failed[/red] {self._name(failed.metadata)}")
 
-    def on_output(line: str) -> None:
+    def on_output(self, line: str) -> None:
         if "error" in line.lower():
-            console.print(line, style="dim", markup=False, highlight=False)
+            self.out.print(line, style="dim", markup=False, highlight=False)
 
-    return on_output, on_event
+
+def _op(meta) -> str:
+    return getattr(meta.op, "value", str(meta.op))
 
 
 def choose_layout(provider: str, gpus: Optional[int], accelerator: Optional[str], region: Optional[str]) -> Layout:
@@ -238,10 +266,13 @@ def up(name: str, provider: str, *, gpus: Optional[int], accelerator: Optional[s
         state.save(handle)  # before Pulumi runs: `burst down` can always find and destroy the stack
     from infra.driver import StackDriver
 
-    on_output, on_event = _progress_callbacks()
-    driver = StackDriver(spec, program_for(spec), command=command, on_output=on_output, on_event=on_event)
+    # No end for the bar: counting resources would mean rendering under the mock runtime, which
+    # must not share this process with a real update.
+    progress = PulumiProgress("creating", None)
+    driver = StackDriver(spec, program_for(spec), command=command, on_output=progress.on_output, on_event=progress.on_event)
     try:
-        outputs = driver.up()
+        with progress:
+            outputs = driver.up()
     except KeyboardInterrupt:
         console.print(f"interrupted: Pulumi cancelled and the stack refreshed; run `burst down {name}` to remove what was created")
         raise
@@ -277,8 +308,9 @@ def down(handle: ClusterHandle, command=None) -> None:
     with state.locked():
         handle.state = "stopping"
         state.save(handle)
-    on_output, on_event = _progress_callbacks()
-    StackDriver(handle.stack, command=command, on_output=on_output, on_event=on_event).destroy()
+    progress = PulumiProgress("destroying")
+    with progress:
+        StackDriver(handle.stack, command=command, on_output=progress.on_output, on_event=progress.on_event).destroy()
     with state.locked():
         state.delete(ClusterHandle, handle.name)
 

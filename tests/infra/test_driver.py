@@ -211,3 +211,24 @@ def test_missing_cli_and_credentials_are_named_with_the_fix(tmp_path, provider, 
     for fragment in fragments:
         assert fragment in lines[0]
     assert not list((tmp_path / "b").glob("clusters/*.json"))  # nothing recorded, nothing created
+
+
+def test_pulumi_events_drive_the_progress_display():
+    import io
+
+    from pulumi.automation import events as ev
+    from rich.console import Console
+
+    buf = io.StringIO()
+    progress = cloud.PulumiProgress("creating", 2, out=Console(file=buf, width=120, force_terminal=False))
+
+    def meta(op, typ, name):
+        return ev.StepEventMetadata(op=op, urn=f"urn:pulumi:s::burst::{typ}::{name}", type=typ, provider="")
+
+    with progress:
+        for typ, name in (("gcp:container/cluster:Cluster", "c"), ("gcp:container/nodePool:NodePool", "gpu0")):
+            progress.on_event(ev.EngineEvent(1, 0, resource_pre_event=ev.ResourcePreEvent(meta(ev.OpType.CREATE, typ, name))))
+            progress.on_event(ev.EngineEvent(2, 0, res_outputs_event=ev.ResOutputsEvent(meta(ev.OpType.CREATE, typ, name))))
+        progress.on_event(ev.EngineEvent(3, 0, res_op_failed_event=ev.ResOpFailedEvent(meta(ev.OpType.CREATE, "gcp:storage/bucket:Bucket", "b"), 1, 1)))
+    assert progress.done == 2 and progress.failed == ["Bucket b"]
+    assert "2/2" in buf.getvalue() and "failed" in buf.getvalue()
