@@ -241,8 +241,19 @@ def up(name: str, provider: str, *, gpus: Optional[int], accelerator: Optional[s
     lay = choose_layout(provider, gpus, accelerator, region)
     if preemptible and not lay.has_spot:
         raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
-    if policy is not None and not policy.region_allowed(lay.region):
-        raise BurstError(f"region {lay.region} is not allowed by the policy (regions: {', '.join(policy.regions)})")
+    if policy is not None:  # the policy's guard rails hold for explicit choices too (data residency, caps)
+        if provider not in policy.providers:
+            raise BurstError(f"provider {provider} is not allowed by the policy (providers: {', '.join(policy.providers)})")
+        if not policy.region_allowed(lay.region):
+            raise BurstError(f"region {lay.region} is not allowed by the policy (regions: {', '.join(policy.regions)})")
+        if not policy.accelerator_allowed(lay.accelerator):
+            raise BurstError(f"accelerator {lay.accelerator} is not allowed by the policy (accelerators: {', '.join(policy.accelerators or [])})")
+        if lay.count > policy.max_gpus:
+            raise BurstError(f"{lay.count} {lay.accelerator} is over the policy's max_gpus {policy.max_gpus}")
+        if preemptible and policy.preemptible == "never":
+            raise BurstError("the policy says preemptible: never; use --on-demand or another policy")
+        if not preemptible and policy.preemptible == "only":
+            raise BurstError("the policy says preemptible: only; use --preemptible or another policy")
     hours = hours or DEFAULT_LEASE_HOURS
     if not dry_run:
         check_prerequisites(provider, "create a cluster")
