@@ -104,7 +104,7 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
         from .targets import ray as ray_target
 
         return ray_target.up(name, site.ray_address, gpus or site.gpus, site.accelerator, site.usd_per_gpu_hour * (gpus or site.gpus),
-                             storage_uri=None, budget_usd=budget)
+                             storage_uri=site.storage, token_path=site.token_file, budget_usd=budget)
     from .targets import cloud
 
     if accelerator is None or region is None:

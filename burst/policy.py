@@ -36,6 +36,8 @@ class OnPrem(_Strict):
     queue_wait_hours: float = Field(0.0, ge=0, description="expected wait before the job starts")
     usd_per_gpu_hour: float = Field(ge=0, description="amortised price: hardware, power, operations")
     ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
+    token_file: Optional[str] = Field(None, description="file holding the cluster's Ray auth token, if it uses token authentication")
+    storage: Optional[str] = Field(None, description="directory or bucket URI that the cluster and this machine can both read")
 
 
 class LocalMachine(_Strict):

@@ -61,9 +61,14 @@ def detect_gpus() -> int:
 
 
 def auth_headers(handle: ClusterHandle) -> dict[str, str]:
-    """HTTP headers for the Ray dashboard / Jobs API of a token-protected cluster."""
+    """HTTP headers for the Ray dashboard / Jobs API of a token-protected cluster.
+
+    The token comes from the cluster's token file; an attached on-prem cluster without one may
+    take it from ``RAY_AUTH_TOKEN``.
+    """
     if not handle.token_path:
-        return {}
+        token = os.environ.get("RAY_AUTH_TOKEN")
+        return {"Authorization": f"Bearer {token}"} if token else {}
     try:
         token = Path(handle.token_path).read_text().strip()
     except OSError as exc:

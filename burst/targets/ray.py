@@ -7,32 +7,39 @@ this machine can read, so results can be collected.
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 from typing import Optional
 
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-
-
-def _headers(handle: ClusterHandle) -> dict:
-    token = os.environ.get("RAY_AUTH_TOKEN")
-    if handle.token_path:
-        token = Path(handle.token_path).read_text().strip()
-    return {"Authorization": f"Bearer {token}"} if token else {}
+from .local import auth_headers
 
 
 def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
     try:
-        req = urllib.request.Request(handle.dashboard_url.rstrip("/") + "/api/version", headers=_headers(handle))
+        req = urllib.request.Request(handle.dashboard_url.rstrip("/") + "/api/version", headers=auth_headers(handle))
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, BurstError):
         return False
+
+
+def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:
+    """Nodes, CPUs and GPUs of the live nodes, from the dashboard's node summary."""
+    import json
+
+    req = urllib.request.Request(handle.dashboard_url + "/nodes?view=summary", headers=auth_headers(handle))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            nodes = json.loads(resp.read())["data"]["summary"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+        raise BurstError(f"cannot read the resources of the Ray cluster at {handle.dashboard_url} ({exc})", exit_code=1) from None
+    alive = [n["raylet"] for n in nodes if n.get("raylet", {}).get("state") == "ALIVE"]
+    total = lambda key: int(sum(n.get("resourcesTotal", {}).get(key, 0) for n in alive))  # noqa: E731
+    return {"nodes": len(alive), "cpus": total("CPU"), "gpus": total("GPU")}
 
 
 def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_usd: float,
@@ -54,6 +61,9 @@ def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_us
                                accelerator=accelerator, hourly_usd=hourly_usd, budget_usd=budget_usd)
         if not is_alive(handle):
             raise BurstError(f"the on-prem Ray cluster at {address} does not answer; check the address and that its dashboard is reachable from here", exit_code=1)
+        found = cluster_resources(handle)
+        # The run uses what the policy allows of what the cluster has (a CPU-only site trains on CPUs).
+        handle.layout.update(nodes=found["nodes"], cpus=found["cpus"], gpus=min(gpus, found["gpus"]), cluster_gpus=found["gpus"])
         state.save(handle)
     return handle, True
 

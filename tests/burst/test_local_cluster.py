@@ -257,3 +257,22 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path):
         assert not (Path(tempfile.gettempdir()) / "burst" / run["run_id"]).exists()  # the job's local work copy is gone
     finally:
         burst("down", "bucket", home=home, cwd=tmp_path)
+
+
+def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home, tmp_path):
+    # The on-prem target: a Ray cluster burst did not start (here the module's local one), named in a policy.
+    handle, _ = cluster
+    policy = tmp_path / "site.yaml"
+    policy.write_text(f"onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: {handle['dashboard_url']}\n"
+                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n")
+    site = json.loads(burst("up", "--provider", "ray", "--name", "site", "--policy", str(policy), "--json", home=home, cwd=tmp_path).stdout)
+    assert site["provider"] == "ray" and site["layout"]["cpus"] == 2 and site["layout"]["gpus"] == 0  # CPU-only: trains on CPUs
+    proc = burst("train", "gan3d", "--cluster", "site", "--epochs", "1", "--steps", "2", *TRAIN_ARGS, "--json", home=home, cwd=tmp_path)
+    assert json.loads(proc.stdout)["state"] == "SUCCEEDED"
+    assert list((tmp_path / "site-storage" / "runs").iterdir())
+    burst("down", "site", home=home, cwd=tmp_path)
+    assert marked(handle["cluster_id"])  # the on-prem cluster keeps running; burst only forgot it
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: http://127.0.0.1:9\n")
+    proc = burst("up", "--provider", "ray", "--name", "gone", "--policy", str(bad), home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr

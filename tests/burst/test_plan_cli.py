@@ -105,3 +105,20 @@ def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
     local = next(c for c in plan["candidates"] if c["target"] == "local")
     assert local["est_epoch_s"] == pytest.approx(124987 / rec["events_per_s"], rel=0.01)
     assert any("measured by `burst bench`" in r for r in local["reasons"])
+
+
+def test_up_without_provider_takes_the_plans_choice(tmp_path):
+    proc = burst("up", "--policy", "policies/cost-first.yaml", "--dry-run", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rendered = json.loads(proc.stdout)
+    plan = json.loads(burst("plan", "--policy", "policies/cost-first.yaml", "--json", home=tmp_path).stdout)["choice"]
+    assert rendered["provider"] == plan["provider"] and rendered["region"] == plan["region"]
+    assert rendered["layout"]["accelerator"] == plan["accelerator"] and rendered["preemptible"] == plan["preemptible"]
+    assert "plan:" in proc.stderr
+
+
+def test_up_without_provider_on_prem_choice_needs_its_address(tmp_path):
+    proc = burst("up", "--policy", "policies/default.yaml", home=tmp_path)
+    assert proc.returncode == 2
+    assert "plan: ray site-gpu V100 x8" in proc.stderr
+    assert "onprem section has no ray_address" in proc.stderr and "Traceback" not in proc.stderr
