@@ -376,6 +376,8 @@ def connect(handle: ClusterHandle, command=None) -> Iterator[ClusterHandle]:
             try:
                 with urllib.request.urlopen(url + "/api/version", timeout=2):
                     break
+            except urllib.error.HTTPError:
+                break  # the head answered (e.g. 401 without a token): the tunnel is up
             except (urllib.error.URLError, OSError):
                 if time.time() > deadline:
                     raise BurstError(f"the Ray head of {handle.name!r} did not answer through the tunnel within 60 s; "

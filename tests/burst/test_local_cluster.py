@@ -276,3 +276,36 @@ def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home
     bad.write_text("onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: http://127.0.0.1:9\n")
     proc = burst("up", "--provider", "ray", "--name", "gone", "--policy", str(bad), home=home, cwd=tmp_path, check=False)
     assert proc.returncode == 1 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tmp_path, monkeypatch):
+    # `burst train` on GKE/AKS reaches the head with `kubectl port-forward`; a stand-in kubectl
+    # forwards to this module's real Ray dashboard, so the tunnel's whole life is exercised.
+    from urllib.parse import urlparse
+
+    from burst.state import ClusterHandle
+    from burst.targets import cloud
+    from tests.infra.test_driver import RecordingPulumi
+
+    local, _ = cluster
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_TARGET", str(urlparse(local["dashboard_url"]).port))
+    monkeypatch.setattr(cloud, "missing_prerequisites", lambda provider: [])
+    handle = ClusterHandle(name="gke", provider="gcp", cluster_id="x", state="running", storage_uri="gs://b", stack="gke-stack",
+                           token_path=local["token_path"], outputs={"ray_namespace": "burst", "ray_head_service": "burst-head-svc"})
+    fake = RecordingPulumi()
+    fake.stacks.add("gke-stack")
+    before = set((home).glob("kubeconfig-*"))
+    with cloud.connect(handle, command=fake) as reachable:
+        assert reachable.dashboard_url != local["dashboard_url"] and reachable.dashboard_url.startswith("http://127.0.0.1:")
+        from burst.targets.local import auth_headers
+
+        req = urllib.request.Request(reachable.dashboard_url + "/api/version", headers=auth_headers(handle))
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        (config,) = set(home.glob("kubeconfig-*")) - before
+        assert oct(config.stat().st_mode & 0o777) == "0o600"
+    assert not config.exists()  # the kubeconfig never outlives the command
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(reachable.dashboard_url + "/api/version", timeout=3)  # the tunnel is closed
