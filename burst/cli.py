@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
@@ -12,31 +11,22 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from . import __version__, state
 from .errors import BurstError
 from .state import ClusterHandle, RunRecord
+from .console import console, out
+from .console import emit_json as _emit_json
+from .console import fail as _fail
 from .planning import bench, catalog, plan, policy_app
 from .targets import check_provider
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
-console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
-out = Console(width=None if sys.stdout.isatty() else 150)
 
 WORKLOADS = ("gan3d",)
 DEFAULT_CLUSTER = "local"
 RUNS_ROOT = Path("burst-runs")
-
-
-def _fail(exc: BurstError) -> None:
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
-    raise typer.Exit(exc.exit_code)
-
-
-def _emit_json(data) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))  # plain: never wrapped or styled
 
 
 def _check_workload(workload: str) -> None:
@@ -59,16 +49,15 @@ def _cluster(name: str) -> ClusterHandle:
 # --------------------------------------------------------------------------- up / down
 
 
-def _choose(policy_file: Optional[Path], gpus: Optional[int], accelerator: Optional[str], preemptible: Optional[bool],
-            provider: Optional[str] = None, epochs: Optional[int] = None):
-    """The plan's choice under the policy and the command line's narrowing."""
+def _choose(pol, gpus: Optional[int], accelerator: Optional[str], preemptible: Optional[bool], provider: Optional[str] = None):
+    """The plan's choice under the (loaded) policy and the command line's narrowing."""
     from .planning import make_plan
 
-    plan, pol = make_plan("gan3d", policy_file, None, gpus=gpus, accelerator=accelerator, preemptible=preemptible,
-                          provider=provider, epochs=epochs)
+    plan, _ = make_plan("gan3d", None, None, loaded_policy=pol, gpus=gpus, accelerator=accelerator, preemptible=preemptible,
+                        provider=provider)
     if plan.choice is None:
         raise BurstError(f"the plan finds no feasible target: {plan.why}; see `burst plan`")
-    return plan.choice, pol
+    return plan.choice
 
 
 def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[int], *, policy_file: Optional[Path] = None,
@@ -81,7 +70,7 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
         check_provider(provider)
     pol = policy_mod.load(policy_file) if policy_file or provider != "local" else None
     if provider is None:
-        choice, pol = _choose(policy_file, gpus, accelerator, preemptible)
+        choice = _choose(pol, gpus, accelerator, preemptible)
         provider = choice.provider
         console.print(f"plan: {choice.provider} {choice.region} {choice.accelerator} x{choice.count}"
                       f"{' preemptible' if choice.preemptible else ''} ({choice.estimate.hours:.1f} h, ${choice.estimate.cost_usd:,.2f})")
@@ -109,7 +98,7 @@ def _up(provider: Optional[str], name: str, cpus: Optional[int], gpus: Optional[
 
     if accelerator is None or region is None:
         # Let the plan, narrowed to this provider and what the command line fixed, fill the rest.
-        choice, pol = _choose(policy_file, gpus, accelerator, preemptible, provider=provider)
+        choice = _choose(pol, gpus, accelerator, preemptible, provider=provider)
         accelerator, region = choice.accelerator, region or choice.region
         gpus = gpus or (None if choice.layout and choice.layout.is_tpu else choice.count)
         preemptible = choice.preemptible if preemptible is None else preemptible
@@ -143,7 +132,9 @@ def up(
         if hours is not None and hours <= 0:
             raise BurstError(f"--hours must be positive, got {hours}")
         started = time.perf_counter()
-        name = name or (provider if provider in ("gcp", "gcp-tpu", "azure") else DEFAULT_CLUSTER)
+        from .targets import CLOUD
+
+        name = name or (provider if provider in CLOUD else DEFAULT_CLUSTER)
         if storage is not None and provider != "local":
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         result = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible,
@@ -255,7 +246,9 @@ def _train_on(
         "threads": max(1, cpus // workers),
         "gpus_per_worker": gpus // workers if gpus else 0, "val_events": val_events, "steps_per_epoch": steps,
     }
-    if handle.provider in ("gcp", "azure"):
+    from .targets import KUBERAY
+
+    if handle.provider in KUBERAY:
         # One Ray Train worker per GPU group of a node (a whole node when the pools are uniform).
         per_worker = int(handle.layout.get("gpus_per_worker", 1))
         job_config.update(workers=int(handle.layout["count"]) // per_worker, gpus_per_worker=per_worker, cpus_per_worker=1, threads=None)
@@ -415,7 +408,7 @@ def _checked_train(workload, cluster, preset, epochs, batch_per_replica, data, s
     if data is None and synthetic is None:
         synthetic = 3000
     handle = _cluster(cluster)
-    from .targets import CLOUD, is_alive
+    from .targets import is_alive
 
     if not is_alive(handle):
         raise BurstError(f"cluster {cluster!r} is not answering; run `burst down {cluster}` then `burst up`", exit_code=1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,9 @@ def submit(handle: ClusterHandle, run: RunRecord, job_config: dict) -> str:
 
     runtime_env: dict = {"env_vars": {"TF_CPP_MIN_LOG_LEVEL": "2"}}
     python = shlex.quote(sys.executable)
-    if handle.provider in ("gcp", "azure"):
+    from .targets import KUBERAY
+
+    if handle.provider in KUBERAY:
         # KubeRay pods run the stock Ray image: ship burst's source and the workload's packages.
         python = "python"
         runtime_env.update(working_dir=str(SOURCE_ROOT), pip=list(CLUSTER_PACKAGES),
@@ -68,8 +69,8 @@ def parse_events(text: str) -> list[dict]:
     out, seen = [], set()
     for line in text.splitlines():
         m = EVENT_RE.search(line)
-        if m and event_key(m.group(1)) not in seen:
-            seen.add(event_key(m.group(1)))
+        if m and (key := event_key(m.group(1))) not in seen:
+            seen.add(key)
             try:
                 out.append(json.loads(m.group(1)))
             except json.JSONDecodeError:
@@ -99,9 +100,10 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
         for line in new.splitlines():
             m = EVENT_RE.search(line)
             if m:
-                if event_key(m.group(1)) in delivered:
+                key = event_key(m.group(1))
+                if key in delivered:
                     continue
-                delivered.add(event_key(m.group(1)))
+                delivered.add(key)
                 try:
                     on_event(json.loads(m.group(1)))
                 except json.JSONDecodeError:
@@ -116,33 +118,15 @@ def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[dict], Non
 
 
 def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
-    """Copy the job's outputs from the cluster's storage into ``burst-runs/<run-id>/``."""
+    """Copy the job's outputs from the cluster's storage (a directory or a bucket) into ``burst-runs/<run-id>/``."""
     from . import storage as cluster_storage
 
     dest = runs_root / run.run_id
     dest.mkdir(parents=True, exist_ok=True)
-    if cluster_storage.is_remote(handle.storage_uri):
-        remote = cluster_storage.join(handle.storage_uri, "runs", run.run_id)
-        if not cluster_storage.exists(remote):
-            raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {remote}", exit_code=1)
-        for item in ("report", "history.json", "job_provenance.json"):
-            if cluster_storage.exists(cluster_storage.join(remote, item)):
-                if item == "report":
-                    cluster_storage.copy_dir(cluster_storage.join(remote, item), str(dest / item))
-                else:
-                    from pyarrow import fs
-
-                    fs.copy_files(cluster_storage.join(remote, item), str((dest / item).resolve()))
-        (dest / "checkpoint_uri.txt").write_text(cluster_storage.join(remote, "checkpoint") + "\n")
-        return dest
-    src = Path(handle.storage_uri) / "runs" / run.run_id
-    if not src.exists():
+    src = cluster_storage.join(handle.storage_uri, "runs", run.run_id)
+    if not cluster_storage.exists(src):
         raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {src}", exit_code=1)
     for item in ("report", "history.json", "job_provenance.json"):
-        s = src / item
-        if s.is_dir():
-            shutil.copytree(s, dest / item, dirs_exist_ok=True)
-        elif s.exists():
-            shutil.copy2(s, dest / item)
-    (dest / "checkpoint_uri.txt").write_text(str(src / "checkpoint") + "\n")
+        cluster_storage.copy(cluster_storage.join(src, item), str(dest / item))
+    (dest / "checkpoint_uri.txt").write_text(cluster_storage.join(src, "checkpoint") + "\n")
     return dest

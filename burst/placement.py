@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import estimate as est_mod
-from .catalog import Offer
+from .catalog import CLOUD_PROVIDERS, Offer
 from .errors import BurstError
 from .layout import Layout, resolve
 from .policy import Policy
@@ -75,6 +75,11 @@ class Plan:
 _QUALITY = ("catalog", "derived", "estimate")
 
 
+def _epochs(policy: Policy, profile: Profile, asked: Optional[int]) -> int:
+    """Epochs to plan for: the command line's, else the policy's, else the workload profile's."""
+    return asked or policy.epochs or profile.epochs
+
+
 def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
     if fixed is not None:
         return [fixed] if fixed <= max_gpus else []
@@ -89,7 +94,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate."""
-    epochs = epochs or policy.epochs or profile.epochs
+    epochs = _epochs(policy, profile, epochs)
     excluded: dict[str, int] = {}
 
     def skip(why: str) -> None:
@@ -126,7 +131,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                 e = est_mod.onprem(n, profile, policy, epochs, events)
                 out.append(Candidate("onprem", "ray", site.name, site.accelerator, n, False, e))
 
-    clouds = [p for p in providers if p in ("gcp", "gcp-tpu", "azure")]
+    clouds = [p for p in providers if p in CLOUD_PROVIDERS]
     shapes: dict[tuple[str, str, str], list[Offer]] = {}
     for o in offers:
         if o.provider not in clouds:
@@ -192,7 +197,7 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     deadline_h = policy.deadline_hours()
     budget = policy.budget_usd
     cands, excluded = candidates(policy, profile, offers, **narrow)
-    epochs = narrow.get("epochs") or policy.epochs or profile.epochs
+    epochs = _epochs(policy, profile, narrow.get("epochs"))
     for c in cands:
         _check(c, deadline_h, budget)
 

@@ -14,23 +14,17 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from .console import console, fail, out
+from .console import emit_json as _emit_json
 from .errors import BurstError
 
-console = Console(stderr=True, soft_wrap=True)
-out = Console(width=None if sys.stdout.isatty() else 150)  # a plan table is wide; do not fold it into 80 columns
-
-
-def _emit_json(data) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
-
-
-def make_plan(workload: str, policy_file: Optional[Path], catalog_file: Optional[Path], **narrow):
+def make_plan(workload: str, policy_file: Optional[Path], catalog_file: Optional[Path], loaded_policy=None, **narrow):
+    """The plan and the policy it was made under (``loaded_policy`` spares reading the file again)."""
     from . import catalog, placement, policy, profile
 
-    pol = policy.load(policy_file)
+    pol = loaded_policy or policy.load(policy_file)
     prof = profile.load(workload)
     offers = catalog.load(catalog_file)
     return placement.plan(pol, prof, offers, **narrow), pol
@@ -102,8 +96,7 @@ def plan(
         p, _ = make_plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events,
                          provider=provider, accelerator=accelerator)
     except BurstError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(exc.exit_code)
+        fail(exc)
     if as_json:
         _emit_json(p.to_dict())
     else:
@@ -126,8 +119,7 @@ def policy_check(file: Path = typer.Argument(..., help="policy YAML")) -> None:
     try:
         p = policy.load(file)
     except BurstError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(exc.exit_code)
+        fail(exc)
     deadline = p.deadline_hours()
     parts = [f"objective {p.objective}", f"providers {', '.join(p.providers)}", f"regions {', '.join(p.regions)}",
              f"preemptible {p.preemptible}", f"max {p.max_gpus} GPUs"]
@@ -163,12 +155,10 @@ def catalog(
     try:
         offers = cat.load(catalog_file)
     except BurstError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(exc.exit_code)
+        fail(exc)
     rows = [o for o in offers if (accelerator is None or o.accelerator.lower() == accelerator.lower()) and (provider is None or o.provider == provider)]
     if not rows:
-        console.print(f"[red]error:[/red] no catalog rows match; accelerators: {', '.join(cat.accelerators(offers))}")
-        raise typer.Exit(2)
+        fail(BurstError(f"no catalog rows match; accelerators: {', '.join(cat.accelerators(offers))}"))
     if as_json:
         _emit_json([o.to_dict() for o in rows])
         return
@@ -214,11 +204,9 @@ def bench(
                   "cpus": os.cpu_count(), "batch": batch}
         path = profile.record_local(workload, record)
     except BurstError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(exc.exit_code)
+        fail(exc)
     except subprocess.TimeoutExpired:
-        console.print("[red]error:[/red] the benchmark did not finish within an hour")
-        raise typer.Exit(1)
+        fail(BurstError("the benchmark did not finish within an hour", exit_code=1))
     if as_json:
         _emit_json({**record, "recorded_in": str(path)})
     else:

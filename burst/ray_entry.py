@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -59,7 +60,6 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
 
 def train_loop_per_worker(cfg: dict) -> None:
     """Ray Train worker: build or restore the trainer, report a checkpoint every epoch."""
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import ray.train
     from ray.train import Checkpoint
@@ -108,9 +108,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
                 should_stop=lambda: cluster_storage.exists(stop_file))
     if cluster_storage.is_remote(cfg["train_files"][0]):
-        import shutil
-
-        shutil.rmtree(Path(tempfile.gettempdir()) / "burst-data" / cfg["run_id"], ignore_errors=True)
+        shutil.rmtree(_node_data_dir(cfg["run_id"]), ignore_errors=True)
     if trainer.stopped:
         # Asked to stop (the CLI's budget guard): a final checkpoint of the weights as they are now.
         # It records only the whole epochs done, so a resume would redo the interrupted epoch.
@@ -128,6 +126,16 @@ def stop_request_path(storage: str, run_id: str) -> str:
     return f"{storage.rstrip('/')}/runs/{run_id}/STOP"
 
 
+def _work_dir(run_id: str) -> Path:
+    """The job driver's local copy of a bucket-backed run (data, results) before publishing."""
+    return Path(tempfile.gettempdir()) / "burst" / run_id
+
+
+def _node_data_dir(run_id: str) -> Path:
+    """Where a worker node keeps the training files it copied from the bucket."""
+    return Path(tempfile.gettempdir()) / "burst-data" / run_id
+
+
 def _local_files(files: list[str], run_id: str) -> list[Path]:
     """Training files as local paths; files in a bucket are copied to this node's disk first."""
     from . import storage as cluster_storage
@@ -135,7 +143,7 @@ def _local_files(files: list[str], run_id: str) -> list[Path]:
     if not files or not cluster_storage.is_remote(files[0]):
         return [Path(f) for f in files]
 
-    local = Path(tempfile.gettempdir()) / "burst-data" / run_id
+    local = _node_data_dir(run_id)
     parent = files[0].rsplit("/", 1)[0]
     if not local.exists():
         cluster_storage.copy_dir(parent, str(local))
@@ -148,8 +156,6 @@ def _train_on_tpu(cfg: dict, final_dir: str) -> str:
     The same strategy-agnostic trainer as on GPUs; a checkpoint goes to the cluster storage at
     every epoch, and a restarted task (a preempted slice comes back) resumes from the newest.
     """
-    import shutil
-
     import tensorflow as tf
 
     from workloads.gan3d import pipeline
@@ -178,8 +184,9 @@ def _train_on_tpu(cfg: dict, final_dir: str) -> str:
         emit("epoch", epochs=cfg["epochs"], **metrics)
 
     stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
+    every = max(1, steps // STEP_EVENTS_PER_EPOCH)
     trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end],
-                on_step=lambda info: emit("step", **info) if info["step"] % max(1, steps // STEP_EVENTS_PER_EPOCH) == 0 else None,
+                on_step=lambda info: emit("step", **info) if info["step"] % every == 0 else None,
                 should_stop=lambda: cluster_storage.exists(stop_file))
     trainer.save(final_dir)
     if trainer.stopped:
@@ -201,7 +208,7 @@ def run(cfg: dict) -> int:
     timings: dict[str, float] = {"job_start": time.time()}
     remote = cluster_storage.is_remote(cfg["storage"])
     # A bucket cannot be written like a directory: work on local disk and copy to the bucket.
-    storage = Path(tempfile.gettempdir()) / "burst" / cfg["run_id"] if remote else Path(cfg["storage"])
+    storage = _work_dir(cfg["run_id"]) if remote else Path(cfg["storage"])
     if cfg.get("synthetic"):
         emit("status", message=f"generating {cfg['synthetic']} synthetic Monte Carlo events")
         name = f"synthetic-{cfg['synthetic']}-s{cfg.get('seed', 0)}"
@@ -223,6 +230,7 @@ def run(cfg: dict) -> int:
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage / "runs" / cfg["run_id"]
     if cfg.get("tpu"):
+        train_on_tpu = ray.remote(resources={"TPU_HOST": 1}, max_retries=3)(_train_on_tpu)
         ckpt_dir = ray.get(train_on_tpu.remote(cfg, str(out_dir / "checkpoint")))
         timings["trained"] = time.time()
         return _finish(Path(ckpt_dir), out_dir, cfg, timings, train_files, test_files)
@@ -287,26 +295,8 @@ def _publish(out_dir: Path, cfg: dict) -> None:
     from . import storage as cluster_storage
 
     if cluster_storage.is_remote(cfg["storage"]):
-        import shutil
-
         cluster_storage.copy_dir(str(out_dir), cluster_storage.join(cfg["storage"], "runs", cfg["run_id"]))
-        shutil.rmtree(Path(tempfile.gettempdir()) / "burst" / cfg["run_id"], ignore_errors=True)  # the local work copy
-
-
-def _remote_tpu_task():
-    import ray
-
-    return ray.remote(resources={"TPU_HOST": 1}, max_retries=3)(_train_on_tpu)
-
-
-class _LazyTask:
-    """``train_on_tpu.remote(...)``: the Ray task is built only when a TPU run asks for it."""
-
-    def remote(self, *args):
-        return _remote_tpu_task().remote(*args)
-
-
-train_on_tpu = _LazyTask()
+        shutil.rmtree(_work_dir(cfg["run_id"]), ignore_errors=True)
 
 
 def main() -> int:

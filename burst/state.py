@@ -67,7 +67,6 @@ class ClusterHandle(BaseModel):
     layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
     hourly_usd: float = 0.0
     budget_usd: float | None = None  # the policy's total budget: `burst train` stops before it is spent
-    spent_usd: float = 0.0  # cost already accrued by earlier runs on this cluster (budget guard)
     pids: list[int] = Field(default_factory=list)
     region: str | None = None
     accelerator: str | None = None

@@ -28,16 +28,49 @@ def exists(uri: str) -> bool:
 
 
 def write_text(uri: str, text: str) -> None:
+    write_bytes(uri, text.encode())
+
+
+def write_bytes(uri: str, data: bytes) -> None:
     if not is_remote(uri):
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
-        Path(uri).write_text(text)
+        Path(uri).write_bytes(data)
         return
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
     filesystem.create_dir(inner.rsplit("/", 1)[0], recursive=True)  # a no-op on object stores
     with filesystem.open_output_stream(inner) as f:
-        f.write(text.encode())
+        f.write(data)
+
+
+def copy(src: str, dest: str) -> bool:
+    """Copy a file or a directory tree between local paths and bucket URIs; False when ``src`` is absent."""
+    if not is_remote(src):
+        path = Path(src)
+        if not path.exists():
+            return False
+        if path.is_dir():
+            copy_dir(src, dest)
+        elif is_remote(dest):
+            write_bytes(dest, path.read_bytes())
+        else:
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+        return True
+    from pyarrow import fs
+
+    filesystem, inner = fs.FileSystem.from_uri(src)
+    kind = filesystem.get_file_info(inner).type
+    if kind == fs.FileType.NotFound:
+        return False
+    if kind == fs.FileType.Directory:
+        copy_dir(src, dest)
+    else:
+        if not is_remote(dest):
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        fs.copy_files(src, dest if is_remote(dest) else str(Path(dest).resolve()))
+    return True
 
 
 def copy_dir(src: str, dest: str) -> None:

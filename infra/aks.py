@@ -65,12 +65,9 @@ def program(spec: StackSpec) -> dict:
     secret = k8s.core.v1.Secret(
         "storage-key", metadata={"name": "burst-storage", "namespace": RAY_NAMESPACE, "labels": tags},
         string_data={"key": pulumi.Output.secret(keys.keys[0].value)},
-        opts=pulumi.ResourceOptions(provider=ray["provider"], depends_on=[ray["namespace"]], deleted_with=cluster),
+        opts=ray["object_opts"],
     )
-    pulumi.export("kubeconfig", config)
     pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
-    pulumi.export("ray_namespace", RAY_NAMESPACE)
-    pulumi.export("ray_head_service", ray["head_service"])
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("resource_group", rg.name)
     return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray, "secret": secret}

@@ -111,12 +111,9 @@ def program(spec: StackSpec) -> dict:
     ksa = k8s.core.v1.ServiceAccount(
         "ray-ksa", metadata={"name": KSA, "namespace": RAY_NAMESPACE, "labels": labels,
                              "annotations": {"iam.gke.io/gcp-service-account": gsa.email}},
-        opts=pulumi.ResourceOptions(provider=ray["provider"], depends_on=[ray["namespace"]], deleted_with=cluster),
+        opts=ray["object_opts"],
     )
-    pulumi.export("kubeconfig", config)
     pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
-    pulumi.export("ray_namespace", RAY_NAMESPACE)
-    pulumi.export("ray_head_service", ray["head_service"])
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("zone", zone)
     return {"cluster": cluster, "system_pool": system, "gpu_pools": pools, "bucket": bucket, "ray": ray, "ksa": ksa}

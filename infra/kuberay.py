@@ -59,7 +59,12 @@ def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict],
 def install(spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource, pool_resources: Sequence[pulumi.Resource],
             node_selector_for, system_selector: dict, tolerations: list, env: Optional[list] = None,
             service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = ()) -> dict:
-    """The operator and the RayCluster; returns the objects and the head service name."""
+    """The operator and the RayCluster, and the exports burst needs to reach the head.
+
+    Returns the objects, the head service name and ``object_opts``: the options every further
+    in-cluster object of the program takes (this provider, after the namespace, deleted with
+    the cluster).
+    """
     env = env or []
     provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
                             opts=pulumi.ResourceOptions(depends_on=[cluster, *pool_resources]))
@@ -79,5 +84,10 @@ def install(spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Reso
         spec=ray_cluster_spec(spec, system_selector, groups, env, service_account),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[operator, *extra], deleted_with=cluster),
     )
+    head_service = f"{RAY_CLUSTER_NAME}-head-svc"
+    pulumi.export("kubeconfig", kubeconfig)
+    pulumi.export("ray_namespace", RAY_NAMESPACE)
+    pulumi.export("ray_head_service", head_service)
+    object_opts = pulumi.ResourceOptions(provider=provider, depends_on=[namespace], deleted_with=cluster)
     return {"provider": provider, "namespace": namespace, "operator": operator, "ray_cluster": ray_cluster,
-            "head_service": f"{RAY_CLUSTER_NAME}-head-svc"}
+            "head_service": head_service, "object_opts": object_opts}

@@ -15,6 +15,7 @@ from ..state import ClusterHandle
 
 PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
 CLOUD = ("gcp", "gcp-tpu", "azure")
+KUBERAY = ("gcp", "azure")  # clouds whose Ray cluster is a KubeRay RayCluster (the TPU VM runs Ray itself)
 _MODULES = {"local": "local", "ray": "ray", "gcp": "cloud", "gcp-tpu": "cloud", "azure": "cloud"}
 
 

@@ -28,11 +28,11 @@ from typing import Iterator, Optional
 from rich.console import Console
 
 from .. import catalog, state
+from ..console import console
 from ..errors import BurstError
 from ..layout import Layout, resolve
 from ..state import ClusterHandle
 
-console = Console(stderr=True, soft_wrap=True)
 DEFAULT_LEASE_HOURS = 24.0
 SECRET_OUTPUTS = ("kubeconfig",)
 

@@ -103,7 +103,7 @@ def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status == 200
-    except (urllib.error.URLError, OSError, BurstError):
+    except (urllib.error.URLError, OSError, ValueError, BurstError):
         return False
 
 

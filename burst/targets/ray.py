@@ -15,16 +15,7 @@ from typing import Optional
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from .local import auth_headers
-
-
-def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
-    try:
-        req = urllib.request.Request(handle.dashboard_url.rstrip("/") + "/api/version", headers=auth_headers(handle))
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError, BurstError):
-        return False
+from .local import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
 
 
 def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -50,6 +51,7 @@ def home():
     yield path
     env = {**os.environ, "BURST_HOME": str(path)}
     subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env=env, capture_output=True, timeout=120)
+    shutil.rmtree(path, ignore_errors=True)  # mkdtemp is outside pytest's tmp_path: remove it ourselves
 
 
 @pytest.fixture(scope="module")

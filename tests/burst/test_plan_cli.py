@@ -84,14 +84,14 @@ def test_catalog_filters_and_overrides(tmp_path):
     assert {c["region"] for c in plan["candidates"] if c["target"] == "cloud"} == {"europe-west9"}
 
 
-def test_plan_imports_no_heavy_frameworks():
+def test_plan_imports_no_heavy_frameworks(tmp_path):
     code = ("import sys; sys.argv = ['burst', 'plan', '--json']\n"
             "import burst.cli\n"
             "try:\n    burst.cli.app()\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('tensorflow', 'ray', 'keras', 'h5py', 'pulumi', 'matplotlib', 'numpy') if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                         env={**os.environ, "BURST_HOME": "/tmp/burst-lazy-check"})
+                         env={**os.environ, "BURST_HOME": str(tmp_path)})
     assert "HEAVY []" in out.stderr, out.stderr[-2000:]
 
 

@@ -1,0 +1,29 @@
+"""Where the CLI writes: people's messages and errors on stderr, machine output on stdout.
+
+One place for both consoles so every command prints errors the same way (one line, however
+long) and tables at the same width.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from .errors import BurstError
+
+console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
+out = Console(width=None if sys.stdout.isatty() else 150)  # tables are wide; do not fold them into 80 columns when piped
+
+
+def fail(exc: BurstError) -> NoReturn:
+    """Print a user-facing error as one line and exit with its code."""
+    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    raise typer.Exit(exc.exit_code)
+
+
+def emit_json(data) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))  # plain: never wrapped or styled
