@@ -237,8 +237,11 @@ def test_budget_guard_checkpoints_stops_and_tears_down_before_the_budget_is_spen
     assert (ckpt / "stopped.json").exists() and list(ckpt.glob("gan3d.data-*"))
 
 
-def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path):
+def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monkeypatch):
     # The path cloud clusters take (storage in a bucket), driven here through pyarrow's file:// filesystem.
+    job_tmp = tmp_path / "node-tmp"  # the cluster's local disk: the job's work copies go here, not to /tmp
+    job_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(job_tmp))
     bucket = tmp_path / "bucket"
     dataset = bucket / "datasets" / "ele"  # CERN-format files already in the bucket
     subprocess.run([sys.executable, "-m", "workloads.gan3d", "generate", "--out", str(dataset), "--events", "300", "--per-file", "100"],
@@ -256,7 +259,8 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path):
         local = Path(run["run_dir"])
         assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1
         assert (local / "checkpoint_uri.txt").read_text().strip() == f"{bucket.as_uri()}/runs/{run['run_id']}/checkpoint"
-        assert not (Path(tempfile.gettempdir()) / "burst" / run["run_id"]).exists()  # the job's local work copy is gone
+        assert not (job_tmp / "burst" / run["run_id"]).exists()  # the job's local work copy is gone
+        assert not (job_tmp / "burst-data" / run["run_id"]).exists()  # and the worker's copy of the data
     finally:
         burst("down", "bucket", home=home, cwd=tmp_path)
 
