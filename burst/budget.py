@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .errors import BurstError
 from .state import ClusterHandle
 
 CHECKPOINT_RESERVE_S = 60.0  # a final checkpoint of the paper preset, written to cluster storage
 LOCAL_TEARDOWN_S = 15.0
+
+
+def now() -> float:
+    """The guard's clock (one seam, so that its decisions can be tested without waiting)."""
+    return time.time()
 
 
 def teardown_seconds(provider: str) -> float:
@@ -32,6 +37,7 @@ class BudgetGuard:
     budget_usd: float
     reserve_s: float
     requested_at: Optional[float] = None
+    forced: bool = False
 
     @classmethod
     def for_cluster(cls, handle: ClusterHandle, budget_usd: Optional[float]) -> Optional["BudgetGuard"]:
@@ -40,13 +46,13 @@ class BudgetGuard:
             return None
         return cls(handle, budget, CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider))
 
-    def accrued(self, now: Optional[float] = None) -> float:
-        now = time.time() if now is None else now
-        return self.handle.hourly_usd * max(0.0, now - self.handle.created) / 3600
+    def accrued(self, at: Optional[float] = None) -> float:
+        at = now() if at is None else at
+        return self.handle.hourly_usd * max(0.0, at - self.handle.created) / 3600
 
-    def must_stop(self, now: Optional[float] = None) -> bool:
-        now = time.time() if now is None else now
-        return self.accrued(now + self.reserve_s) >= self.budget_usd
+    def must_stop(self, at: Optional[float] = None) -> bool:
+        at = now() if at is None else at
+        return self.accrued(at + self.reserve_s) >= self.budget_usd
 
     def check_can_start(self) -> None:
         if self.must_stop():
@@ -58,8 +64,25 @@ class BudgetGuard:
         from .ray_entry import stop_request_path
 
         storage.write_text(stop_request_path(self.handle.storage_uri, run_id), "budget\n")
-        self.requested_at = time.time()
+        self.requested_at = now()
 
-    def overdue(self) -> bool:
+    def overdue(self, at: Optional[float] = None) -> bool:
         """The workers did not stop within the reserve: the job must be stopped hard."""
-        return self.requested_at is not None and time.time() - self.requested_at > CHECKPOINT_RESERVE_S
+        at = now() if at is None else at
+        return self.requested_at is not None and not self.forced and at - self.requested_at > CHECKPOINT_RESERVE_S
+
+    def poll(self, run_id: str, stop_job: Callable[[], None]) -> Optional[str]:
+        """One look at the budget while a run goes on; returns what the user should be told.
+
+        First it asks the workers to stop (they agree on a step and checkpoint); if they have not
+        stopped within the checkpoint reserve, it stops the job hard, once.
+        """
+        if self.requested_at is None and self.must_stop():
+            self.request_stop(run_id)
+            return (f"${self.accrued():,.2f} of ${self.budget_usd:,.2f} spent; taking a final checkpoint and stopping "
+                    f"(reserve {self.reserve_s:.0f} s for checkpoint and tear-down)")
+        if self.overdue():
+            stop_job()
+            self.forced = True
+            return "the workers did not stop in time; stopping the job"
+        return None

@@ -273,16 +273,9 @@ def _train_on(
     progress = RunProgress(console, run, submitted)
 
     def watch_budget() -> None:
-        if guard is None:
-            return
-        if guard.requested_at is None and guard.must_stop():
-            guard.request_stop(run.run_id)
-            console.print(f"[yellow]budget guard:[/yellow] ${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; "
-                          f"taking a final checkpoint and stopping (reserve {guard.reserve_s:.0f} s for checkpoint and tear-down)")
-        elif guard.overdue():
-            console.print("[yellow]budget guard:[/yellow] the workers did not stop in time; stopping the job")
-            jobs.client(handle).stop_job(run.job_id)
-            guard.requested_at = float("inf")  # stop once
+        message = guard.poll(run.run_id, stop_job=lambda: jobs.client(handle).stop_job(run.job_id)) if guard else None
+        if message:
+            console.print(f"[yellow]budget guard:[/yellow] {message}")
 
     try:
         with progress:

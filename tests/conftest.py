@@ -8,6 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
+# No test may reach a cloud (scrubbed environment + a guard that fails any test that tried);
+# pytester runs the guard's own tests.
+pytest_plugins = ["tests.cloud_guard", "pytester"]
+
 
 @pytest.fixture(scope="session")
 def tiny_h5(tmp_path_factory):
