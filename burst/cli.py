@@ -266,7 +266,7 @@ def _train_on(
         guard.check_can_start()
     submitted = time.time()
     jobs.submit(handle, run, job_config)
-    console.print(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}")
+    console.print(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
     if detach:
         console.print(f"detached; follow with `burst logs {run.run_id} --follow`")
         return run
@@ -279,7 +279,7 @@ def _train_on(
 
     try:
         with progress:
-            status = jobs.follow(handle, run, progress.on_event, on_line=progress.on_log_line, on_poll=watch_budget)
+            status = jobs.follow(handle, run, progress.on_event, on_poll=watch_budget)
     except KeyboardInterrupt:
         if cancel:
             jobs.client(handle).stop_job(run.job_id)

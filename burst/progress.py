@@ -83,10 +83,5 @@ class RunProgress:
             self.console.print(f"validation: sampling fraction MC {s.get('sf_mc', 0):.4f} vs GAN {s.get('sf_gan', 0):.4f}, "
                                f"optimisation metric {s.get('optimisation_metric', float('nan')):.3g}")
 
-    def on_log_line(self, line: str) -> None:
-        """Show one line of the job's own log, dimmed, above the progress bar."""
-        if line.strip():
-            self.console.print(line, style="dim", markup=False, highlight=False)
-
     def snapshot(self) -> dict:
         return {"epoch": self.last_epoch.get("epoch"), "epochs": self.epochs, "samples_per_s": self.last_epoch.get("samples_per_s")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -20,6 +21,23 @@ from pathlib import Path
 
 EVENT = "BURST_EVENT"
 STEP_EVENTS_PER_EPOCH = 10
+
+
+# A DataError raised in a worker's input pipeline reaches the driver wrapped twice (TensorFlow's
+# InvalidArgumentError inside Ray Train's worker-group error); its own message is the useful part.
+_DATA_ERROR = re.compile(r"DataError: (.+?)(?:\s*\[\[|\s*$)", re.MULTILINE)
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line in burst's words for why the job failed (the traceback stays in the job log)."""
+    text = str(exc)
+    if exc.__class__.__name__ == "DataError":
+        return f"bad input data: {text}"
+    found = _DATA_ERROR.findall(text)
+    if found:
+        return f"bad input data: {found[-1].strip()}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
 
 
 def emit(kind: str, **fields) -> None:
@@ -87,9 +105,10 @@ def train_loop_per_worker(cfg: dict) -> None:
         emit("start", epoch=start_epoch, epochs=cfg["epochs"], steps=steps, replicas=strategy.num_replicas_in_sync,
              global_batch=trainer.global_batch, resumed=resume_dir is not None, pid=os.getpid())
         # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
-        # re-announce the restored history (the CLI counts each epoch number once).
+        # re-announce the restored history, marked as a replay (the CLI counts each epoch number
+        # once; a replayed epoch was not trained again).
         for metrics in trainer.history:
-            emit("epoch", epochs=cfg["epochs"], **metrics)
+            emit("epoch", epochs=cfg["epochs"], replayed=True, **metrics)
     every = max(1, steps // STEP_EVENTS_PER_EPOCH)
 
     def on_step(info: dict) -> None:
@@ -225,6 +244,10 @@ def run(cfg: dict) -> int:
         bucket_dir = cluster_storage.join(cfg["storage"], "data", cfg["run_id"], "train")
         cluster_storage.copy_dir(str(train_files[0].parent), bucket_dir)
         shared_train = [cluster_storage.join(bucket_dir, f.name) for f in train_files]
+    from workloads.gan3d.data import check_conditions
+
+    for f in list(train_files) + list(test_files):  # a bad file fails here once, not in every worker retry
+        check_conditions(Path(f))
     timings["data_ready"] = time.time()
     cfg = {**cfg, "train_files": shared_train}
     ray.init(address="auto", log_to_driver=True)
@@ -252,7 +275,7 @@ def run(cfg: dict) -> int:
     result = trainer.fit()
     timings["trained"] = time.time()
     if result.checkpoint is None:
-        emit("failed", message=f"training produced no checkpoint: {result.error}")
+        emit("failed", message=f"training produced no checkpoint: {failure_line(result.error) if result.error else 'no error reported'}")
         return 1
     ckpt_dir = Path(result.checkpoint.to_directory(str(out_dir / "checkpoint")))
     return _finish(ckpt_dir, out_dir, cfg, timings, train_files, test_files)
@@ -307,7 +330,7 @@ def main() -> int:
         import traceback
 
         traceback.print_exc()
-        emit("failed", message=f"{exc.__class__.__name__}: {exc}")
+        emit("failed", message=failure_line(exc))
         return 1
 
 

@@ -77,19 +77,43 @@ def auth_headers(handle: ClusterHandle) -> dict[str, str]:
 
 
 def cluster_processes(cluster_id: str) -> list:
-    """psutil processes of this user whose environment carries this cluster's marker."""
+    """psutil processes of this cluster: those whose environment carries its marker or that hold
+    files open under its temp dir, and every descendant of those.
+
+    The marker alone is not enough: Ray starts some children (its agents, the dashboard's
+    forkserver modules) with an environment of their own, and a child whose parent died is
+    re-parented away from the tree, so both the temp dir and the tree are looked at.
+    """
     import psutil
 
-    found = []
     needle = f"{MARKER}={cluster_id}".encode()
+    temp_dir = str(_temp_dir(cluster_id))
+    roots: dict[int, psutil.Process] = {}
+    me = os.getpid()
     for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
         try:
             with open(f"/proc/{proc.pid}/environ", "rb") as fh:
                 if needle in fh.read().split(b"\0"):
-                    found.append(proc)
+                    roots[proc.pid] = proc
+                    continue
+            if any(f.path.startswith(temp_dir) for f in proc.open_files()):
+                roots[proc.pid] = proc
         except (OSError, psutil.Error):
             continue
-    return found
+    found = dict(roots)
+    for proc in roots.values():
+        try:
+            found.update((child.pid, child) for child in proc.children(recursive=True) if child.pid != me)
+        except psutil.Error:
+            continue
+    return list(found.values())
+
+
+def _temp_dir(cluster_id: str) -> Path:
+    """Ray's session directory of a local cluster (short: Ray puts Unix sockets under it)."""
+    return state.home() / "ray" / cluster_id
 
 
 def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
@@ -129,8 +153,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32))
-        # Short path: Ray puts Unix sockets under it (108-byte limit).
-        temp_dir = state.home() / "ray" / cluster_id
+        temp_dir = _temp_dir(cluster_id)
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         storage = cdir / "storage"
         storage.mkdir(exist_ok=True)

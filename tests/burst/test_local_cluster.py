@@ -1,12 +1,15 @@
 """The local target on a real Ray cluster: up, train, preemption, crashes, down.
 
 One cluster serves the module (starting Ray costs ~10 s); every test leaves it as it found it.
+Tests that start a cluster of their own check that nothing is left with an independent process
+census (``tests/census.py``), not with burst's own finder.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -18,11 +21,36 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from tests import census
 
 pytestmark = pytest.mark.slow
 
 TRAIN_ARGS = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
+# The uninterrupted reference run and the preempted run train exactly this (same seed, data, threads).
+RESUME_ARGS = ["--epochs", "3", "--steps", "6", *TRAIN_ARGS]
+EVENT_LINE = re.compile(r"BURST_EVENT (\{.*\})\s*$")
+
+
+def raw_events(log: str) -> list[dict]:
+    """Every event line of a job log, without burst's de-duplication by epoch number (only a
+    line Ray forwarded twice, identical to the byte, counts once)."""
+    seen, out = set(), []
+    for line in log.splitlines():
+        m = EVENT_LINE.search(line)
+        if m and m.group(1) not in seen:
+            seen.add(m.group(1))
+            out.append(json.loads(m.group(1)))
+    return out
+
+
+def checkpoint_tensors(directory: Path) -> dict:
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(directory / "gan3d"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" in name or "/.ATTRIBUTES/VARIABLE_VALUE" in name}
 
 
 def burst(*args, home, cwd, timeout=300, check=True):
@@ -56,12 +84,25 @@ def home():
 
 @pytest.fixture(scope="module")
 def cluster(home, tmp_path_factory):
+    before = census.snapshot()
     cwd = tmp_path_factory.mktemp("cwd")
     proc = burst("up", "--provider", "local", "--name", "t", "--cpus", "2", "--json", home=home, cwd=cwd)
     handle = json.loads(proc.stdout)
+    assert marked(handle["cluster_id"])  # the finder sees the cluster, so its "none left" below means something
     yield handle, cwd
     burst("down", "t", home=home, cwd=cwd, check=False)
     assert marked(handle["cluster_id"]) == []
+    census.assert_none_left(before)
+
+
+@pytest.fixture(scope="module")
+def straight_run(home, tmp_path_factory):
+    """README line 1, `burst run gan3d --provider local`, shortened: up, train, validate, down."""
+    cwd = tmp_path_factory.mktemp("headline")
+    before = census.snapshot()
+    proc = burst("run", "gan3d", "--provider", "local", "--cpus", "2", *RESUME_ARGS, home=home, cwd=cwd, check=False)
+    left = census.survivors(before)
+    return proc, cwd, left
 
 
 def test_up_is_secure_and_idempotent(cluster, home):
@@ -88,16 +129,16 @@ def test_up_is_secure_and_idempotent(cluster, home):
     assert again["cluster_id"] == handle["cluster_id"] and again["created_now"] is False
 
 
-def test_train_writes_a_complete_run_directory(cluster, home):
-    handle, cwd = cluster
-    burst("train", "gan3d", "--cluster", "t", "--epochs", "2", "--steps", "3", *TRAIN_ARGS, home=home, cwd=cwd)
-    runs = list((cwd / "burst-runs").iterdir())
-    assert len(runs) == 1
-    run_dir = runs[0]
-    for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json"):
+def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, home):
+    proc, cwd, left = straight_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert left == [], f"processes left behind: {left}"
+    assert not list(Path(home, "clusters").glob("*.json"))  # the temporary cluster is gone
+    (run_dir,) = list((cwd / "burst-runs").iterdir())
+    assert f"report: {run_dir.resolve() / 'report' / 'report.html'}" in " ".join(proc.stderr.split())
+    for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json", "job.log"):
         assert (run_dir / name).exists(), name
-    history = json.loads((run_dir / "history.json").read_text())
-    assert [h["epoch"] for h in history] == [1, 2]
+    assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2, 3]
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["target"]["provider"] == "local"
     assert provenance["versions"]["tensorflow"] and provenance["data_hashes"]
@@ -105,10 +146,11 @@ def test_train_writes_a_complete_run_directory(cluster, home):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.01 < metrics["summary"]["sf_mc"] < 0.03
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
-    assert status["clusters"][0]["state"] == "running"
     assert any(r["run_id"] == run_dir.name and r["state"] == "SUCCEEDED" for r in status["runs"])
     report = burst("report", run_dir.name, home=home, cwd=cwd).stdout.strip()
     assert report.endswith("report.html") and Path(report).exists()
+    logs = burst("logs", run_dir.name, home=home, cwd=cwd).stdout  # the cluster is gone: the saved log
+    assert '"type": "done"' in logs
 
 
 def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
@@ -132,21 +174,33 @@ def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
     raise AssertionError("event did not arrive in time")
 
 
-def test_killed_cli_and_preempted_worker_still_finish_every_epoch_once(cluster, home):
-    """SIGKILL `burst train` and then a Ray Train worker mid-run: the job resumes from its latest
-    checkpoint and completes the requested epochs, with no lost or repeated epoch."""
+def _new_run_id(home, before: set, timeout=60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        new = set(Path(home, "runs").glob("gan3d-*.json")) - before if Path(home, "runs").exists() else set()
+        if new:
+            return new.pop().stem
+        assert time.monotonic() < deadline, "burst train recorded no run"
+        time.sleep(0.3)
+
+
+def _runs(home) -> set:
+    return set(Path(home, "runs").glob("gan3d-*.json")) if Path(home, "runs").exists() else set()
+
+
+def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straight_run):
+    """Ctrl-C on `burst train` detaches (the job goes on); a Ray Train worker SIGKILLed mid-run is
+    restarted from the newest checkpoint; every epoch is trained once and the final weights equal
+    those of the uninterrupted headline run."""
     handle, cwd = cluster
-    epochs = 4
-    cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", str(epochs), "--steps", "6", *TRAIN_ARGS, home=home, cwd=cwd)
-    before = set(Path(home, "runs").glob("gan3d-*.json")) if Path(home, "runs").exists() else set()
-    deadline = time.time() + 60
-    while not set(Path(home, "runs").glob("gan3d-*.json")) - before:
-        assert time.time() < deadline, "burst train recorded no run"
-        time.sleep(0.5)
-    run_id = (set(Path(home, "runs").glob("gan3d-*.json")) - before).pop().stem
+    epochs = 3
+    before = _runs(home)
+    cli = popen_burst("train", "gan3d", "--cluster", "t", *RESUME_ARGS, home=home, cwd=cwd)
+    run_id = _new_run_id(home, before)
     _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "epoch" and e["epoch"] == 1)
-    cli.send_signal(signal.SIGKILL)  # the CLI dies; the job must go on
-    cli.wait(10)
+    cli.send_signal(signal.SIGINT)  # Ctrl-C without --cancel: detach, the job must go on
+    _, stderr = cli.communicate(timeout=30)
+    assert cli.returncode == 130 and "detached; the run goes on" in " ".join(stderr.split())
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
     assert next(r for r in status["runs"] if r["run_id"] == run_id)["state"] == "RUNNING"
 
@@ -155,86 +209,164 @@ def test_killed_cli_and_preempted_worker_still_finish_every_epoch_once(cluster, 
 
     done, events = _wait_for_event(home, cwd, run_id, lambda e: e["type"] in ("done", "failed"), timeout=400)
     assert done["type"] == "done", events
-    starts = [e for e in events if e["type"] == "start"]
+    from burst import jobs, state
+    from burst.state import ClusterHandle
+
+    raw = raw_events(jobs.client(state.load(ClusterHandle, "t")).get_job_logs(run_id))
+    starts = [e for e in raw if e["type"] == "start"]
     assert len(starts) >= 2 and starts[-1]["resumed"] is True and starts[-1]["epoch"] >= 1
-    assert [e["epoch"] for e in events if e["type"] == "epoch"] == list(range(1, epochs + 1))
+    trained = [e["epoch"] for e in raw if e["type"] == "epoch" and not e.get("replayed")]
+    assert trained == list(range(1, epochs + 1))  # no epoch trained twice, none skipped
+    assert all(e["epoch"] <= starts[-1]["epoch"] for e in raw if e.get("replayed"))  # only restored epochs replayed
     # `burst logs --follow` returns when the job ends; `burst report` then fetches the results
-    # that the killed CLI never collected.
+    # that the detached CLI never collected.
     follow = burst("logs", run_id, "--follow", home=home, cwd=cwd).stdout
     assert '"type": "done"' in follow
     report = Path(burst("report", run_id, home=home, cwd=cwd).stdout.strip())
     history = json.loads((report.parent.parent / "history.json").read_text())
     assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
 
+    # Exact resume: the preempted run ends with the uninterrupted run's weights and optimiser state.
+    proc, straight_cwd, _ = straight_run
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (straight_dir,) = list((straight_cwd / "burst-runs").iterdir())
+    straight = checkpoint_tensors(Path((straight_dir / "checkpoint_uri.txt").read_text().strip()))
+    resumed = checkpoint_tensors(Path((report.parent.parent / "checkpoint_uri.txt").read_text().strip()))
+    assert straight.keys() == resumed.keys() and len(straight) > 50
+    for name in straight:
+        np.testing.assert_array_equal(straight[name], resumed[name], err_msg=name)
 
-def test_killed_up_is_reported_truthfully_and_down_cleans_up(home, tmp_path):
+
+def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
+    handle, cwd = cluster
+    before = _runs(home)
+    cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", "50", "--cancel", *TRAIN_ARGS, home=home, cwd=cwd)
+    run_id = _new_run_id(home, before)
+    _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "step")
+    cli.send_signal(signal.SIGINT)
+    _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 130 and f"run {run_id} cancelled" in stderr
+    status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
+    assert next(r for r in status["runs"] if r["run_id"] == run_id)["state"] == "STOPPED"
+    from burst import jobs, state
+    from burst.state import ClusterHandle
+
+    client = jobs.client(state.load(ClusterHandle, "t"))
+    deadline = time.monotonic() + 60
+    while jobs.job_status(client, run_id) not in jobs.TERMINAL:
+        assert time.monotonic() < deadline, "the cancelled job did not end"
+        time.sleep(0.5)
+    assert jobs.job_status(client, run_id) == "STOPPED"
+
+
+def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_path):
     """SIGKILL `burst up` while Ray starts: status does not claim a running cluster, and
     `burst down` leaves no process of it behind."""
     from burst import state
     from burst.state import ClusterHandle
 
+    before = census.snapshot()
     os.environ["BURST_HOME"] = str(home)
     up = popen_burst("up", "--provider", "local", "--name", "crash", "--cpus", "1", home=home, cwd=tmp_path)
-    deadline = time.time() + 60
+    deadline = time.monotonic() + 60
     handle = None
-    while time.time() < deadline:
+    while not (handle is not None and marked(handle.cluster_id)):
+        assert time.monotonic() < deadline, "Ray never started under `burst up`: nothing to kill mid-start"
         handle = state.load(ClusterHandle, "crash")
-        if handle is not None and marked(handle.cluster_id):
-            break
-        time.sleep(0.2)
-    assert handle is not None
+        time.sleep(0.1)
     up.send_signal(signal.SIGKILL)
     up.wait(10)
     status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
     crash = next(c for c in status["clusters"] if c["name"] == "crash")
     assert crash["state"] in ("starting", "unreachable")
     burst("down", "crash", home=home, cwd=tmp_path)
-    time.sleep(1)
-    assert marked(handle.cluster_id) == []
     assert state.load(ClusterHandle, "crash") is None
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
-def test_ctrl_c_on_run_tears_everything_down(home, tmp_path):
+def test_ctrl_c_on_run_tears_everything_down(cluster, home, tmp_path):
     """`burst run` interrupted mid-training: the job is cancelled and the cluster stopped."""
     from burst import state
     from burst.state import ClusterHandle, RunRecord
 
+    before_procs = census.snapshot()
     os.environ["BURST_HOME"] = str(home)
-    before = {p.stem for p in Path(home, "runs").glob("*.json")} if Path(home, "runs").exists() else set()
+    before = _runs(home)
     proc = popen_burst("run", "gan3d", "--provider", "local", "--name", "ctrlc", "--cpus", "1", "--epochs", "50", *TRAIN_ARGS, home=home, cwd=tmp_path)
-    deadline = time.time() + 120
-    handle = run = None
-    while time.time() < deadline and run is None:
-        handle = handle or state.load(ClusterHandle, "ctrlc")
-        new = {p.stem for p in Path(home, "runs").glob("*.json")} - before if Path(home, "runs").exists() else set()
-        run = state.load(RunRecord, new.pop()) if new else None
-        time.sleep(0.3)
-    assert handle is not None and run is not None and run.job_id
+    run = state.load(RunRecord, _new_run_id(home, before, timeout=120))
+    handle = state.load(ClusterHandle, "ctrlc")
+    assert handle is not None and marked(handle.cluster_id)
     proc.send_signal(signal.SIGINT)
     proc.wait(120)
     assert proc.returncode == 130, proc.stderr.read()
     assert state.load(ClusterHandle, "ctrlc") is None
-    assert marked(handle.cluster_id) == []
+    assert state.load(RunRecord, run.run_id).state == "STOPPED"
+    census.assert_none_left(before_procs, exempt_roots=cluster[0]["pids"])
 
 
-def test_budget_guard_checkpoints_stops_and_tears_down_before_the_budget_is_spent(home, tmp_path):
-    # $36/h = 1 cent per second; the guard keeps 75 s in reserve (final checkpoint + tear-down).
+def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, home, tmp_path):
+    """Corrupt training data: the job fails on the cluster, `burst run` exits 1 with one line that
+    names the file and what is wrong, the run is FAILED, and the temporary cluster is gone."""
+    import h5py
+
+    data = tmp_path / "data"
+    subprocess.run([sys.executable, "-m", "workloads.gan3d", "generate", "--out", str(data), "--events", "60", "--per-file", "20"],
+                   check=True, capture_output=True, timeout=300)
+    broken = sorted(data.glob("*.h5"))[0]
+    with h5py.File(broken, "r+") as f:
+        energy = f["energy"][:]
+        energy[3] = np.nan
+        f["energy"][:] = energy
+    before = census.snapshot()
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "failing", "--cpus", "1", "--data", str(data), "--epochs", "1",
+                 "--val-events", "20", home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and broken.name in errors[0] and "'energy'" in errors[0] and "NaN" in errors[0], proc.stderr[-3000:]
+    status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
+    (run,) = [r for r in status["runs"] if r["cluster"] == "failing"]
+    assert run["state"] == "FAILED" and broken.name in run["message"]
+    assert not any(c["name"] == "failing" for c in status["clusters"])
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
+
+
+def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, monkeypatch):
+    """The guard's clock is injected: the run starts within budget, the next look finds the budget
+    (minus the checkpoint and tear-down reserve) spent; the workers agree on a step, write a final
+    checkpoint, stop, and the cluster is torn down (exit code 3). No wall-clock bound anywhere."""
+    from typer.testing import CliRunner
+
+    from burst import budget, cli
+
+    before = census.snapshot()
     policy = tmp_path / "tight.yaml"
     policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
     handle = json.loads(burst("up", "--provider", "local", "--name", "budget", "--cpus", "2", "--policy", str(policy), "--json",
                               home=home, cwd=tmp_path).stdout)
     assert handle["budget_usd"] == 1.3 and handle["hourly_usd"] == 36
-    proc = burst("train", "gan3d", "--cluster", "budget", "--epochs", "200", *TRAIN_ARGS, home=home, cwd=tmp_path, check=False)
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    assert "budget guard" in proc.stderr and "torn down" in proc.stderr
-    spent = time.time() - handle["created"]
-    assert spent * 0.01 <= 1.3 + 0.05  # the cluster was gone before the budget was spent
+    looks = []
+
+    def clock() -> float:  # first look: just created; every later look: 56 s old, so $0.56 + $0.75 reserve > $1.30
+        looks.append(1)
+        return handle["created"] + (0 if len(looks) == 1 else 56)
+
+    monkeypatch.setattr(budget, "now", clock)
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "budget", "--epochs", "200", *TRAIN_ARGS])
+    assert result.exit_code == 3, result.output[-3000:]
+    assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
+    assert "torn down" in result.output and "did not stop in time" not in result.output  # the workers stopped themselves
     assert marked(handle["cluster_id"]) == []
     assert not (home / "clusters" / "budget.json").exists()
     (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json") if json.loads(p.read_text())["cluster"] == "budget"]
     assert run["state"] == "STOPPED_BUDGET"
     ckpt = Path(handle["storage_uri"]) / "runs" / run["run_id"] / "checkpoint"
-    assert (ckpt / "stopped.json").exists() and list(ckpt.glob("gan3d.data-*"))
+    stopped = json.loads((ckpt / "stopped.json").read_text())
+    assert stopped["step"] % 5 == 0 and stopped["step"] >= 5  # an agreed step (the workers check every 5)
+    assert list(ckpt.glob("gan3d.data-*")) and checkpoint_tensors(ckpt)
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
 def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monkeypatch):

@@ -82,6 +82,22 @@ def inspect_file(path: Path) -> int:
         return int(shape[0])
 
 
+def check_conditions(path: Path) -> int:
+    """``inspect_file`` plus the per-event values (energy, angles) checked for NaN/inf: cheap,
+    since it leaves the images alone, so a driver can reject a bad file before any worker starts."""
+    n = inspect_file(path)
+    with _open(path) as f:
+        for key in ("energy", "theta", "mtheta"):
+            if key in f:
+                try:
+                    arr = np.asarray(f[key][:], dtype=np.float32)
+                except (OSError, ValueError) as exc:
+                    raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
+                if not np.all(np.isfinite(arr)):
+                    raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
+    return n
+
+
 def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.ndarray]]:
     """Yield validated raw arrays (ECAL in stored units, energy, optional mtheta) chunk by chunk."""
     n = inspect_file(path)
