@@ -30,7 +30,7 @@ class _Strict(BaseModel):
 class OnPrem(_Strict):
     """The group's own GPU cluster, reached as an existing Ray cluster (provider ``ray``)."""
 
-    name: str = "onprem"
+    name: str = Field("onprem", description="how plans and reports name the on-prem site")
     accelerator: str = Field(description="accelerator name as in the catalog, e.g. V100")
     gpus: int = Field(gt=0, description="GPUs this run may use on-prem")
     queue_wait_hours: float = Field(0.0, ge=0, description="expected wait before the job starts")
@@ -47,7 +47,7 @@ class LocalMachine(_Strict):
 class BurstWhen(_Strict):
     """When to leave on-prem: any one condition that holds sends the run to the cloud."""
 
-    queue_wait_over_hours: Optional[float] = Field(None, ge=0)
+    queue_wait_over_hours: Optional[float] = Field(None, ge=0, description="burst when the on-prem queue wait exceeds this many hours")
     deadline_missed: bool = Field(True, description="burst when on-prem cannot meet the deadline")
     over_budget: bool = Field(True, description="burst when on-prem would exceed the budget")
 
@@ -69,21 +69,21 @@ class DataLocation(_Strict):
 class Policy(_Strict):
     """Where a run may go and what it should optimise."""
 
-    objective: Literal["min_cost", "min_time"] = "min_cost"
+    objective: Literal["min_cost", "min_time"] = Field("min_cost", description="what the plan minimises: total cost or time to result")
     deadline: Optional[Union[float, str]] = Field(None, description="hours from now (48, '48h', '3d') or an ISO 8601 time")
     budget_usd: Optional[float] = Field(None, gt=0, description="total spend allowed for the run, all providers")
-    providers: list[Literal["local", "ray", "gcp", "gcp-tpu", "azure"]] = Field(default_factory=lambda: list(PROVIDERS))
+    providers: list[Literal["local", "ray", "gcp", "gcp-tpu", "azure"]] = Field(default_factory=lambda: list(PROVIDERS), description="targets the plan may choose from")
     regions: list[str] = Field(default_factory=lambda: ["*"], description="region patterns, e.g. europe-* (data residency)")
-    preemptible: Literal["never", "prefer", "only"] = "prefer"
+    preemptible: Literal["never", "prefer", "only"] = Field("prefer", description="spot/preemptible capacity: never, prefer it when it wins, or only")
     accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
-    max_gpus: int = Field(128, gt=0)
+    max_gpus: int = Field(128, gt=0, description="most accelerators one run may hold at once")
     tolerance: float = Field(0.05, ge=0, le=1, description="options within this fraction of the best objective value count as equal; the other measure (time or cost) decides")
     epochs: Optional[int] = Field(None, gt=0, description="default: the workload profile's")
-    preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict)
-    onprem: Optional[OnPrem] = None
-    local: LocalMachine = Field(default_factory=LocalMachine)
-    burst_when: Optional[BurstWhen] = None
-    data: DataLocation = Field(default_factory=DataLocation)
+    preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict, description="expected preemptions per node-hour, per provider (overrides the built-in figures)")
+    onprem: Optional[OnPrem] = Field(None, description="the site's own cluster: capacity, queue wait, price, how to reach it")
+    local: LocalMachine = Field(default_factory=LocalMachine, description="this machine as a target")
+    burst_when: Optional[BurstWhen] = Field(None, description="when to leave on-prem for a cloud")
+    data: DataLocation = Field(default_factory=DataLocation, description="where the training data is and what moving it costs")
 
     @field_validator("deadline")
     @classmethod

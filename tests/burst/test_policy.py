@@ -51,9 +51,26 @@ def test_deadline_forms():
 
 
 def test_schema_describes_every_field():
+    """Editors show these descriptions as users type: every field, nested ones too, has one."""
     schema = policy.schema()
-    assert set(schema["properties"]) == set(policy.Policy.model_fields)
-    assert schema["additionalProperties"] is False
+    defs = schema.get("$defs", {})
+    undescribed, strict = [], []
+
+    def walk(node: dict, path: str) -> None:
+        if node.get("additionalProperties") is not False:
+            strict.append(path or "<root>")
+        for key, prop in node.get("properties", {}).items():
+            if not prop.get("description", "").strip():
+                undescribed.append(path + key)
+            refs = [prop.get("$ref")] + [a.get("$ref") for a in prop.get("anyOf", [])]
+            for ref in filter(None, refs):
+                walk(defs[ref.rsplit("/", 1)[1]], f"{path}{key}.")
+
+    walk(schema, "")
+    assert undescribed == []
+    assert strict == []  # unknown keys are errors at every level
+    assert {"onprem.gpus", "burst_when.queue_wait_over_hours", "data.uplink_gbps"} <= {
+        f"{k}.{sub}" for k in ("onprem", "burst_when", "data") for sub in defs[{"onprem": "OnPrem", "burst_when": "BurstWhen", "data": "DataLocation"}[k]]["properties"]}
 
 
 KEYS = list(policy.Policy.model_fields) + ["bogus", "onprem.gpus"]

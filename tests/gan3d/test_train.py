@@ -47,29 +47,84 @@ def test_step_changes_weights_and_is_deterministic_under_a_seed(spec):
     assert hist_a[0]["epoch"] == 1 and hist_a[0]["steps"] == STEPS and hist_a[0]["samples"] == STEPS * BATCH
 
 
-def test_label_flips_and_noise_differ_between_steps_and_replicas():
-    """Flips and noise come from TF random ops keyed by the step, not trace-time NumPy."""
-    import tensorflow as tf
+LABEL_SPY = r"""
+import json, sys
+import numpy as np
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from workloads.gan3d import data
+from workloads.gan3d.presets import SMALL
+from workloads.gan3d.train import GAN3DTrainer
 
-    from workloads.gan3d.presets import LABEL_FLIP
+seen = []
 
-    t = _trainer(seed=2)
 
-    @tf.function
-    def draw(step):
-        flips = tf.where(tf.random.stateless_uniform([4000], seed=t._seed(step, 1)) < LABEL_FLIP, 0.0, 1.0)
-        return flips, t._latent(tf.ones([2]), tf.ones([2]), t._seed(step, 0))
+class Spy(GAN3DTrainer):
+    # Records the labels and latent vectors the real training step hands to its updates.
+    def _discriminator_update(self, images, labels, y, ang, ecal):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        tf.py_function(lambda r, s, l: seen.append(("d", int(r), int(s), l.numpy().tolist())), [replica, self.step, labels], [])
+        return super()._discriminator_update(images, labels, y, ang, ecal)
 
-    flips1, z1 = draw(tf.constant(1, tf.int64))
-    flips2, z2 = draw(tf.constant(2, tf.int64))
-    again, _ = draw(tf.constant(1, tf.int64))
-    assert not np.array_equal(flips1.numpy(), flips2.numpy())
-    assert not np.array_equal(z1.numpy()[:, 2:], z2.numpy()[:, 2:])
-    np.testing.assert_array_equal(flips1.numpy(), again.numpy())  # a function of the step: resumable
-    rate = 1 - flips1.numpy().mean()
-    assert 0.03 < rate < 0.07  # about 5 % of labels flipped
-    np.testing.assert_array_equal(z1.numpy()[:, :2], np.ones((2, 2)))  # conditioning [Ep/100, θ] first
-    assert int(t.step.numpy()) == 0
+    def _generator_update(self, latent, y, ang, ecal):
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        tf.py_function(lambda r, s, z: seen.append(("g", int(r), int(s), z.numpy()[:, :2].tolist(), float(z.numpy()[:, 2:].sum()))),
+                       [replica, self.step, latent], [])
+        return super()._generator_update(latent, y, ang, ecal)
+
+
+spec = data.InputSpec.discover(sys.argv[1], SMALL)
+batch, steps = int(sys.argv[2]), int(sys.argv[3])
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+t = Spy(SMALL, batch, strategy=strategy, seed=int(sys.argv[4]))
+t.fit(data.make_dataset_fn(spec, SMALL, batch, steps, seed=0), 1, steps)
+print(json.dumps(seen))
+"""
+
+
+def _spy_labels(h5_dir, batch, steps, seed):
+    proc = subprocess.run([sys.executable, "-c", LABEL_SPY, str(h5_dir), str(batch), str(steps), str(seed)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def wide_h5(tmp_path_factory):
+    from workloads.gan3d.synthetic import write_dataset
+
+    out = tmp_path_factory.mktemp("wide_h5")
+    write_dataset(out, 256, seed=12, events_per_file=128)
+    return out
+
+
+def test_label_flips_and_noise_in_the_real_step_differ_between_steps_and_replicas(wide_h5):
+    """Run the training step itself on two replicas and record what it feeds its updates: about
+    5 % of the labels flipped, a new pattern every step and on every replica, the same again
+    for the same seed (so a resumed run draws what an uninterrupted one would)."""
+    batch, steps = 64, 2
+    seen = _spy_labels(wide_h5, batch, steps, seed=7)
+    d = [(r, s, labels) for kind, r, s, labels in (e[:4] for e in seen) if kind == "d"]
+    # per (replica, step): first update on real (labels mostly 1), second on fake (mostly 0)
+    by_key: dict = {}
+    for r, s, labels in d:
+        by_key.setdefault((r, s), []).append(np.array(labels))
+    assert sorted(by_key) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    real = {k: v[0] for k, v in by_key.items()}
+    fake = {k: v[1] for k, v in by_key.items()}
+    flipped = sum(int((x == 0).sum()) for x in real.values()) + sum(int((x == 1).sum()) for x in fake.values())
+    total = 2 * 2 * steps * batch
+    assert 0.02 < flipped / total < 0.09  # 5 % expected: 51 of 1024 (binomial sd ≈ 7)
+    assert set(np.unique(np.concatenate(list(real.values())))) <= {0.0, 1.0}
+    for pattern in (real, fake):
+        assert not np.array_equal(pattern[(0, 1)], pattern[(1, 1)])  # replicas differ
+        assert not np.array_equal(pattern[(0, 1)], pattern[(0, 2)])  # steps differ
+    g = [e for e in seen if e[0] == "g"]
+    noise = {(r, s, i % 2): total_noise for i, (_, r, s, _cond, total_noise) in enumerate(g)}
+    assert len(set(noise.values())) == len(noise) == 8  # both generator updates, every replica and step: new noise
+    again = _spy_labels(wide_h5, batch, steps, seed=7)
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, seen))  # a function of (seed, step, replica)
 
 
 def test_checkpoint_restore_continue_equals_uninterrupted_run(spec, tmp_path):
@@ -101,11 +156,25 @@ def test_restore_refuses_another_preset(spec, tmp_path):
         GAN3DTrainer(PAPER, 2).restore(tmp_path / "c")
 
 
-def test_generated_showers_are_in_stored_units(spec):
-    t = _trainer()
-    showers = t.generate(np.array([150.0, 120.0]), np.radians([90.0, 70.0]))
-    assert showers.shape == (2, 17, 17, 25)
-    assert (showers >= 0).all()
+def test_generated_showers_are_in_stored_units(tiny_h5):
+    """``generate`` undoes the pipeline's transform: a generator that outputs the training-domain
+    images of real events must give back those events' cells in stored units (50 x GeV)."""
+    import keras
+
+    from workloads.gan3d.data import load, load_raw
+    from workloads.gan3d.features import rebin
+    from workloads.gan3d.presets import NOISE_SIZE
+    from workloads.gan3d.train import generate_showers
+
+    train_domain = load(tiny_h5, SMALL, limit=3).x  # what D sees and G learns to produce
+    stored = rebin(load_raw(tiny_h5, limit=3)["ECAL"], SMALL.rebin)
+    assert not np.allclose(train_domain, stored, rtol=0.05)  # the transform is not the identity
+    images = keras.ops.convert_to_tensor(train_domain[..., None])
+    replay = keras.Sequential([keras.Input((2 + NOISE_SIZE,)),
+                               keras.layers.Lambda(lambda z: images[: keras.ops.shape(z)[0]])])
+    showers = generate_showers(replay, np.array([150.0, 120.0, 180.0]), np.radians([90.0, 70.0, 100.0]), batch=3)
+    assert showers.shape == (3, 17, 17, 25)
+    np.testing.assert_allclose(showers, stored, rtol=1e-4, atol=1e-4)
 
 
 MIRRORED = r"""
@@ -157,21 +226,29 @@ def test_same_loop_runs_under_multi_worker_mirrored_strategy_from_tf_config(tiny
     import os
     import socket
 
-    ports = []
+    # Hold each port (bound, not listening, SO_REUSEPORT like gRPC's own server sockets) for the
+    # whole test, so no other process can take it between our choice and the workers' bind.
+    holders = []
     for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind(("127.0.0.1", 0))
+        holders.append(s)
+    ports = [h.getsockname()[1] for h in holders]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     procs = []
     for index in range(2):
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
         procs.append(subprocess.Popen([sys.executable, "-c", MULTI_WORKER, str(tiny_h5)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outs = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=300)
-        assert p.returncode == 0, stderr[-2000:]
-        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, stderr[-2000:]
+            outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for h in holders:
+            h.close()
     assert [o["replicas"] for o in outs] == [2, 2]
     assert outs[0]["hist"][0]["samples"] == 2 * 2 * 4  # steps × (per-replica batch × replicas)
     assert outs[0]["checksum"] == pytest.approx(outs[1]["checksum"], rel=1e-6)
