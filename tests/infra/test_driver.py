@@ -33,6 +33,7 @@ class RecordingPulumi(BurstPulumiCommand):
         self.fail_up, self.block_up, self.leftover_destroys = fail_up, block_up, leftover_destroys
         self.stacks: set[str] = set()
         self.interrupted = threading.Event()
+        self.blocking = threading.Event()  # set once `up` is running and waiting to be interrupted
         self.destroys = 0
 
     def run(self, args, cwd, additional_env, on_output=None, on_error=None):
@@ -47,6 +48,7 @@ class RecordingPulumi(BurstPulumiCommand):
             self.stacks.add(stack)
         elif args[0] == "up":
             if self.block_up:
+                self.blocking.set()
                 self.interrupted.wait(10)
                 raise create_command_error(auto.CommandResult("", "error: update canceled", 255))
             if self.fail_up:
@@ -150,8 +152,11 @@ def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
 def test_ctrl_c_is_forwarded_to_pulumi_and_followed_by_a_refresh(home):
     fake = RecordingPulumi(block_up=True)
     driver = StackDriver(spec_for(), command=fake)
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    def ctrl_c_once_up_runs():  # Ctrl-C while `pulumi up` is running, not before it started
+        assert fake.blocking.wait(30)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_up_runs, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         driver.up()
     cmds = [" ".join(c) for c in fake.calls]
@@ -166,9 +171,10 @@ def test_interrupt_sends_exactly_one_sigint_to_the_running_cli():
 
     cmd = BurstPulumiCommand.__new__(BurstPulumiCommand)
     cmd.process = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
-                                    "signal.signal(signal.SIGINT, lambda *a: (print('graceful'), sys.exit(3)))\ntime.sleep(30)"],
+                                    "signal.signal(signal.SIGINT, lambda *a: (print('graceful'), sys.exit(3)))\n"
+                                    "print('ready', flush=True)\ntime.sleep(30)"],
                                    stdout=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(0.5)
+    assert cmd.process.stdout.readline().strip() == "ready"  # its handler is installed: interrupt now
     assert cmd.interrupt() is True
     assert cmd.process.wait(10) == 3 and "graceful" in cmd.process.stdout.read()
     assert cmd.interrupt() is False  # already finished: nothing sent
