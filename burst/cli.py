@@ -352,6 +352,7 @@ def _write_run_files(run: RunRecord, handle: ClusterHandle, progress, submitted:
                     **job_prov.get("timings", {})},
         "data_hashes": job_prov.get("data_hashes", {}),
         "resumes": progress.resumes,
+        "machine": progress.machine,
     }
     (run_dir / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str))
 

@@ -22,6 +22,7 @@ class RunProgress:
         self.failure: str | None = None
         self.stopped: dict | None = None
         self.last_epoch: dict = {}
+        self.machine: dict = {}  # the training worker's CPU, SIMD and oneDNN state, as TensorFlow saw them
         self.epochs = int(run.config.get("epochs", 1))
         self.steps = 1
         self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
@@ -42,6 +43,7 @@ class RunProgress:
         if kind == "start":
             self.steps = max(1, int(event["steps"]))
             self.epochs = int(event["epochs"])
+            self.machine = event.get("machine") or self.machine
             if event.get("resumed"):
                 self.resumes.append({"epoch": event["epoch"], "time": event["time"]})
         elif kind == "step" and self.first_step_time is None:

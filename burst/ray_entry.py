@@ -102,8 +102,10 @@ def train_loop_per_worker(cfg: dict) -> None:
     )
     start_epoch = int(trainer.epoch.numpy())
     if rank == 0:
+        from workloads.gan3d.cpu import machine_facts
+
         emit("start", epoch=start_epoch, epochs=cfg["epochs"], steps=steps, replicas=strategy.num_replicas_in_sync,
-             global_batch=trainer.global_batch, resumed=resume_dir is not None, pid=os.getpid())
+             global_batch=trainer.global_batch, resumed=resume_dir is not None, pid=os.getpid(), machine=machine_facts())
         # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
         # re-announce the restored history, marked as a replay (the CLI counts each epoch number
         # once; a replayed epoch was not trained again).

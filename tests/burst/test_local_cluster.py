@@ -61,8 +61,8 @@ def burst(*args, home, cwd, timeout=300, check=True):
     return proc
 
 
-def popen_burst(*args, home, cwd):
-    env = {**os.environ, "BURST_HOME": str(home)}
+def popen_burst(*args, home, cwd, env_extra=None):
+    env = {**os.environ, "BURST_HOME": str(home), **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "burst.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
 
 
@@ -143,6 +143,9 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     assert provenance["target"]["provider"] == "local"
     assert provenance["versions"]["tensorflow"] and provenance["data_hashes"]
     assert provenance["timings"]["submit_to_first_step_s"] > 0
+    machine = provenance["machine"]  # as the training worker's TensorFlow saw it
+    assert machine["onednn_enabled"] is True and machine["onednn_requested"] == "1"
+    assert machine["cpu_model"] and machine["simd"] and machine["intra_op_threads"] == 2
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.01 < metrics["summary"]["sf_mc"] < 0.03
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
@@ -240,8 +243,12 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
 def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
     handle, cwd = cluster
     before = _runs(home)
-    cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", "50", "--cancel", *TRAIN_ARGS, home=home, cwd=cwd)
+    # A user who turns oneDNN off explicitly gets it off in the workers (asked from their TensorFlow).
+    cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", "50", "--cancel", *TRAIN_ARGS, home=home, cwd=cwd,
+                      env_extra={"TF_ENABLE_ONEDNN_OPTS": "0"})
     run_id = _new_run_id(home, before)
+    start, _ = _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "start")
+    assert start["machine"]["onednn_enabled"] is False and start["machine"]["onednn_requested"] == "0"
     _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "step")
     cli.send_signal(signal.SIGINT)
     _, stderr = cli.communicate(timeout=60)

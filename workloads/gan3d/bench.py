@@ -23,33 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from .cpu import cpu_info, machine_facts
+
 WORKER_FLAG = "--bench-worker"
 
 
 # --------------------------------------------------------------------------- machine facts
-
-
-def cpu_info() -> dict:
-    """Cores, model, max frequency and SIMD width (for the fp32 peak)."""
-    info = {"cores": os.cpu_count() or 1, "model": "unknown", "ghz": None, "avx512": False, "fma": False}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                info["model"] = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                info["avx512"] = "avx512f" in flags
-                info["fma"] = "fma" in flags
-            if line.startswith("cpu MHz") and info["ghz"] is None:
-                info["ghz"] = float(line.split(":", 1)[1]) / 1000
-    except OSError:
-        pass
-    try:
-        info["ghz"] = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1e6
-    except (OSError, ValueError):
-        pass
-    return info
 
 
 def peak_fp32_gflops(info: dict) -> float:
@@ -147,7 +126,7 @@ def _worker(cfg: dict) -> dict:
     gb = trainer.global_batch
     steps = cfg["steps"]
     spec = data.InputSpec.discover(cfg["data"], preset)
-    result = {"config": cfg, "replicas": strategy.num_replicas_in_sync, "global_batch": gb}
+    result = {"config": cfg, "replicas": strategy.num_replicas_in_sync, "global_batch": gb, "machine": machine_facts()}
     repeats = cfg.get("repeats", 3)
     # Shared machines throttle now and then: time several blocks and keep the best and the median.
     rates = []
@@ -263,6 +242,8 @@ def main(args) -> int:
                 if "samples_per_s" in opt and "samples_per_s" in bl:
                     report[f"speedup_{r}_replica_batch_{b}"] = round(opt["samples_per_s"] / bl["samples_per_s"], 2)
         one = loops[f"optimised_1r_b{batch}"]
+        report["machine"]["onednn_enabled"] = one.get("machine", {}).get("onednn_enabled")
+        report["machine"]["onednn_requested"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
         if "samples_per_s" in one:
             report["step_gflops"] = round(one["gflops"], 2)
             report["fraction_of_peak"] = round(one["gflops"] / peak, 4)
@@ -294,7 +275,8 @@ def main(args) -> int:
 
 def _print(r: dict) -> None:
     m = r["machine"]
-    print(f"machine: {m['cores']} cores, {m['model']}, {m['ghz']} GHz, AVX-512 {m['avx512']}; fp32 peak {m['peak_fp32_gflops']} GFLOP/s")
+    print(f"machine: {m['cores']} cores, {m['model']}, {m['ghz']} GHz, SIMD {' '.join(m['simd'])}; oneDNN {'on' if m.get('onednn_enabled') else 'off'} "
+          f"(TF_ENABLE_ONEDNN_OPTS={m.get('onednn_requested')}); fp32 peak {m['peak_fp32_gflops']} GFLOP/s")
     print(f"preset {r['preset']}, batch/replica {r['batch_per_replica']}")
     for name, res in r["loops"].items():
         if "error" in res:
