@@ -4,14 +4,26 @@ burst finds a cluster's processes by a marker in their environment; a check that
 finder cannot see a process that lost the marker. The census instead snapshots every process on
 the machine (PID and start time) and later lists those started since that are still alive,
 whatever their environment, ignoring only the descendants of processes the caller exempts
-(a cluster that is meant to outlive the test).
+(a cluster that is meant to outlive the test). It counts the processes a test of this project can
+start: anything run from this Python environment, and Ray's own binaries and renamed workers
+(``raylet``, ``gcs_server``, ``ray::...``), not a shell that someone else started meanwhile.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import psutil
+
+_OURS = (sys.prefix, str(Path(sys.executable).parent))
+
+
+def _ours(info: dict) -> bool:
+    cmdline = " ".join(info.get("cmdline") or [])
+    name = info.get("name") or ""
+    return any(root in cmdline for root in _OURS) or name.startswith(("ray", "raylet", "gcs_server")) or cmdline.startswith("ray")
 
 
 def snapshot() -> set[tuple[int, float]]:
@@ -43,7 +55,7 @@ def survivors(before: set[tuple[int, float]], exempt_roots=()) -> list[str]:
     for p in psutil.process_iter(["pid", "create_time", "name", "cmdline", "status"]):
         if (p.info["pid"], p.info["create_time"]) in before or p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == me.pid:
             continue
-        if _kernel_thread(p):
+        if _kernel_thread(p) or not _ours(p.info):
             continue
         if _exempt(p, roots):
             continue

@@ -102,8 +102,8 @@ def wide_h5(tmp_path_factory):
 @pytest.mark.slow
 def test_label_flips_and_noise_in_the_real_step_differ_between_steps_and_replicas(wide_h5):
     """Run the training step itself on two replicas and record what it feeds its updates: about
-    5 % of the labels flipped, a new pattern every step and on every replica, the same again
-    for the same seed (so a resumed run draws what an uninterrupted one would)."""
+    5 % of the labels flipped, a new pattern and new noise every step and on every replica.
+    (That the draws repeat for the same seed is what the exact-resume tests check.)"""
     batch, steps = 32, 2
     seen = _spy_labels(wide_h5, batch, steps, seed=7)
     d = [(r, s, labels) for kind, r, s, labels in (e[:4] for e in seen) if kind == "d"]
@@ -124,8 +124,6 @@ def test_label_flips_and_noise_in_the_real_step_differ_between_steps_and_replica
     g = [e for e in seen if e[0] == "g"]
     assert sorted((r, s) for _, r, s, _c, _n in g) == [(0, 1), (0, 1), (0, 2), (0, 2), (1, 1), (1, 1), (1, 2), (1, 2)]
     assert len({total_noise for *_, total_noise in g}) == 8  # both generator updates, every replica and step: new noise
-    again = _spy_labels(wide_h5, batch, steps, seed=7)
-    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, seen))  # a function of (seed, step, replica)
 
 
 def test_checkpoint_restore_continue_equals_uninterrupted_run(spec, tmp_path):
