@@ -14,7 +14,9 @@ functions that define the networks, the losses and the step (``discriminator``, 
 ``ecal_sum``, ``ecal_angle``, ``compute_global_loss``, ``BitFlip``, ``Train_steps``,
 ``distributed_train_step``) and runs them as published, with two adaptations that any run on
 today's TensorFlow needs: ``channels_last`` (TensorFlow's CPU Conv3D has no channels-first kernel),
-and Keras 3's ``BatchNormalization`` in place of the removed ``tensorflow.compat.v1.keras`` one.
+Keras 3's ``BatchNormalization`` in place of the removed ``tensorflow.compat.v1.keras`` one, and
+labels converted to tensors before their ``compute_global_loss`` (Keras 3's losses refuse the
+nested Python lists that Keras 2 took).
 Their generation is timed as their analysis does it: ``generator.predict`` in batches, then the
 inverse power transform in NumPy.
 """
@@ -100,8 +102,19 @@ def load_authors(path: str) -> dict:
     missing = set(AUTHORS_FUNCTIONS) - {n.name for n in body if isinstance(n, ast.FunctionDef)}
     if missing:
         raise SystemExit(f"{path}: not the authors' GPU_Version2.py (no {', '.join(sorted(missing))})")
-    namespace: dict = {"__name__": "authors_gpu_version2"}
+    step_source = ast.get_source_segment(source, next(n for n in body if isinstance(n, ast.FunctionDef) and n.name == "distributed_train_step"))
+    namespace: dict = {"__name__": "authors_gpu_version2", "_takes_iterator": "next(dataset)" in (step_source or "")}
     exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), namespace)
+    import tensorflow as tf
+
+    published_loss = namespace["compute_global_loss"]
+
+    def compute_global_loss(labels, predictions, global_batch_size, loss_weights=(3, 0.1, 25, 0.1)):
+        # Keras 3's losses take tensors, not the nested Python lists Keras 2 accepted.
+        tensors = [tf.reshape(tf.cast(tf.convert_to_tensor(label), tf.float32), tf.shape(p)) for label, p in zip(labels, predictions)]
+        return published_loss(tensors, predictions, global_batch_size, loss_weights=list(loss_weights))
+
+    namespace["compute_global_loss"] = compute_global_loss  # their step looks it up here at call time
     return namespace
 
 
@@ -125,7 +138,11 @@ def _authors(cfg: dict) -> dict:
     batches = [{"X": tf.constant(x[i * b:(i + 1) * b]), "Y": tf.constant(y[i * b:(i + 1) * b, None]),
                 "ang": tf.constant(ang[i * b:(i + 1) * b, None]), "ecal": tf.constant(ecal[i * b:(i + 1) * b, None])} for i in range(2)]
     step = ns["distributed_train_step"]
-    best, median = _time_blocks(lambda i: float(step(batches[i % 2])[0][0]), cfg["steps"], cfg["repeats"], b)
+    if ns.get("_takes_iterator"):  # later versions of the file take an iterator and call next() inside
+        iterator = iter(tf.data.Dataset.from_tensor_slices({k: tf.stack([batches[0][k], batches[1][k]]) for k in batches[0]}).repeat())
+        best, median = _time_blocks(lambda i: float(step(iterator)[0][0]), cfg["steps"], cfg["repeats"], b)
+    else:
+        best, median = _time_blocks(lambda i: float(step(batches[i % 2])[0][0]), cfg["steps"], cfg["repeats"], b)
     g = cfg["gen_batch"]
     n = g * cfg["gen_batches"]
     generator = ns["generator"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -242,17 +243,38 @@ class GAN3DTrainer:
         return generate_showers(self.generator, energy_gev, theta_rad, batch=batch, seed=seed)
 
 
+_SHOWERS_FNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _showers_fn(generator: keras.Model):
+    """One traced inference function per generator: latent vectors in, showers in stored units out.
+
+    Built once per model: a ``tf.function`` made anew per call would be traced again
+    every time (seconds for the paper preset), and a fixed signature with an unknown batch
+    dimension keeps the last, shorter batch from retracing it. The inverse power transform runs
+    in the graph, so the showers come back ready in one host copy.
+    """
+    fn = _SHOWERS_FNS.get(generator)
+    if fn is None:
+        @tf.function(input_signature=[tf.TensorSpec([None, generator.input_shape[-1]], tf.float32)])
+        def fn(z):
+            img = generator(z, training=False)[..., 0]
+            return tf.pow(tf.nn.relu(img), 1.0 / POWER)
+
+        _SHOWERS_FNS[generator] = fn
+    return fn
+
+
 def generate_showers(generator: keras.Model, energy_gev: np.ndarray, theta_rad: np.ndarray, batch: int = 256, seed: int = 1) -> np.ndarray:
-    """Run ``generator`` in inference mode and undo the power transform."""
+    """Run ``generator`` in inference mode and undo the power transform (showers in stored units)."""
     rng = np.random.default_rng(seed)
     out = []
-    predict = tf.function(lambda z: generator(z, training=False))
+    predict = _showers_fn(generator)
     for start in range(0, len(energy_gev), batch):
         e = np.asarray(energy_gev[start : start + batch], dtype=np.float32)
         t = np.asarray(theta_rad[start : start + batch], dtype=np.float32)
         z = np.concatenate([e[:, None] / 100.0, t[:, None], rng.standard_normal((len(e), NOISE_SIZE)).astype(np.float32)], axis=1)
-        img = predict(tf.constant(z)).numpy()[..., 0]
-        out.append(np.power(np.maximum(img, 0.0), 1.0 / POWER))
+        out.append(predict(tf.constant(z)).numpy())
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
 
 
