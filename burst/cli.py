@@ -134,7 +134,7 @@ def up(
         started = time.perf_counter()
         from .targets import CLOUD
 
-        name = name or (provider if provider in CLOUD else DEFAULT_CLUSTER)
+        name = state.check_name(name or (provider if provider in CLOUD else DEFAULT_CLUSTER))
         if storage is not None and provider != "local":
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         result = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible,
@@ -434,6 +434,7 @@ def run(
     code = 0
     try:
         _check_workload(workload)
+        state.check_name(name)
         _positive("cpus", cpus)
         _positive("gpus", gpus)
         handle, _ = _up(provider, name, cpus, gpus, policy_file=policy_file, accelerator=accelerator, preemptible=preemptible)

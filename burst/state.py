@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from contextlib import contextmanager
@@ -20,6 +21,19 @@ from pydantic import BaseModel, Field
 from .errors import BurstError
 
 M = TypeVar("M", bound=BaseModel)
+
+# Cluster and run names become file names here, Ray and Kubernetes labels and Pulumi stack names:
+# one rule that suits all of them, so no path or resource name is ever built from raw user input.
+NAME_RULE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+NAME_RULE_TEXT = "1 to 40 lowercase letters, digits and '-', starting with a letter or digit"
+
+
+def check_name(name: str, what: str = "cluster") -> str:
+    """``name`` when it follows the naming rule; otherwise one line saying the rule."""
+    if not isinstance(name, str) or not NAME_RULE.fullmatch(name):
+        shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:57] + "...")
+        raise BurstError(f"{what} name {shown} is not allowed: use {NAME_RULE_TEXT}")
+    return name
 
 
 def home() -> Path:
@@ -68,6 +82,7 @@ class ClusterHandle(BaseModel):
     hourly_usd: float = 0.0
     budget_usd: float | None = None  # the policy's total budget: `burst train` stops before it is spent
     pids: list[int] = Field(default_factory=list)
+    starter_pid: int | None = None  # the `burst up` that is starting it (a second `up` waits for it, never kills it)
     region: str | None = None
     accelerator: str | None = None
     preemptible: bool = False
@@ -102,12 +117,17 @@ def _dir(kind: str) -> Path:
 
 def save(obj: BaseModel) -> None:
     kind, key = ("clusters", obj.name) if isinstance(obj, ClusterHandle) else ("runs", obj.run_id)
+    check_name(key, "cluster" if kind == "clusters" else "run")
     write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"))
 
 
 def load(model: Type[M], key: str) -> M | None:
     kind = "clusters" if model is ClusterHandle else "runs"
-    path = _dir(kind) / f"{key}.json"
+    check_name(key, "cluster" if kind == "clusters" else "run")
+    return _read(model, _dir(kind) / f"{key}.json")
+
+
+def _read(model: Type[M], path: Path) -> M | None:
     if not path.exists():
         return None
     try:
@@ -119,8 +139,8 @@ def load(model: Type[M], key: str) -> M | None:
 def load_all(model: Type[M]) -> list[M]:
     kind = "clusters" if model is ClusterHandle else "runs"
     out = []
-    for path in sorted(_dir(kind).glob("*.json")):
-        item = load(model, path.stem)
+    for path in sorted(_dir(kind).glob("*.json")):  # files already here (a state dir from before the naming rule included)
+        item = _read(model, path)
         if item is not None:
             out.append(item)
     return sorted(out, key=lambda m: m.created)
@@ -128,4 +148,6 @@ def load_all(model: Type[M]) -> list[M]:
 
 def delete(model: Type[BaseModel], key: str) -> None:
     kind = "clusters" if model is ClusterHandle else "runs"
-    (_dir(kind) / f"{key}.json").unlink(missing_ok=True)
+    path = _dir(kind) / f"{key}.json"
+    if path.parent == _dir(kind):  # names come from handles already on disk; never step outside
+        path.unlink(missing_ok=True)

@@ -1,10 +1,12 @@
 """The local target: a Ray head on this machine, the embedded default "on-prem".
 
 Every port is chosen free and bound to 127.0.0.1 where Ray allows it, the session lives in its
-own temp dir under the state directory, and Ray's token authentication is on with a token file
-readable by the user only. Each process of the cluster inherits ``BURST_CLUSTER_ID`` in its
-environment, which is how ``down`` finds exactly this cluster's processes (never ``ray stop``,
-which would stop every Ray of this user on the machine).
+own short, user-only runtime directory (Ray's Unix sockets live under it and a socket path is
+capped at 107 bytes, so it cannot live under a state directory of any length), and Ray's token
+authentication is on with a token file readable by the user only. Each process of the cluster
+inherits ``BURST_CLUSTER_ID`` in its environment, which with the runtime directory and the
+process tree is how ``down`` finds exactly this cluster's processes (never ``ray stop``, which
+would stop every Ray of this user on the machine).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +28,9 @@ from ..state import ClusterHandle
 
 MARKER = "BURST_CLUSTER_ID"
 READY_TIMEOUT_S = 90.0
+SOCKET_PATH_MAX = 107  # bytes in a Unix socket path (sun_path holds 108 with the terminating NUL)
+# The longest socket Ray creates under its temp dir: session dir (timestamp, microseconds, pid) + socket.
+LONGEST_RAY_SOCKET = "/session_2026-11-23_02-46-37_123456_4194304/sockets/plasma_store"
 
 
 def _free_ports(n: int) -> list[int]:
@@ -76,7 +82,7 @@ def auth_headers(handle: ClusterHandle) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def cluster_processes(cluster_id: str) -> list:
+def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
     """psutil processes of this cluster: those whose environment carries its marker or that hold
     files open under its temp dir, and every descendant of those.
 
@@ -87,7 +93,7 @@ def cluster_processes(cluster_id: str) -> list:
     import psutil
 
     needle = f"{MARKER}={cluster_id}".encode()
-    temp_dir = str(_temp_dir(cluster_id))
+    temp_dir = str(temp_dir or _temp_dir(cluster_id))
     roots: dict[int, psutil.Process] = {}
     me = os.getpid()
     for proc in psutil.process_iter(["pid"]):
@@ -98,7 +104,7 @@ def cluster_processes(cluster_id: str) -> list:
                 if needle in fh.read().split(b"\0"):
                     roots[proc.pid] = proc
                     continue
-            if any(f.path.startswith(temp_dir) for f in proc.open_files()):
+            if any(f.path.startswith(temp_dir + os.sep) for f in proc.open_files()):
                 roots[proc.pid] = proc
         except (OSError, psutil.Error):
             continue
@@ -111,9 +117,33 @@ def cluster_processes(cluster_id: str) -> list:
     return list(found.values())
 
 
+def runtime_root() -> Path:
+    """A short directory private to this user for Ray sessions: ``$XDG_RUNTIME_DIR/burst`` or
+    ``/tmp/burst-<uid>`` (not TMPDIR, which may be long), created mode 0700 and checked."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg) and os.access(xdg, os.W_OK):
+        root = Path(xdg) / "burst"
+    else:
+        root = Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()) / f"burst-{os.getuid()}"
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = root.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise BurstError(f"{root} is not private to this user (owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}); "
+                         f"remove it or set XDG_RUNTIME_DIR to a directory of yours", exit_code=1)
+    return root
+
+
 def _temp_dir(cluster_id: str) -> Path:
-    """Ray's session directory of a local cluster (short: Ray puts Unix sockets under it)."""
-    return state.home() / "ray" / cluster_id
+    """Ray's session directory of a local cluster."""
+    return runtime_root() / cluster_id
+
+
+def check_socket_room(temp_dir: Path) -> None:
+    """Fail in one line, before starting anything, when Ray's sockets would not fit in a path."""
+    longest = f"{temp_dir}{LONGEST_RAY_SOCKET}"
+    if len(longest.encode()) > SOCKET_PATH_MAX:
+        raise BurstError(f"Ray's socket path {longest} would be {len(longest.encode())} bytes, over the {SOCKET_PATH_MAX}-byte limit of "
+                         f"Unix sockets; set XDG_RUNTIME_DIR to a shorter directory of yours", exit_code=1)
 
 
 def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
@@ -144,6 +174,10 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         if existing is not None:
             if existing.state == "running" and is_alive(existing):
                 return existing, False
+            starter = existing.starter_pid
+            if existing.state == "starting" and starter and starter != os.getpid() and _alive(starter):
+                raise BurstError(f"cluster {name!r} is starting, started by PID {starter}; wait for it to finish "
+                                 f"(`burst status`), then run `burst up` again", exit_code=1)
             raise BurstError(f"cluster {name!r} is recorded but not answering (state {existing.state}); run `burst down {name}` first")
         cluster_id = uuid.uuid4().hex[:12]
         cdir = state.home() / "clusters" / name
@@ -154,6 +188,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32))
         temp_dir = _temp_dir(cluster_id)
+        check_socket_room(temp_dir)
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         storage = cdir / "storage"
         storage.mkdir(exist_ok=True)
@@ -164,6 +199,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
             token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=storage_uri or str(storage),
             layout={"nodes": 1, "cpus": ncpu, "gpus": gpus}, hourly_usd=hourly_usd, budget_usd=budget_usd,
+            starter_pid=os.getpid(),
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up
 
@@ -197,13 +233,22 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         time.sleep(0.3)
     with state.locked():
         handle.state = "running"
-        handle.pids = [p.pid for p in cluster_processes(cluster_id)]
+        handle.pids = [p.pid for p in cluster_processes(cluster_id, str(temp_dir))]
         state.save(handle)
     return handle, True
 
 
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _cleanup_failed(handle: ClusterHandle) -> None:
-    stop_processes(handle.cluster_id)
+    stop_processes(handle.cluster_id, handle.temp_dir)
     with state.locked():
         _forget(handle)
 
@@ -220,7 +265,7 @@ def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
     return psutil.wait_procs(procs, timeout=timeout)[1]
 
 
-def stop_processes(cluster_id: str, grace_s: float = 3.0) -> list[int]:
+def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 3.0) -> list[int]:
     """SIGTERM every process of the cluster (all found before any signal), give Ray's own daemons
     (those carrying the marker) ``grace_s`` to shut down, then SIGKILL whatever is left: Ray's
     agents ignore SIGTERM, so waiting on them would only spend the whole grace period. GCS and
@@ -229,7 +274,7 @@ def stop_processes(cluster_id: str, grace_s: float = 3.0) -> list[int]:
     Returns the pids that survived."""
     import psutil
 
-    procs = cluster_processes(cluster_id)
+    procs = cluster_processes(cluster_id, temp_dir)
     needle = f"{MARKER}={cluster_id}".encode()
 
     def marked(p) -> bool:
@@ -244,8 +289,8 @@ def stop_processes(cluster_id: str, grace_s: float = 3.0) -> list[int]:
     psutil.wait_procs(daemons, timeout=grace_s)
     _signal_and_wait([p for p in procs if p.is_running()], "kill", 5)
     # Workers forked while we were stopping: one more sweep.
-    _signal_and_wait(cluster_processes(cluster_id), "kill", 5)
-    return [p.pid for p in cluster_processes(cluster_id)]
+    _signal_and_wait(cluster_processes(cluster_id, temp_dir), "kill", 5)
+    return [p.pid for p in cluster_processes(cluster_id, temp_dir)]
 
 
 def _forget(handle: ClusterHandle) -> None:
@@ -261,7 +306,7 @@ def down(handle: ClusterHandle) -> None:
     with state.locked():
         handle.state = "stopping"
         state.save(handle)
-    survivors = stop_processes(handle.cluster_id)
+    survivors = stop_processes(handle.cluster_id, handle.temp_dir)
     if survivors:
         raise BurstError(f"cluster {handle.name!r}: processes {survivors} did not stop; kill them and run `burst down {handle.name}` again", exit_code=1)
     with state.locked():

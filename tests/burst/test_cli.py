@@ -65,3 +65,56 @@ def test_status_with_nothing_running(tmp_path):
     import json
 
     assert json.loads(proc.stdout) == {"clusters": [], "runs": []}
+
+
+BAD_NAMES = ["a/b", "../../x", "x" * 300, "Upper", "has space", "..", "a.b", "-x"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+@pytest.mark.parametrize("command", [["up", "--provider", "local", "--name"], ["run", "gan3d", "--provider", "local", "--name"],
+                                     ["down"], ["train", "gan3d", "--cluster"], ["logs"], ["report"]])
+def test_bad_names_are_one_line_naming_the_rule_and_touch_nothing(tmp_path, monkeypatch, command, name):
+    from typer.testing import CliRunner
+
+    from burst import cli
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    outside_before = set(tmp_path.rglob("*"))
+    result = CliRunner().invoke(cli.app, [*command, name])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # a clean exit, no exception escaped
+    if name.startswith("-") and "No such option" in result.output:
+        pass  # as an argument it is an unknown option, never a name
+    else:
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and "use 1 to 40 lowercase letters, digits and '-'" in lines[0], result.output
+    created = {p for p in set(tmp_path.rglob("*")) - outside_before if home not in p.parents and p != home}
+    assert created == set()  # nothing written outside the state directory
+    assert not list(home.glob("clusters/*")) and not list(home.glob("**/auth_token"))
+
+
+def test_name_rule_refuses_nul_and_takes_ordinary_names():
+    from burst.errors import BurstError
+    from burst.state import check_name
+
+    for good in ("local", "run-local", "gcp-tpu", "a", "x" * 40, "gan3d-20261123-021420-d496"):
+        assert check_name(good) == good
+    for bad in ("a\x00b", "", "x" * 41, "-a", "a_b"):
+        with pytest.raises(BurstError, match="is not allowed"):
+            check_name(bad)
+
+
+def test_losing_a_same_name_race_says_who_is_starting_it_and_never_suggests_down(tmp_path, monkeypatch):
+    from burst import state
+    from burst.state import ClusterHandle
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))
+    with state.locked():  # the winner (this test process, alive) is still starting the cluster
+        state.save(ClusterHandle(name="same", provider="local", cluster_id="c0ffee", state="starting", storage_uri="/s",
+                                 dashboard_url="http://127.0.0.1:9", starter_pid=os.getpid()))
+    proc = burst("up", "--provider", "local", "--name", "same", home=tmp_path)
+    assert proc.returncode == 1
+    assert f"cluster 'same' is starting, started by PID {os.getpid()}" in proc.stderr and "burst down" not in proc.stderr
+    assert state.load(ClusterHandle, "same").state == "starting"  # the winner's record is untouched

@@ -74,12 +74,16 @@ def marked(cluster_id: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def home():
-    # Short path: Ray's Unix sockets live under the state directory (108-byte limit).
-    path = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
+    # A state directory 120 characters long, as on AFS/GPFS homes: Ray's Unix sockets (107-byte
+    # limit) must not live under it, and every test of this module runs with it.
+    top = Path(tempfile.mkdtemp(prefix="bt", dir="/tmp"))
+    path = top / ("a-long-home-directory-" * 6)[: 120 - len(str(top)) - 1]
+    path.mkdir()
+    assert len(str(path)) == 120
     yield path
     env = {**os.environ, "BURST_HOME": str(path)}
     subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env=env, capture_output=True, timeout=120)
-    shutil.rmtree(path, ignore_errors=True)  # mkdtemp is outside pytest's tmp_path: remove it ourselves
+    shutil.rmtree(top, ignore_errors=True)  # mkdtemp is outside pytest's tmp_path: remove it ourselves
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +96,7 @@ def cluster(home, tmp_path_factory):
     yield handle, cwd
     burst("down", "t", home=home, cwd=cwd, check=False)
     assert marked(handle["cluster_id"]) == []
+    assert not Path(handle["temp_dir"]).exists()  # down removes the runtime dir
     census.assert_none_left(before)
 
 
@@ -110,6 +115,9 @@ def test_up_is_secure_and_idempotent(cluster, home):
     assert handle["state"] == "running" and handle["created_now"] is True
     token = Path(handle["token_path"])
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    ray_dir = Path(handle["temp_dir"])  # short and private, whatever the state directory's length
+    assert home not in ray_dir.parents and stat.S_IMODE(ray_dir.stat().st_mode) == 0o700
+    assert list(ray_dir.glob("session_*/sockets/*"))
     secret = token.read_text().strip()
     for path in list(Path(home).rglob("*.json")):
         assert secret not in path.read_text()  # nothing secret in the state
