@@ -225,6 +225,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         _cleanup_failed(handle)
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise BurstError(f"`ray start` failed for cluster {name!r}: {last[0]}", exit_code=1)
+    os.chmod(temp_dir, 0o700)  # Ray makes its session dir world-writable; it holds our sockets
     deadline = time.time() + READY_TIMEOUT_S
     while not is_alive(handle):
         if time.time() > deadline:
