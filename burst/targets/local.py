@@ -92,7 +92,6 @@ def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
     """
     import psutil
 
-    needle = f"{MARKER}={cluster_id}".encode()
     temp_dir = str(temp_dir or _temp_dir(cluster_id))
     roots: dict[int, psutil.Process] = {}
     me = os.getpid()
@@ -100,10 +99,9 @@ def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
         if proc.pid == me:
             continue
         try:
-            with open(f"/proc/{proc.pid}/environ", "rb") as fh:
-                if needle in fh.read().split(b"\0"):
-                    roots[proc.pid] = proc
-                    continue
+            if _has_marker(proc.pid, cluster_id):
+                roots[proc.pid] = proc
+                continue
             if any(f.path.startswith(temp_dir + os.sep) for f in proc.open_files()):
                 roots[proc.pid] = proc
         except (OSError, psutil.Error):
@@ -115,6 +113,15 @@ def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
         except psutil.Error:
             continue
     return list(found.values())
+
+
+def _has_marker(pid: int, cluster_id: str) -> bool:
+    """Whether the process's environment carries this cluster's marker (False once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return f"{MARKER}={cluster_id}".encode() in fh.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def runtime_root() -> Path:
@@ -276,16 +283,7 @@ def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float 
     import psutil
 
     procs = cluster_processes(cluster_id, temp_dir)
-    needle = f"{MARKER}={cluster_id}".encode()
-
-    def marked(p) -> bool:
-        try:
-            with open(f"/proc/{p.pid}/environ", "rb") as fh:
-                return needle in fh.read().split(b"\0")
-        except OSError:
-            return False
-
-    daemons = [p for p in procs if marked(p)]
+    daemons = [p for p in procs if _has_marker(p.pid, cluster_id)]
     _signal_and_wait(procs, "terminate", 0)
     psutil.wait_procs(daemons, timeout=grace_s)
     _signal_and_wait([p for p in procs if p.is_running()], "kill", 5)

@@ -89,13 +89,19 @@ def check_conditions(path: Path) -> int:
     with _open(path) as f:
         for key in ("energy", "theta", "mtheta"):
             if key in f:
-                try:
-                    arr = np.asarray(f[key][:], dtype=np.float32)
-                except (OSError, ValueError) as exc:
-                    raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
-                if not np.all(np.isfinite(arr)):
-                    raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
+                _read_finite(f, path, key, slice(None))
     return n
+
+
+def _read_finite(f, path: Path, key: str, sl: slice) -> np.ndarray:
+    """``f[key][sl]`` as float32, or a DataError naming the file and key (unreadable, NaN or inf)."""
+    try:
+        arr = np.asarray(f[key][sl], dtype=np.float32)
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
+    if not np.all(np.isfinite(arr)):
+        raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
+    return arr
 
 
 def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.ndarray]]:
@@ -106,15 +112,8 @@ def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.nd
             sl = slice(start, min(n, start + chunk))
             out: dict[str, np.ndarray] = {}
             for key in ("ECAL", "energy", "theta", "mtheta"):
-                if key not in f:
-                    continue
-                try:
-                    arr = np.asarray(f[key][sl], dtype=np.float32)
-                except (OSError, ValueError, KeyError) as exc:
-                    raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
-                if not np.all(np.isfinite(arr)):
-                    raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
-                out[key] = arr
+                if key in f:
+                    out[key] = _read_finite(f, path, key, sl)
             if np.any(out["ECAL"] < 0):
                 raise DataError(f"{path}: key 'ECAL' contains negative energies")
             yield out
