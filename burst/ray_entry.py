@@ -71,9 +71,9 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
     (every 2 s); a worker preempted inside that window has its checkpoint on storage but Ray's
     bookkeeping still points at the previous one. Looking at storage too avoids redoing an epoch.
     """
-    scored = [(_epochs_in(c), c) for c in candidates]
-    scored = [(n, c) for n, c in scored if n >= 0]
-    return max(scored, key=lambda item: item[0])[1] if scored else None
+    scored = [(_epochs_in(c), i, c) for i, c in enumerate(candidates)]
+    scored = [item for item in scored if item[0] >= 0]
+    return max(scored, key=lambda item: item[:2])[2] if scored else None  # a tie goes to the later candidate
 
 
 def train_loop_per_worker(cfg: dict) -> None:
@@ -276,11 +276,35 @@ def run(cfg: dict) -> int:
     emit("status", message=f"training {cfg['preset']} preset on {workers} worker(s)")
     result = trainer.fit()
     timings["trained"] = time.time()
-    if result.checkpoint is None:
+    ckpt_dir = _final_checkpoint(result, cfg, out_dir / "checkpoint")
+    if ckpt_dir is None:
         emit("failed", message=f"training produced no checkpoint: {failure_line(result.error) if result.error else 'no error reported'}")
         return 1
-    ckpt_dir = Path(result.checkpoint.to_directory(str(out_dir / "checkpoint")))
     return _finish(ckpt_dir, out_dir, cfg, timings, train_files, test_files)
+
+
+def _final_checkpoint(result, cfg: dict, dest: Path) -> Path | None:
+    """Copy the checkpoint with the most epochs to ``dest``.
+
+    ``result.checkpoint`` is Ray's bookkeeping, which can lag behind storage after a worker
+    restart (an attempt whose reports end before the controller polls it): seen in CI as a run
+    that trained 3 epochs and validated the 1-epoch weights. The kept checkpoints and those on
+    storage are read as well, and the one holding the most epochs wins.
+    """
+    from . import storage as cluster_storage
+
+    kept = [c for c, _ in (getattr(result, "best_checkpoints", None) or [])]
+    if result.checkpoint is not None:
+        kept.append(result.checkpoint)  # last: on a tie in epochs, Ray's choice wins
+    with tempfile.TemporaryDirectory() as tmp:
+        candidates = [] if cluster_storage.is_remote(cfg["storage"]) else sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
+        candidates += [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
+        best = latest_checkpoint(candidates)
+        if best is None:
+            return None
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(best, dest)
+    return dest
 
 
 def _finish(ckpt_dir: Path, out_dir: Path, cfg: dict, timings: dict, train_files: list, test_files: list) -> int:

@@ -1,0 +1,62 @@
+"""The run's final weights are those of the checkpoint holding the most epochs, whatever Ray's
+bookkeeping says (a worker restart can leave ``result.checkpoint`` pointing at an older one)."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from burst.ray_entry import _final_checkpoint, latest_checkpoint
+
+
+def _checkpoint(directory: Path, epochs: int, stopped: bool = False) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "history.json").write_text(json.dumps({"history": [{"epoch": e} for e in range(1, epochs + 1)]}))
+    (directory / "gan3d.index").write_text("i")
+    (directory / "gan3d.data-00000-of-00001").write_text(f"weights after {epochs}")
+    if stopped:
+        (directory / "stopped.json").write_text("{}")
+    return directory
+
+
+class _RayCheckpoint:
+    """The one method of ray.train.Checkpoint that _final_checkpoint uses."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def to_directory(self, dest: str) -> str:
+        import shutil
+
+        shutil.copytree(self.path, dest)
+        return dest
+
+
+def test_storage_wins_over_a_lagging_ray_result(tmp_path):
+    runs = tmp_path / "storage" / "ray-train" / "r1"
+    one = _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 1)
+    _checkpoint(runs / "checkpoint_2026-11-23_10-00-09.000000", 3)
+    result = SimpleNamespace(checkpoint=_RayCheckpoint(one), best_checkpoints=[(_RayCheckpoint(one), {})])
+    dest = _final_checkpoint(result, {"storage": str(tmp_path / "storage"), "run_id": "r1"}, tmp_path / "out" / "checkpoint")
+    assert dest is not None
+    assert (dest / "gan3d.data-00000-of-00001").read_text() == "weights after 3"
+
+
+def test_incomplete_copies_are_ignored_and_none_means_none(tmp_path):
+    cut = _checkpoint(tmp_path / "cut", 5)
+    (cut / "gan3d.index").unlink()  # a copy cut short
+    good = _checkpoint(tmp_path / "good", 2)
+    assert latest_checkpoint([cut, good]) == good
+    assert latest_checkpoint([cut]) is None
+    result = SimpleNamespace(checkpoint=None, best_checkpoints=[])
+    assert _final_checkpoint(result, {"storage": str(tmp_path / "empty"), "run_id": "r"}, tmp_path / "dest") is None
+
+
+def test_a_tie_goes_to_the_later_checkpoint(tmp_path):
+    """A budget stop saves the weights mid-epoch with the same whole-epoch count as the last
+    epoch checkpoint; the stop checkpoint is the newer one and must be the one kept."""
+    runs = tmp_path / "storage" / "ray-train" / "r2"
+    _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 2)
+    stop = _checkpoint(runs / "checkpoint_2026-11-23_10-00-05.000000", 2, stopped=True)
+    result = SimpleNamespace(checkpoint=_RayCheckpoint(stop), best_checkpoints=[])
+    dest = _final_checkpoint(result, {"storage": str(tmp_path / "storage"), "run_id": "r2"}, tmp_path / "out")
+    assert (dest / "stopped.json").exists()
