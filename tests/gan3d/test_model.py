@@ -56,3 +56,37 @@ def test_tf_angle_head_matches_numpy_measured_angle(tiny_h5):
 
 def test_measured_angle_of_an_empty_image_is_the_reference_sentinel():
     assert measured_angle(np.zeros((1, 5, 5, 4)))[0] == 100.0
+
+
+@pytest.mark.parametrize(
+    "coarse, factor, kernel, cin, filters",
+    [((9, 9, 8), (6, 6, 6), (6, 6, 8), 8, 8),  # paper preset's first generator block
+     ((6, 6, 9), (3, 3, 3), (2, 2, 3), 4, 6),  # small preset's
+     ((3, 4, 2), (2, 3, 4), (5, 1, 7), 3, 2)],  # kernels longer, shorter and equal to the factor
+    ids=["paper", "small", "odd"],
+)
+def test_coarse_grid_convolution_equals_upsampling_then_conv3d(coarse, factor, kernel, cin, filters):
+    """The generator's first block, run on the coarse grid, gives the output and the gradients of
+    the layer pair it replaces (Keras UpSampling3D then a valid Conv3D). Compared in float64, where
+    summation order does not matter (in float32 the coarse form is the more accurate one: it sums
+    fewer terms)."""
+    import keras
+    import tensorflow as tf
+
+    from workloads.gan3d.model import UpsampledConv3D
+
+    fused = UpsampledConv3D(filters, kernel, factor, dtype="float64")
+    reference = keras.layers.Conv3D(filters, kernel, dtype="float64")
+    x = tf.random.stateless_normal([2, *coarse, cin], seed=[1, 2], dtype=tf.float64)
+    fused.build(x.shape)
+    reference.build((2, *(n * f for n, f in zip(coarse, factor)), cin))
+    reference.set_weights([fused.kernel.numpy(), tf.random.stateless_normal([filters], seed=[3, 4], dtype=tf.float64).numpy()])
+    fused.bias.assign(reference.bias)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        got, want = fused(x), reference(keras.layers.UpSampling3D(factor, dtype="float64")(x))
+        got_loss, want_loss = tf.reduce_sum(tf.square(got)), tf.reduce_sum(tf.square(want))
+    assert tuple(got.shape) == tuple(want.shape) == tuple(fused.compute_output_shape(x.shape))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-9)
+    for mine, theirs in ((fused.kernel, reference.kernel), (fused.bias, reference.bias), (x, x)):
+        np.testing.assert_allclose(tape.gradient(got_loss, mine).numpy(), tape.gradient(want_loss, theirs).numpy(), rtol=1e-9)

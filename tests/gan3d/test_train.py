@@ -155,6 +155,18 @@ def test_restore_refuses_another_preset(spec, tmp_path):
         GAN3DTrainer(PAPER, 2).restore(tmp_path / "c")
 
 
+def test_restore_names_an_older_checkpoint_format(spec, tmp_path):
+    """A checkpoint from before the generator's first block became one layer cannot be matched
+    variable by variable; the error says so instead of TensorFlow's list of unbound objects."""
+    t = _trainer()
+    meta_file = t.save(tmp_path / "c") / "history.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["format"]  # what burst wrote before formats were numbered
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="format 1, this burst reads format 2"):
+        _trainer().restore(tmp_path / "c")
+
+
 def test_generated_showers_are_in_stored_units(tiny_h5):
     """``generate`` undoes the pipeline's transform: a generator that outputs the training-domain
     images of real events must give back those events' cells in stored units (50 x GeV)."""

@@ -39,6 +39,9 @@ from .presets import LABEL_FLIP, LEARNING_RATE, LOSS_WEIGHTS, NOISE_SIZE, POWER,
 MetricsCallback = Callable[[dict], None]
 CHECKPOINT_PREFIX = "gan3d"
 HISTORY_FILE = "history.json"
+#: Bumped when the saved object graph changes. 2: the generator's first block is one
+#: UpsampledConv3D layer instead of UpSampling3D + Conv3D (same weights, one layer fewer).
+CHECKPOINT_FORMAT = 2
 DATA_GLOBAL_SEED = 0
 
 
@@ -223,7 +226,7 @@ class GAN3DTrainer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.checkpoint.write(str(directory / CHECKPOINT_PREFIX))
-        (directory / HISTORY_FILE).write_text(json.dumps({"preset": self.preset.name, "history": self.history}, indent=1))
+        (directory / HISTORY_FILE).write_text(json.dumps({"preset": self.preset.name, "format": CHECKPOINT_FORMAT, "history": self.history}, indent=1))
         return directory
 
     def restore(self, directory: str | os.PathLike) -> int:
@@ -232,6 +235,9 @@ class GAN3DTrainer:
         meta = json.loads((directory / HISTORY_FILE).read_text())
         if meta.get("preset") != self.preset.name:
             raise ValueError(f"checkpoint {directory} was made with preset {meta.get('preset')!r}, not {self.preset.name!r}")
+        if meta.get("format", 1) != CHECKPOINT_FORMAT:
+            raise ValueError(f"checkpoint {directory} is in format {meta.get('format', 1)}, this burst reads format "
+                             f"{CHECKPOINT_FORMAT}; retrain, or read it with the burst version that wrote it")
         self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
         self.history = list(meta["history"])
         return int(self.epoch.numpy())
