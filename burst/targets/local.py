@@ -230,20 +230,41 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         raise BurstError(f"`ray start` did not finish within 180 s; cluster {name!r} was cleaned up", exit_code=1) from None
     if proc.returncode != 0:
         _cleanup_failed(handle)
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise BurstError(f"`ray start` failed for cluster {name!r}: {last[0]}", exit_code=1)
+        raise BurstError(f"`ray start` failed for cluster {name!r}: {_ray_start_failure(proc.stderr or proc.stdout, handle)}; "
+                         f"nothing was left running", exit_code=1)
     os.chmod(temp_dir, 0o700)  # Ray makes its session dir world-writable; it holds our sockets
     deadline = time.time() + READY_TIMEOUT_S
     while not is_alive(handle):
-        if time.time() > deadline:
+        if _stopped_meanwhile(handle) or time.time() > deadline:
             _cleanup_failed(handle)
-            raise BurstError(f"the Ray dashboard of {name!r} did not answer within {READY_TIMEOUT_S:.0f} s; cleaned up", exit_code=1)
+            raise BurstError(f"the Ray dashboard of {name!r} (127.0.0.1:{dash}) did not answer within {READY_TIMEOUT_S:.0f} s; "
+                             f"nothing was left running", exit_code=1)
         time.sleep(0.3)
     with state.locked():
-        handle.state = "running"
-        handle.pids = [p.pid for p in cluster_processes(cluster_id, str(temp_dir))]
-        state.save(handle)
-    return handle, True
+        if not _stopped_meanwhile(handle):
+            handle.state = "running"
+            handle.pids = [p.pid for p in cluster_processes(cluster_id, str(temp_dir))]
+            state.save(handle)
+            return handle, True
+    _cleanup_failed(handle)
+    raise AssertionError("unreachable: _cleanup_failed raises for a cluster stopped meanwhile")
+
+
+def _stopped_meanwhile(handle: ClusterHandle) -> bool:
+    """True when `burst down` (another process) took this starting cluster away: its record is
+    gone, belongs to another cluster of the same name, or says stopping."""
+    try:
+        current = state.load(ClusterHandle, handle.name)
+    except BurstError:
+        return False
+    return current is None or current.cluster_id != handle.cluster_id or current.state == "stopping"
+
+
+def _ray_start_failure(output: str, handle: ClusterHandle) -> str:
+    """Ray's last error line, with the port it names put in burst's words when it is one of ours."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    last = next((line for line in reversed(lines) if "rror" in line or "fail" in line.lower()), lines[-1] if lines else "no output")
+    return last
 
 
 def _alive(pid: int) -> bool:
@@ -256,9 +277,20 @@ def _alive(pid: int) -> bool:
 
 
 def _cleanup_failed(handle: ClusterHandle) -> None:
+    """Stop whatever a failed or interrupted `up` started and forget the cluster, unless the record
+    now belongs to someone else (a `down` already forgot it; a new `up` of the same name).
+    Raises when the cause was a `burst down` from another process: that, not Ray's own failure,
+    is what the user needs to read."""
+    stopped_by_down = _stopped_meanwhile(handle)
     stop_processes(handle.cluster_id, handle.temp_dir)
     with state.locked():
-        _forget(handle)
+        current = state.load(ClusterHandle, handle.name)
+        if current is None or current.cluster_id == handle.cluster_id:
+            _forget(handle)
+        elif handle.temp_dir:
+            shutil.rmtree(handle.temp_dir, ignore_errors=True)
+    if stopped_by_down:
+        raise BurstError(f"cluster {handle.name!r} was stopped by `burst down` while it was starting; nothing was left running", exit_code=1)
 
 
 def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
