@@ -30,6 +30,10 @@ MARKER = "BURST_CLUSTER_ID"
 READY_TIMEOUT_S = 90.0
 SOCKET_PATH_MAX = 107  # bytes in a Unix socket path (sun_path holds 108 with the terminating NUL)
 # The longest socket Ray creates under its temp dir: session dir (timestamp, microseconds, pid) + socket.
+# Every port Ray listens on, chosen per cluster so that no other Ray (a leftover, another user's)
+# can collide with a fixed default; the names are how errors refer to them.
+PORT_ROLES = ("GCS server", "dashboard", "client server", "dashboard agent (HTTP)", "dashboard agent (gRPC)",
+              "metrics exporter", "runtime-env agent", "node manager", "object manager")
 LONGEST_RAY_SOCKET = "/session_2026-11-23_02-46-37_123456_4194304/sockets/plasma_store"
 
 
@@ -200,7 +204,8 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         storage = cdir / "storage"
         storage.mkdir(exist_ok=True)
         ncpu = cpus or os.cpu_count() or 1
-        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr = _free_ports(9)
+        ports = dict(zip(PORT_ROLES, _free_ports(len(PORT_ROLES))))
+        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr = ports.values()
         handle = ClusterHandle(
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
@@ -223,20 +228,25 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         "--object-manager-port", str(obj_mgr), "--num-cpus", str(ncpu), "--num-gpus", str(gpus),
         "--temp-dir", str(temp_dir), "--disable-usage-stats",
     ]
+    started = time.time() - 1.0  # create_time has a coarse clock; a holder is older than this by far
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
     except subprocess.TimeoutExpired:
         _cleanup_failed(handle)
         raise BurstError(f"`ray start` did not finish within 180 s; cluster {name!r} was cleaned up", exit_code=1) from None
     if proc.returncode != 0:
+        why = _taken_by_others(ports, started) or _ray_start_failure(proc.stderr or proc.stdout)
         _cleanup_failed(handle)
-        raise BurstError(f"`ray start` failed for cluster {name!r}: {_ray_start_failure(proc.stderr or proc.stdout, handle)}; "
+        raise BurstError(f"`ray start` failed for cluster {name!r}: {why}; "
                          f"nothing was left running", exit_code=1)
     os.chmod(temp_dir, 0o700)  # Ray makes its session dir world-writable; it holds our sockets
     deadline = time.time() + READY_TIMEOUT_S
     while not is_alive(handle):
-        if _stopped_meanwhile(handle) or time.time() > deadline:
+        taken = _taken_by_others(ports, started)
+        if _stopped_meanwhile(handle) or taken or time.time() > deadline:
             _cleanup_failed(handle)
+            if taken:
+                raise BurstError(f"`ray start` failed for cluster {name!r}: {taken}; nothing was left running", exit_code=1)
             raise BurstError(f"the Ray dashboard of {name!r} (127.0.0.1:{dash}) did not answer within {READY_TIMEOUT_S:.0f} s; "
                              f"nothing was left running", exit_code=1)
         time.sleep(0.3)
@@ -260,11 +270,36 @@ def _stopped_meanwhile(handle: ClusterHandle) -> bool:
     return current is None or current.cluster_id != handle.cluster_id or current.state == "stopping"
 
 
-def _ray_start_failure(output: str, handle: ClusterHandle) -> str:
-    """Ray's last error line, with the port it names put in burst's words when it is one of ours."""
+def _ray_start_failure(output: str) -> str:
+    """Ray's last error line (its output ends with a hint and a blank line or two)."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    last = next((line for line in reversed(lines) if "rror" in line or "fail" in line.lower()), lines[-1] if lines else "no output")
-    return last
+    return next((line for line in reversed(lines) if "rror" in line or "fail" in line.lower()), lines[-1] if lines else "no output")
+
+
+def _taken_by_others(ports: dict[str, int], since: float) -> str | None:
+    """A port burst chose for this cluster on which a process older than this `ray start`
+    (``since``) listens, in burst's words; None otherwise. Ray does not always fail when it cannot
+    bind (the dashboard just never answers), so `up` looks for itself instead of waiting it out.
+    Every process of the cluster is younger than ``since``, so none of them is mistaken for the
+    holder."""
+    import psutil
+
+    try:
+        listeners = {c.laddr.port: c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    except psutil.Error:
+        return None
+    for role, port in ports.items():
+        if port not in listeners:
+            continue
+        pid = listeners[port]
+        try:
+            older = pid is None or psutil.Process(pid).create_time() < since
+        except psutil.Error:
+            continue
+        if older:
+            holder = f"PID {pid}" if pid else "a process of another user"
+            return f"port {port} (Ray's {role}) is taken by {holder}; run `burst up` again (it picks new ports)"
+    return None
 
 
 def _alive(pid: int) -> bool:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -300,6 +301,59 @@ def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_
     assert crash["state"] in ("starting", "unreachable")
     burst("down", "crash", home=home, cwd=tmp_path)
     assert state.load(ClusterHandle, "crash") is None
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
+
+
+def test_up_that_loses_its_port_fails_in_one_line_and_leaves_nothing(cluster, home, monkeypatch):
+    """A port chosen free is taken by someone else before Ray binds it (a race no choice can
+    close): `up` fails with one line naming the port, and no process of the attempt is left."""
+    from burst.errors import BurstError
+    from burst.targets import local
+
+    before = census.snapshot()
+    monkeypatch.setenv("BURST_HOME", str(home))
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real = local._free_ports
+    monkeypatch.setattr(local, "_free_ports", lambda n: [real(n)[0], port, *real(n - 2)])  # the dashboard's port is taken
+    try:
+        with pytest.raises(BurstError) as failure:
+            local.up("taken", cpus=1)
+    finally:
+        taken.close()
+    message = str(failure.value)
+    assert "\n" not in message and str(port) in message and "nothing was left running" in message, message
+    from burst import state
+    from burst.state import ClusterHandle
+
+    assert state.load(ClusterHandle, "taken") is None
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
+
+
+def test_down_all_while_up_is_starting_wins_and_up_says_so(cluster, tmp_path):
+    """`burst down --all` while another `burst up` is still starting Ray: down stops what exists,
+    up notices and stops whatever it started after, says why, and nothing is left or recorded."""
+    home = tmp_path / "home"  # its own state: `down --all` here must not touch the module's cluster
+    before = census.snapshot()
+    up = popen_burst("up", "--provider", "local", "--name", "racing", "--cpus", "1", home=home, cwd=tmp_path)
+    from burst import state
+    from burst.state import ClusterHandle
+
+    os.environ["BURST_HOME"] = str(home)
+    deadline = time.monotonic() + 60
+    while True:
+        handle = state.load(ClusterHandle, "racing") if (home / "clusters").exists() else None
+        if handle is not None and marked(handle.cluster_id):
+            break
+        assert up.poll() is None and time.monotonic() < deadline, "Ray never started under `burst up`"
+        time.sleep(0.05)
+    burst("down", "--all", home=home, cwd=tmp_path, check=False)
+    _, err = up.communicate(timeout=240)
+    assert up.returncode == 1, err
+    assert "stopped by `burst down` while it was starting" in " ".join(err.split())
+    assert state.load(ClusterHandle, "racing") is None
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
