@@ -3,14 +3,14 @@
     python benchmarks/layer_rates.py [--preset paper] [--batch 8] [--threads N] [--repeats 5]
 
 For every convolution of the generator and the discriminator it times, on inputs of the shape the
-layer sees in training, the forward pass, the input gradient and the kernel gradient (each on its
-own, best of ``--repeats`` after a warm-up), and prints the FLOP/s each reaches next to the rate of
-a 2048² float32 matrix product measured in the same process (what the machine's BLAS reaches on
-the ideal shape). It then times a whole training step and sets it against the sum of its
+layer sees in training, the forward pass and the forward pass with both gradients (input and
+kernel; ≈ 3× the forward FLOPs), best of ``--repeats`` after a warm-up, and prints the FLOP/s each
+reaches next to the rate of a 2048² float32 matrix product measured in the same process (what the
+machine's BLAS reaches on the ideal shape). It then times a whole training step and sets it against the sum of its
 convolution parts, so the table says how much of the step is convolution and how far each
-convolution is from the machine's matrix rate. A step runs G forward 3 times (the fakes for D,
-then once per G update), its input and kernel gradients twice (the G updates); D forward and its
-input gradient 4 times (2 D updates, and back to G in the 2 G updates), its kernel gradient twice.
+convolution is from the machine's matrix rate. A step runs G forward once for the fakes and
+forward + gradients in each of the two G updates, and D forward + gradients four times (two D
+updates; the two G updates back-propagate through D, input gradient only, counted whole).
 """
 
 from __future__ import annotations
@@ -45,37 +45,28 @@ def _sgemm_gflops(repeats: int) -> float:
 
 
 def _layer_parts(layer, batch: int, repeats: int) -> dict[str, float]:
-    """Seconds for forward, input gradient and kernel gradient of one layer at this batch."""
+    """Seconds for the forward pass, and for forward + input gradient + kernel gradient, of one
+    layer at this batch (the gradients are timed with their forward: TensorFlow may fuse them)."""
     import tensorflow as tf
 
     x = tf.random.normal([batch, *layer.input.shape[1:]])
-    kernel = layer.kernel
 
     @tf.function
     def forward():
         return layer(x)
 
     @tf.function
-    def input_grad():
+    def forward_backward():
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = layer(x)
-        return tape.gradient(y, x, output_gradients=tf.ones_like(y))
+        return tape.gradient(y, [x, layer.kernel], output_gradients=tf.ones_like(y))
 
-    @tf.function
-    def kernel_grad():
-        with tf.GradientTape() as tape:
-            y = layer(x)
-        return tape.gradient(y, kernel, output_gradients=tf.ones_like(y))
-
-    fwd = _best(lambda: forward().numpy(), repeats)
-    # Each gradient function runs the forward as well; take it off.
-    return {"forward": fwd, "input_grad": max(_best(lambda: input_grad().numpy(), repeats) - fwd, 1e-9),
-            "kernel_grad": max(_best(lambda: kernel_grad().numpy(), repeats) - fwd, 1e-9)}
+    return {"forward": _best(lambda: forward().numpy(), repeats),
+            "train": _best(lambda: [g.numpy() for g in forward_backward()], repeats)}
 
 
 def _step_seconds(preset, batch: int, repeats: int) -> float:
-    import numpy as np
     import tensorflow as tf
 
     from workloads.gan3d.data import preprocess
@@ -83,10 +74,9 @@ def _step_seconds(preset, batch: int, repeats: int) -> float:
     from workloads.gan3d.train import GAN3DTrainer
 
     trainer = GAN3DTrainer(preset, batch)
-    events = preprocess(generate_events(batch, seed=5), preset)
-    batch_data = {k: tf.constant(np.asarray(v)) for k, v in events.items()}
-    step = tf.function(lambda: trainer.strategy.run(trainer.train_step, args=(batch_data, tf.constant(1, tf.int64))))
-    return _best(lambda: [float(v) for v in step().values()], repeats)
+    b = preprocess(generate_events(batch, seed=5), preset)
+    data = {"x": tf.constant(b.x[..., None]), "y": tf.constant(b.y), "ang": tf.constant(b.ang), "ecal": tf.constant(b.ecal)}
+    return _best(lambda: [float(v) for v in trainer._step(data).values()], repeats)
 
 
 def main() -> int:
@@ -112,8 +102,8 @@ def main() -> int:
     sgemm = _sgemm_gflops(a.repeats)
     print(f"sgemm 2048x2048: {sgemm:.1f} GFLOP/s")
     print(f"{a.preset} preset, batch {a.batch}; GFLOP/s per part, and as % of sgemm")
-    print(f"{'layer':9} {'ch in>out':>10} {'kernel':>8} {'GFLOP':>6}  {'forward':>15}  {'input grad':>15}  {'kernel grad':>15}")
-    totals = {"G": {}, "D": {}}
+    print(f"{'layer':9} {'ch in>out':>10} {'kernel':>8} {'GFLOP':>6}  {'forward':>14}  {'forward+gradients':>17}")
+    totals = {"G": {"forward": 0.0, "train": 0.0}, "D": {"forward": 0.0, "train": 0.0}}
     for net, model in (("G", build_generator(preset)), ("D", build_discriminator(preset))):
         for layer in model.layers:
             if not isinstance(layer, (keras.layers.Conv3D, UpsampledConv3D)):
@@ -122,12 +112,14 @@ def main() -> int:
             gflop = flops_per_sample(probe) * a.batch / 1e9
             parts = _layer_parts(layer, a.batch, a.repeats)
             for part, seconds in parts.items():
-                totals[net][part] = totals[net].get(part, 0.0) + seconds
-            cells = "  ".join(f"{gflop / s:6.1f} ({100 * gflop / s / sgemm:3.0f}%)" for s in parts.values())
-            print(f"{net} {layer.name:7} {layer.input.shape[-1]:>4} > {layer.kernel.shape[-1]:<3} {'x'.join(map(str, layer.kernel_size)):>8} {gflop:6.2f}  {cells}")
+                totals[net][part] += seconds
+            fwd, train = gflop / parts["forward"], 3 * gflop / parts["train"]
+            print(f"{net} {layer.name:7} {layer.input.shape[-1]:>4} > {layer.kernel.shape[-1]:<3} {'x'.join(map(str, layer.kernel_size)):>8} "
+                  f"{gflop:6.2f}  {fwd:6.1f} ({100 * fwd / sgemm:3.0f}%)  {train:9.1f} ({100 * train / sgemm:3.0f}%)")
     g, d = totals["G"], totals["D"]
-    conv_in_step = (3 * g["forward"] + 2 * g["input_grad"] + 2 * g["kernel_grad"]
-                    + 4 * d["forward"] + 4 * d["input_grad"] + 2 * d["kernel_grad"])
+    # G: forward for the fakes, forward + gradients in each of the two G updates. D: forward +
+    # gradients in both D updates and in both G updates (input gradient only there, counted whole).
+    conv_in_step = g["forward"] + 2 * g["train"] + 4 * d["train"]
     step = _step_seconds(preset, a.batch, a.repeats)
     print(f"training step: {step:.3f} s ({a.batch / step:.2f} samples/s); its convolutions timed alone: {conv_in_step:.3f} s "
           f"({100 * conv_in_step / step:.0f}% of the step)")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .errors import BurstError
+from .userfile import read_text
 
 DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
 COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accelerator_count", "vcpus", "memory_gib",
@@ -106,10 +107,7 @@ def _row(raw: dict, path: Path, lineno: int) -> Offer:
 def load(path: Optional[Path] = None) -> list[Offer]:
     """Read and check a catalog file (``#`` lines are comments)."""
     path = Path(path) if path else DEFAULT_PATH
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BurstError(f"cannot read catalog {path}: {exc.strerror}") from None
+    text = read_text(path, "catalog")
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:
         raise BurstError(f"catalog {path} has no rows")
@@ -120,6 +118,8 @@ def load(path: Optional[Path] = None) -> list[Offer]:
             offers.append(_row(raw, path, lineno))
     except csv.Error as exc:
         raise BurstError(f"catalog {path} is not valid CSV: {exc}") from None
+    if not offers:
+        raise BurstError(f"catalog {path} has a header and no offers; add rows ({','.join(COLUMNS)})")
     return offers
 
 

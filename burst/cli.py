@@ -22,6 +22,7 @@ from .console import fail as _fail
 from .planning import bench, catalog, plan, policy_app
 from .targets import check_provider
 
+MAX_LEASE_HOURS = 8760.0
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Burst a training run from this machine to whatever hardware a policy allows.")
 
 WORKLOADS = ("gan3d",)
@@ -129,8 +130,8 @@ def up(
     try:
         _positive("cpus", cpus)
         _positive("gpus", gpus)
-        if hours is not None and hours <= 0:
-            raise BurstError(f"--hours must be positive, got {hours}")
+        if hours is not None and not 0 < hours <= MAX_LEASE_HOURS:  # also NaN
+            raise BurstError(f"--hours must be a number of hours above 0 and at most {MAX_LEASE_HOURS:.0f} (a year), got {hours}")
         started = time.perf_counter()
         from .targets import CLOUD
 

@@ -7,6 +7,7 @@ long) and tables at the same width.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import NoReturn
 
@@ -25,5 +26,17 @@ def fail(exc: BurstError) -> NoReturn:
     raise typer.Exit(exc.exit_code)
 
 
+def finite(data):
+    """``data`` with every non-finite float as None: JSON has no Infinity or NaN (``jq`` and most
+    parsers reject them), and an unbounded figure is "no value" to a reader of the output."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
 def emit_json(data) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))  # plain: never wrapped or styled
+    typer.echo(json.dumps(finite(data), indent=2, default=str, allow_nan=False))  # plain: never wrapped or styled

@@ -16,15 +16,19 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import BurstError
+from .userfile import compose_yaml, read_text
 
 PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|min|h|d|w)\s*$")
 _UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
+MAX_PREEMPTIONS_PER_HOUR = 2.0  # spot capacity reclaimed more often than this is not worth planning on
+MAX_DEADLINE_HOURS = 8760.0  # a year
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `true` is not a number and "3" is not an int; finite: `.inf`/`.nan` are not amounts.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class OnPrem(_Strict):
@@ -32,31 +36,31 @@ class OnPrem(_Strict):
 
     name: str = Field("onprem", description="how plans and reports name the on-prem site")
     accelerator: str = Field(description="accelerator name as in the catalog, e.g. V100")
-    gpus: int = Field(gt=0, description="GPUs this run may use on-prem")
-    queue_wait_hours: float = Field(0.0, ge=0, description="expected wait before the job starts")
-    usd_per_gpu_hour: float = Field(ge=0, description="amortised price: hardware, power, operations")
+    gpus: int = Field(gt=0, le=100_000, description="GPUs this run may use on-prem")
+    queue_wait_hours: float = Field(0.0, ge=0, le=8760, description="expected wait before the job starts (at most a year)")
+    usd_per_gpu_hour: float = Field(ge=0, le=1000, description="amortised price: hardware, power, operations (at most $1000/GPU-hour)")
     ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
     token_file: Optional[str] = Field(None, description="file holding the cluster's Ray auth token, if it uses token authentication")
     storage: Optional[str] = Field(None, description="directory or bucket URI that the cluster and this machine can both read")
 
 
 class LocalMachine(_Strict):
-    usd_per_hour: float = Field(0.0, ge=0, description="what an hour of this machine costs (0: already paid for)")
+    usd_per_hour: float = Field(0.0, ge=0, le=10_000, description="what an hour of this machine costs (0: already paid for)")
 
 
 class BurstWhen(_Strict):
     """When to leave on-prem: any one condition that holds sends the run to the cloud."""
 
-    queue_wait_over_hours: Optional[float] = Field(None, ge=0, description="burst when the on-prem queue wait exceeds this many hours")
+    queue_wait_over_hours: Optional[float] = Field(None, ge=0, le=8760, description="burst when the on-prem queue wait exceeds this many hours")
     deadline_missed: bool = Field(True, description="burst when on-prem cannot meet the deadline")
     over_budget: bool = Field(True, description="burst when on-prem would exceed the budget")
 
 
 class DataLocation(_Strict):
     location: str = Field("onprem", description="onprem, local, gcp:<region> or azure:<region>")
-    size_gb: Optional[float] = Field(None, ge=0, description="dataset size; default from the workload profile")
-    uplink_gbps: float = Field(1.0, gt=0, description="bandwidth from where the data is to a cloud")
-    egress_usd_per_gb: float = Field(0.0, ge=0, description="what sending a GB out of the on-prem site costs")
+    size_gb: Optional[float] = Field(None, ge=0, le=1e7, description="dataset size in GB (at most 10 PB); default from the workload profile")
+    uplink_gbps: float = Field(1.0, ge=0.001, le=10_000, description="bandwidth from where the data is to a cloud, 1 Mbit/s to 10 Tbit/s")
+    egress_usd_per_gb: float = Field(0.0, ge=0, le=100, description="what sending a GB out of the on-prem site costs")
 
     @field_validator("location")
     @classmethod
@@ -71,14 +75,14 @@ class Policy(_Strict):
 
     objective: Literal["min_cost", "min_time"] = Field("min_cost", description="what the plan minimises: total cost or time to result")
     deadline: Optional[Union[float, str]] = Field(None, description="hours from now (48, '48h', '3d') or an ISO 8601 time")
-    budget_usd: Optional[float] = Field(None, gt=0, description="total spend allowed for the run, all providers")
+    budget_usd: Optional[float] = Field(None, gt=0, le=1e8, description="total spend allowed for the run, all providers")
     providers: list[Literal["local", "ray", "gcp", "gcp-tpu", "azure"]] = Field(default_factory=lambda: list(PROVIDERS), description="targets the plan may choose from")
     regions: list[str] = Field(default_factory=lambda: ["*"], description="region patterns, e.g. europe-* (data residency)")
     preemptible: Literal["never", "prefer", "only"] = Field("prefer", description="spot/preemptible capacity: never, prefer it when it wins, or only")
     accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
-    max_gpus: int = Field(128, gt=0, description="most accelerators one run may hold at once")
+    max_gpus: int = Field(128, gt=0, le=100_000, description="most accelerators one run may hold at once")
     tolerance: float = Field(0.05, ge=0, le=1, description="options within this fraction of the best objective value count as equal; the other measure (time or cost) decides")
-    epochs: Optional[int] = Field(None, gt=0, description="default: the workload profile's")
+    epochs: Optional[int] = Field(None, gt=0, le=100_000, description="default: the workload profile's")
     preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict, description="expected preemptions per node-hour, per provider (overrides the built-in figures)")
     onprem: Optional[OnPrem] = Field(None, description="the site's own cluster: capacity, queue wait, price, how to reach it")
     local: LocalMachine = Field(default_factory=LocalMachine, description="this machine as a target")
@@ -104,8 +108,8 @@ class Policy(_Strict):
     @classmethod
     def _rates(cls, v):
         for k, rate in v.items():
-            if not 0 <= rate < 10:
-                raise ValueError(f"{k}: a rate per node-hour between 0 and 10")
+            if not 0 <= rate <= MAX_PREEMPTIONS_PER_HOUR:
+                raise ValueError(f"{k}: a rate per node-hour between 0 and {MAX_PREEMPTIONS_PER_HOUR} (one preemption every 30 minutes)")
         return v
 
     def deadline_hours(self, now: Optional[datetime] = None) -> Optional[float]:
@@ -120,19 +124,22 @@ class Policy(_Strict):
         return self.accelerators is None or any(fnmatch.fnmatchcase(accelerator, p) for p in self.accelerators)
 
 
+def _deadline_in_range(hours: float) -> float:
+    if not hours > 0:  # also NaN
+        raise ValueError("must be positive")
+    if hours > MAX_DEADLINE_HOURS:
+        raise ValueError(f"more than a year ({MAX_DEADLINE_HOURS:.0f} h) away; plans do not look that far")
+    return hours
+
+
 def _deadline_hours(value, now: datetime) -> float:
     if isinstance(value, bool):
         raise ValueError("give hours (48), a duration ('48h', '3d') or an ISO 8601 time")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError("must be positive")
-        return float(value)
+        return _deadline_in_range(float(value))
     m = _DURATION.match(value)
     if m:
-        hours = float(m.group(1)) * _UNITS[m.group(2)]
-        if hours <= 0:
-            raise ValueError("must be positive")
-        return hours
+        return _deadline_in_range(float(m.group(1)) * _UNITS[m.group(2)])
     try:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -162,14 +169,14 @@ def _lines(node, path=()) -> dict:
 def parse(text: str, source: str = "<policy>") -> Policy:
     """Validate a policy document; errors are one line: ``file:line: field: what is wrong``."""
     try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
+        node, raw = compose_yaml(text, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
         raise BurstError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if raw is None:
-        raw = {}
+    if raw is None or raw == {}:
+        raise BurstError(f"{source}: the policy is empty; give at least one field, e.g. `objective: min_cost` "
+                         f"(fields: {', '.join(Policy.model_fields)}; examples in policies/)")
     if not isinstance(raw, dict):
         raise BurstError(f"{source}:1: a policy is a mapping of fields (objective, deadline, budget_usd, ...)")
     lines = _lines(node) if node is not None else {}
@@ -208,11 +215,7 @@ def _allowed(key_path: list) -> list[str]:
 
 def load(path: Optional[Path] = None) -> Policy:
     path = Path(path) if path else DEFAULT_POLICY
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BurstError(f"cannot read policy {path}: {exc.strerror}; the examples are in policies/") from None
-    return parse(text, str(path))
+    return parse(read_text(path, "policy"), str(path))
 
 
 def schema() -> dict:

@@ -116,7 +116,7 @@ def test_a_passed_deadline_makes_everything_infeasible():
 
 
 def test_preemptions_that_outpace_progress_are_infeasible():
-    plan = placement.plan(make(preemptible="only", providers=["gcp"], preemption_rate_per_hour={"gcp": 5.0}), PROFILE, OFFERS, gpus=128)
+    plan = placement.plan(make(preemptible="only", providers=["gcp"], preemption_rate_per_hour={"gcp": 2.0}), PROFILE, OFFERS, gpus=128)
     assert all(not c.feasible and any("outpace" in r for r in c.reasons) for c in plan.candidates)
 
 
