@@ -33,7 +33,8 @@ SOCKET_PATH_MAX = 107  # bytes in a Unix socket path (sun_path holds 108 with th
 # Every port Ray listens on, chosen per cluster so that no other Ray (a leftover, another user's)
 # can collide with a fixed default; the names are how errors refer to them.
 PORT_ROLES = ("GCS server", "dashboard", "client server", "dashboard agent (HTTP)", "dashboard agent (gRPC)",
-              "metrics exporter", "runtime-env agent", "node manager", "object manager")
+              "metrics exporter", "runtime-env agent", "node manager", "object manager",
+              "dashboard metrics", "autoscaler metrics")
 LONGEST_RAY_SOCKET = "/session_2026-11-23_02-46-37_123456_4194304/sockets/plasma_store"
 
 
@@ -205,7 +206,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         storage.mkdir(exist_ok=True)
         ncpu = cpus or os.cpu_count() or 1
         ports = dict(zip(PORT_ROLES, _free_ports(len(PORT_ROLES))))
-        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr = ports.values()
+        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr, dash_metrics, autoscaler_metrics = ports.values()
         handle = ClusterHandle(
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
@@ -217,7 +218,13 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
 
     env = dict(os.environ)
     env.update({MARKER: cluster_id, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
-                "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
+                # `ray start` replaces a loopback --node-ip-address with the machine's address
+                # (services.resolve_ip_for_localhost) unless multi-node clusters are off, which is
+                # what Ray does on macOS and Windows: then every component binds 127.0.0.1.
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                # two metrics ports that `ray start` has no flag for (fixed 44227 and 44217 otherwise)
+                "DASHBOARD_METRIC_PORT": str(dash_metrics), "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics)})
     env.pop("RAY_ADDRESS", None)
     cmd = [
         _ray_binary(), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),

@@ -304,6 +304,47 @@ def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
+def _loopback(ip: str) -> bool:
+    import ipaddress
+
+    addr = ipaddress.ip_address(ip)
+    return (getattr(addr, "ipv4_mapped", None) or addr).is_loopback  # gRPC listens on ::ffff:127.0.0.1
+
+
+def _listening(pids: list[int]) -> list[tuple[str, int, str]]:
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        out += [(c.laddr.ip, c.laddr.port, proc.name()) for c in conns if c.status == psutil.CONN_LISTEN]
+    return out
+
+
+def test_every_socket_of_a_local_cluster_listens_on_loopback_and_a_second_cluster_coexists(cluster, home, tmp_path):
+    """The socket table of two live local clusters: every listening socket of every process of
+    either is on 127.0.0.1 (nothing reachable from the network), the two share no port, and the
+    second one starts and stops beside the first without touching it."""
+    handle, cwd = cluster
+    before = census.snapshot()
+    first = _listening(marked(handle["cluster_id"]))
+    second = json.loads(burst("up", "--provider", "local", "--name", "beside", "--cpus", "1", "--json", home=home, cwd=tmp_path).stdout)
+    try:
+        other = _listening(marked(second["cluster_id"]))
+        assert len(first) >= 8 and len(other) >= 8, (first, other)  # GCS, raylet, agents, dashboard, metrics...
+        exposed = [s for s in first + other if not _loopback(s[0])]
+        assert not exposed, f"sockets reachable from the network: {exposed}"
+        assert not {s[1] for s in first} & {s[1] for s in other}
+    finally:
+        burst("down", "beside", home=home, cwd=tmp_path)
+    census.assert_none_left(before, exempt_roots=handle["pids"])
+    assert _listening(marked(handle["cluster_id"])) == first  # the first cluster is untouched
+
+
 def test_up_that_loses_its_port_fails_in_one_line_and_leaves_nothing(cluster, home, monkeypatch):
     """A port chosen free is taken by someone else before Ray binds it (a race no choice can
     close): `up` fails with one line naming the port, and no process of the attempt is left."""
