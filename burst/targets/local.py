@@ -12,6 +12,7 @@ would stop every Ray of this user on the machine).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -278,9 +279,17 @@ def _stopped_meanwhile(handle: ClusterHandle) -> bool:
 
 
 def _ray_start_failure(output: str) -> str:
-    """Ray's last error line (its output ends with a hint and a blank line or two)."""
+    """The error `ray start` ended with, as one line: its exception's message when it raised one,
+    without the "Please check <log>" hint (the session dir holding that log is removed with the
+    failed cluster); otherwise its last line."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    return next((line for line in reversed(lines) if "rror" in line or "fail" in line.lower()), lines[-1] if lines else "no output")
+    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+    found = raised[-1] if raised else (lines[-1] if lines else "no output")
+    message = re.sub(r"^[\w.]*(Error|Exception): ", "", found)
+    message = re.split(r"\.?\s*(Please check |Last \d+ lines of error files|You can use )", message)[0].rstrip(" .") or found
+    if re.search(r"occupied|in use", message):  # a port taken between burst's choice and Ray's bind
+        message += "; run `burst up` again (it picks new ports)"
+    return message
 
 
 def _taken_by_others(ports: dict[str, int], since: float) -> str | None:
