@@ -126,8 +126,18 @@ def train_loop_per_worker(cfg: dict) -> None:
             emit("epoch", epochs=cfg["epochs"], **metrics)
 
     stop_file = stop_request_path(cfg["storage"], cfg["run_id"])
-    trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
-                should_stop=lambda: cluster_storage.exists(stop_file))
+    try:
+        trainer.fit(dataset_fn, cfg["epochs"], steps, on_epoch_end=[on_epoch_end], on_step=on_step,
+                    should_stop=lambda: cluster_storage.exists(stop_file))
+    except Exception as exc:
+        line = failure_line(exc)
+        if world > 1 or not line.startswith("bad input data: "):
+            raise  # Ray Train restarts the workers (a lost peer, a transient fault)
+        # A bad file stays bad: leave the verdict for the driver and end this worker without an
+        # error, so that Ray Train does not restart it max_failures times to read the file again.
+        # (With several workers an early return would leave the others in a collective; they fail.)
+        cluster_storage.write_text(data_error_path(cfg["storage"], cfg["run_id"]), line)
+        return
     if cluster_storage.is_remote(cfg["train_files"][0]):
         shutil.rmtree(_node_data_dir(cfg["run_id"]), ignore_errors=True)
     if trainer.stopped:
@@ -140,6 +150,11 @@ def train_loop_per_worker(cfg: dict) -> None:
             ray.train.report({"stopped": True, **trainer.stopped}, checkpoint=checkpoint)
         if rank == 0:
             emit("stopped", **trainer.stopped)
+
+
+def data_error_path(storage: str, run_id: str) -> str:
+    """Where a worker leaves the one-line verdict on a bad training file for the driver."""
+    return f"{storage.rstrip('/')}/runs/{run_id}/DATA_ERROR"
 
 
 def stop_request_path(storage: str, run_id: str) -> str:
@@ -276,6 +291,10 @@ def run(cfg: dict) -> int:
     emit("status", message=f"training {cfg['preset']} preset on {workers} worker(s)")
     result = trainer.fit()
     timings["trained"] = time.time()
+    bad_data = data_error_path(cfg["storage"], cfg["run_id"])
+    if cluster_storage.exists(bad_data):
+        emit("failed", message=cluster_storage.read_text(bad_data))
+        return 1
     ckpt_dir = _final_checkpoint(result, cfg, out_dir / "checkpoint")
     if ckpt_dir is None:
         emit("failed", message=f"training produced no checkpoint: {failure_line(result.error) if result.error else 'no error reported'}")

@@ -27,6 +27,16 @@ def exists(uri: str) -> bool:
     return filesystem.get_file_info(inner).type != fs.FileType.NotFound
 
 
+def read_text(uri: str) -> str:
+    if not is_remote(uri):
+        return Path(uri).read_text()
+    from pyarrow import fs
+
+    filesystem, inner = fs.FileSystem.from_uri(uri)
+    with filesystem.open_input_stream(inner) as f:
+        return f.read().decode()
+
+
 def write_text(uri: str, text: str) -> None:
     write_bytes(uri, text.encode())
 

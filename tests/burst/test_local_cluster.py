@@ -418,9 +418,13 @@ def test_ctrl_c_on_run_tears_everything_down(cluster, home, tmp_path):
     census.assert_none_left(before_procs, exempt_roots=cluster[0]["pids"])
 
 
-def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, home, tmp_path):
+@pytest.mark.parametrize("key, value, words", [("energy", np.nan, "NaN"), ("ECAL", -1.0, "negative")],
+                         ids=["condition-found-before-training", "image-found-by-the-worker"])
+def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, home, tmp_path, key, value, words):
     """Corrupt training data: the job fails on the cluster, `burst run` exits 1 with one line that
-    names the file and what is wrong, the run is FAILED, and the temporary cluster is gone."""
+    names the file, the key and what is wrong, the run is FAILED, and the temporary cluster is gone.
+    A bad condition is found by the driver before any worker starts; a bad image only by the
+    worker's input pipeline, which reports it once instead of being restarted to read it again."""
     import h5py
 
     data = tmp_path / "data"
@@ -428,20 +432,22 @@ def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, hom
                    check=True, capture_output=True, timeout=300)
     broken = sorted(data.glob("*.h5"))[0]
     with h5py.File(broken, "r+") as f:
-        energy = f["energy"][:]
-        energy[3] = np.nan
-        f["energy"][:] = energy
+        values = f[key][:]
+        values[3] = value
+        f[key][:] = values
     before = census.snapshot()
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "failing", "--cpus", "1", "--data", str(data), "--epochs", "1",
+    proc = burst("run", "gan3d", "--provider", "local", "--name", f"failing-{key.lower()}", "--cpus", "1", "--data", str(data), "--epochs", "1",
                  "--val-events", "20", home=home, cwd=tmp_path, check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and broken.name in errors[0] and "'energy'" in errors[0] and "NaN" in errors[0], proc.stderr[-3000:]
+    assert len(errors) == 1 and broken.name in errors[0] and f"'{key}'" in errors[0] and words in errors[0], proc.stderr[-3000:]
     status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
-    (run,) = [r for r in status["runs"] if r["cluster"] == "failing"]
+    (run,) = [r for r in status["runs"] if r["cluster"] == f"failing-{key.lower()}"]
     assert run["state"] == "FAILED" and broken.name in run["message"]
-    assert not any(c["name"] == "failing" for c in status["clusters"])
+    starts = [e for e in raw_events((tmp_path / "burst-runs" / run["run_id"] / "job.log").read_text()) if e["type"] == "start"]
+    assert len(starts) == (1 if key == "ECAL" else 0)  # the worker is not restarted to read the same bad file again
+    assert not any(c["name"] == f"failing-{key.lower()}" for c in status["clusters"])
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
