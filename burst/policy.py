@@ -215,7 +215,7 @@ def _allowed(key_path: list) -> list[str]:
 
 def load(path: Optional[Path] = None) -> Policy:
     path = Path(path) if path else DEFAULT_POLICY
-    return parse(read_text(path, "policy"), str(path))
+    return parse(read_text(path, "policy", hint="; the examples are in policies/"), str(path))
 
 
 def schema() -> dict:

@@ -64,6 +64,16 @@ def _epochs_in(checkpoint: Path) -> int:
     return len(history)
 
 
+def _checkpoints_on_storage(cfg: dict) -> list[Path]:
+    """The run's checkpoint directories that Ray Train wrote to a local or shared storage directory,
+    oldest first (none are listed for a bucket: there, Ray's own records are all there is)."""
+    from . import storage as cluster_storage
+
+    if cluster_storage.is_remote(cfg["storage"]):
+        return []
+    return sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
+
+
 def latest_checkpoint(candidates: list[Path]) -> Path | None:
     """The complete checkpoint with the most epochs among Ray's and those on storage.
 
@@ -93,8 +103,7 @@ def train_loop_per_worker(cfg: dict) -> None:
     from . import storage as cluster_storage
 
     restored = ray.train.get_checkpoint()
-    on_storage = [] if cluster_storage.is_remote(cfg["storage"]) else sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
-    resume_dir = latest_checkpoint(([Path(restored.to_directory())] if restored is not None else []) + on_storage)
+    resume_dir = latest_checkpoint(([Path(restored.to_directory())] if restored is not None else []) + _checkpoints_on_storage(cfg))
     train_files = _local_files(cfg["train_files"], cfg["run_id"])
     trainer, dataset_fn, steps = pipeline.prepare_training(
         train_files, cfg["preset"], cfg.get("batch_per_replica"), strategy=strategy, seed=cfg.get("seed", 0),
@@ -310,14 +319,11 @@ def _final_checkpoint(result, cfg: dict, dest: Path) -> Path | None:
     that trained 3 epochs and validated the 1-epoch weights. The kept checkpoints and those on
     storage are read as well, and the one holding the most epochs wins.
     """
-    from . import storage as cluster_storage
-
     kept = [c for c, _ in (getattr(result, "best_checkpoints", None) or [])]
     if result.checkpoint is not None:
         kept.append(result.checkpoint)  # last: on a tie in epochs, Ray's choice wins
     with tempfile.TemporaryDirectory() as tmp:
-        candidates = [] if cluster_storage.is_remote(cfg["storage"]) else sorted((Path(cfg["storage"]) / "ray-train" / cfg["run_id"]).glob("checkpoint_*"))
-        candidates += [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
+        candidates = _checkpoints_on_storage(cfg) + [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
         best = latest_checkpoint(candidates)
         if best is None:
             return None

@@ -22,13 +22,14 @@ MAX_DEPTH = 32  # a policy nests three levels
 MAX_NODES = 20_000  # every node of the document, aliases expanded
 
 
-def read_text(path: Path, what: str) -> str:
-    """The file's text; one-line ``BurstError`` for a missing, huge, binary or non-UTF-8 file."""
+def read_text(path: Path, what: str, hint: str = "") -> str:
+    """The file's text; one-line ``BurstError`` for a missing, huge, binary or non-UTF-8 file
+    (``hint`` follows the message for an unreadable one, e.g. where the examples are)."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise BurstError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+        raise BurstError(f"cannot read {what} {path}: {exc.strerror or exc}{hint}") from None
     if len(data) > MAX_BYTES:
         raise BurstError(f"{path}: {what} is over {MAX_BYTES // 1024} KiB; is this the right file?")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -30,12 +30,12 @@ from ..state import ClusterHandle
 MARKER = "BURST_CLUSTER_ID"
 READY_TIMEOUT_S = 90.0
 SOCKET_PATH_MAX = 107  # bytes in a Unix socket path (sun_path holds 108 with the terminating NUL)
-# The longest socket Ray creates under its temp dir: session dir (timestamp, microseconds, pid) + socket.
 # Every port Ray listens on, chosen per cluster so that no other Ray (a leftover, another user's)
 # can collide with a fixed default; the names are how errors refer to them.
 PORT_ROLES = ("GCS server", "dashboard", "client server", "dashboard agent (HTTP)", "dashboard agent (gRPC)",
               "metrics exporter", "runtime-env agent", "node manager", "object manager",
               "dashboard metrics", "autoscaler metrics")
+# The longest socket Ray creates under its temp dir: session dir (timestamp, microseconds, pid) + socket.
 LONGEST_RAY_SOCKET = "/session_2026-11-23_02-46-37_123456_4194304/sockets/plasma_store"
 
 
@@ -278,14 +278,17 @@ def _stopped_meanwhile(handle: ClusterHandle) -> bool:
     return current is None or current.cluster_id != handle.cluster_id or current.state == "stopping"
 
 
+_EXCEPTION_PREFIX = re.compile(r"^[\w.]*(Error|Exception): ")
+
+
 def _ray_start_failure(output: str) -> str:
     """The error `ray start` ended with, as one line: its exception's message when it raised one,
     without the "Please check <log>" hint (the session dir holding that log is removed with the
     failed cluster); otherwise its last line."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+    raised = [line for line in lines if _EXCEPTION_PREFIX.match(line)]
     found = raised[-1] if raised else (lines[-1] if lines else "no output")
-    message = re.sub(r"^[\w.]*(Error|Exception): ", "", found)
+    message = _EXCEPTION_PREFIX.sub("", found)
     message = re.split(r"\.?\s*(Please check |Last \d+ lines of error files|You can use )", message)[0].rstrip(" .") or found
     if re.search(r"occupied|in use", message):  # a port taken between burst's choice and Ray's bind
         message += "; run `burst up` again (it picks new ports)"

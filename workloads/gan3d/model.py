@@ -164,13 +164,13 @@ def build_generator(preset: Preset) -> keras.Model:
     z = keras.Input(shape=(LATENT_SIZE,), name="latent")
     h = layers.Dense(math.prod(preset.dense_shape), name="dense")(z)
     h = layers.Reshape(preset.dense_shape)(h)
-    first = preset.gen_blocks[0]
-    if any(first.pad):  # padding between up-sampling and convolution breaks the coarse-grid form
+    coarse_first = not any(preset.gen_blocks[0].pad)  # padding after up-sampling breaks the coarse-grid form
+    if not coarse_first:
         h = layers.UpSampling3D(size=preset.upsample)(h)
     for i, block in enumerate(preset.gen_blocks):
         if any(block.pad):
             h = layers.ZeroPadding3D(block.pad)(h)
-        if i == 0 and not any(block.pad):
+        if i == 0 and coarse_first:
             h = UpsampledConv3D(block.filters, block.kernel, preset.upsample, kernel_initializer="he_uniform", name="g_conv0")(h)
         else:
             h = layers.Conv3D(block.filters, block.kernel, kernel_initializer="he_uniform", name=f"g_conv{i}")(h)

@@ -218,8 +218,8 @@ class GAN3DTrainer:
                     return done
             seconds = time.perf_counter() - start
             self.epoch.assign(epoch + 1)
-            sums = {k: float(v.numpy()) for k, v in self._sums.items()}
-            metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, {k: v / max(steps, 1) for k, v in sums.items()}).as_dict()
+            means = {k: float(v.numpy()) / max(steps, 1) for k, v in self._sums.items()}
+            metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, means).as_dict()
             self.history.append(metrics)
             done.append(metrics)
             for callback in on_epoch_end or []:
