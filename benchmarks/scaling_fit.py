@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from burst import catalog, placement, policy, profile  # noqa: E402
+from burst.placement import catalog, policy, profile  # noqa: E402
+from burst.placement import planner as placement  # noqa: E402
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Run a stack program for real through Pulumi's Automation API: up, refresh, destroy-and-verify.
 
-One stack per cluster, inline program, local file backend under the state directory unless
+One stack per cluster, inline program, local file backend under the caller's state directory unless
 ``PULUMI_BACKEND_URL`` says otherwise, passphrase secrets (``PULUMI_CONFIG_PASSPHRASE``, or one
 generated once and kept user-only). The Pulumi CLI runs in its own session so that burst decides
 what a Ctrl-C means: exactly one SIGINT to Pulumi (a graceful cancel), then a refresh that
@@ -20,12 +20,14 @@ from typing import Callable, Optional
 from pulumi import automation as auto
 from pulumi.automation.errors import create_command_error
 
-from burst import state
-from burst.errors import BurstError
-
 from .spec import StackSpec
 
 PROJECT = "burst"
+
+
+class StackError(Exception):
+    """A stack operation that cannot go on, in one line that says what to do."""
+
 INSTALL_HINT = "curl -fsSL https://get.pulumi.com | sh (the CLI is not on PyPI), then put ~/.pulumi/bin on PATH"
 CLI_MISSING = f"the Pulumi CLI is not installed: {INSTALL_HINT}"
 
@@ -47,14 +49,14 @@ class BurstPulumiCommand(auto.PulumiCommand):
     def __init__(self):
         binary = find_cli()
         if binary is None:
-            raise BurstError(CLI_MISSING)
+            raise StackError(CLI_MISSING)
         root = str(Path(binary).parent.parent) if Path(binary).parent.name == "bin" else None
         try:
             super().__init__(root=root)
         except (OSError, subprocess.CalledProcessError) as exc:
-            raise BurstError(f"the Pulumi CLI at {binary} does not run ({exc}); reinstall it: {INSTALL_HINT}") from None
+            raise StackError(f"the Pulumi CLI at {binary} does not run ({exc}); reinstall it: {INSTALL_HINT}") from None
         except auto.InvalidVersionError as exc:
-            raise BurstError(f"the Pulumi CLI at {binary} is too old ({exc}); update it: {INSTALL_HINT}") from None
+            raise StackError(f"the Pulumi CLI at {binary} is too old ({exc}); update it: {INSTALL_HINT}") from None
         self.process: Optional[subprocess.Popen] = None
 
     def run(self, args, cwd, additional_env, on_output=None, on_error=None) -> auto.CommandResult:
@@ -96,11 +98,11 @@ class BurstPulumiCommand(auto.PulumiCommand):
         return True
 
 
-def passphrase() -> str:
+def passphrase(home: Path) -> str:
     """``PULUMI_CONFIG_PASSPHRASE``, or one generated once and stored readable by the user only."""
     if os.environ.get("PULUMI_CONFIG_PASSPHRASE"):
         return os.environ["PULUMI_CONFIG_PASSPHRASE"]
-    path = state.home() / "pulumi" / "passphrase"
+    path = home / "pulumi" / "passphrase"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -109,26 +111,21 @@ def passphrase() -> str:
     return path.read_text().strip()
 
 
-def backend_url() -> str:
+def backend_url(home: Path) -> str:
     if os.environ.get("PULUMI_BACKEND_URL"):
         return os.environ["PULUMI_BACKEND_URL"]
-    path = state.home() / "pulumi" / "backend"
+    path = home / "pulumi" / "backend"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return f"file://{path}"
 
 
-def _config(spec: StackSpec) -> dict[str, auto.ConfigValue]:
-    if spec.provider in ("gcp", "gcp-tpu"):
-        return {"gcp:project": auto.ConfigValue(spec.project or ""), "gcp:region": auto.ConfigValue(spec.region)}
-    return {"azure-native:location": auto.ConfigValue(spec.region)}
-
-
 class StackDriver:
-    """One cluster's Pulumi stack."""
+    """One cluster's Pulumi stack; its work dir, passphrase and file backend live under ``home``."""
 
-    def __init__(self, spec_or_name: StackSpec | str, program: Callable[[], object] = lambda: None,
+    def __init__(self, spec_or_name: StackSpec | str, home: Path, program: Callable[[], object] = lambda: None,
                  command: Optional[auto.PulumiCommand] = None, on_output: Optional[Callable[[str], None]] = None,
                  on_event: Optional[Callable] = None):
+        self.home = Path(home)
         self.spec = spec_or_name if isinstance(spec_or_name, StackSpec) else None
         self.stack_name = self.spec.stack_name if self.spec else spec_or_name
         self.program = program
@@ -138,12 +135,12 @@ class StackDriver:
         self._stack: Optional[auto.Stack] = None
 
     def _options(self) -> auto.LocalWorkspaceOptions:
-        work_dir = state.home() / "pulumi" / "work" / self.stack_name
+        work_dir = self.home / "pulumi" / "work" / self.stack_name
         work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         return auto.LocalWorkspaceOptions(
             work_dir=str(work_dir), pulumi_command=self.command, secrets_provider="passphrase",
-            project_settings=auto.ProjectSettings(name=PROJECT, runtime="python", backend=auto.ProjectBackend(url=backend_url())),
-            env_vars={"PULUMI_CONFIG_PASSPHRASE": passphrase(), "PULUMI_SKIP_UPDATE_CHECK": "true"},
+            project_settings=auto.ProjectSettings(name=PROJECT, runtime="python", backend=auto.ProjectBackend(url=backend_url(self.home))),
+            env_vars={"PULUMI_CONFIG_PASSPHRASE": passphrase(self.home), "PULUMI_SKIP_UPDATE_CHECK": "true"},
         )
 
     @property
@@ -182,7 +179,7 @@ class StackDriver:
         """Create or update the stack; returns its outputs ({name: value}; secrets included)."""
         stack = self.stack
         if self.spec is not None:
-            stack.set_all_config(_config(self.spec))
+            stack.set_all_config({k: auto.ConfigValue(v) for k, v in self.spec.config.items()})
         result = self._interruptible(lambda: stack.up(on_output=self.on_output, on_event=self.on_event, color="never"))
         return {k: v.value for k, v in result.outputs.items()}
 
@@ -215,5 +212,5 @@ class StackDriver:
             if attempt + 1 < attempts:
                 self.refresh()
         detail = f" (last error: {str(last_error).strip().splitlines()[-1][:200]})" if last_error else ""
-        raise BurstError(f"stack {self.stack_name}: {len(left)} resource(s) could not be destroyed: {', '.join(left)}{detail}; "
-                         "the cluster handle is kept: fix the cause and run `burst down` again", exit_code=1)
+        raise StackError(f"stack {self.stack_name}: {len(left)} resource(s) could not be destroyed: {', '.join(left)}{detail}; "
+                         "the cluster handle is kept: fix the cause and run `burst down` again")

@@ -36,7 +36,7 @@ class PoolSpec:
 
 @dataclass(frozen=True)
 class StackSpec:
-    provider: str  # gcp | gcp-tpu | azure
+    provider: str  # the burst provider the stack is for (recorded, never branched on here)
     cluster: str  # burst's cluster name
     lease_id: str
     expires: int  # unix seconds
@@ -48,6 +48,7 @@ class StackSpec:
     external_ip: bool = False  # TPU VMs: no external IP unless asked
     tf_version: str = "2.18.0"
     wheel_path: Optional[str] = None  # the burst wheel the TPU hosts install
+    config: dict = field(default_factory=dict)  # the stack's Pulumi configuration, e.g. {"gcp:region": ...}
     extra: dict = field(default_factory=dict)
 
     @property

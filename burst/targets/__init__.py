@@ -1,49 +1,62 @@
-"""Targets: one module per provider behind the same functions (``up``, ``down``, ``is_alive``).
+"""Targets: where a cluster runs. One module per kind of target, one class per provider, one
+interface (``base.Target``) and this registry, the only list of provider names in burst.
 
-``local`` starts Ray on this machine, ``ray`` attaches to an existing on-prem Ray cluster, and
-the cloud providers (``gcp``, ``gcp-tpu``, ``azure``) provision a cluster with a Pulumi stack.
+Code outside this package asks a target what it can do (``kind``, ``supports_spot``,
+``provisions``, ...) and never compares provider names. Target modules are imported on first use,
+so naming providers here costs the CLI's start-up nothing.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from importlib import import_module
-from typing import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import BurstError
-from ..state import ClusterHandle
 
-PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
-CLOUD = ("gcp", "gcp-tpu", "azure")
-KUBERAY = ("gcp", "azure")  # clouds whose Ray cluster is a KubeRay RayCluster (the TPU VM runs Ray itself)
-_MODULES = {"local": "local", "ray": "ray", "gcp": "cloud", "gcp-tpu": "cloud", "azure": "cloud"}
+if TYPE_CHECKING:
+    from .base import Target
+
+# provider name -> "module:class" (the module is imported when the target is first asked for)
+_REGISTRY = {
+    "local": "local:LocalTarget",
+    "ray": "onprem_ray:OnPremRayTarget",
+    "gcp": "kuberay:GkeTarget",
+    "gcp-tpu": "tpu_vm:TpuVmTarget",
+    "azure": "kuberay:AksTarget",
+}
+PROVIDERS: tuple[str, ...] = tuple(_REGISTRY)
+_instances: dict[str, "Target"] = {}
 
 
 def check_provider(provider: str) -> str:
-    if provider not in PROVIDERS:
+    if provider not in _REGISTRY:
         raise BurstError(f"unknown provider {provider!r}; choose one of: {', '.join(PROVIDERS)}")
     return provider
 
 
-def module(provider: str):
-    """The target module of a provider (imported on demand: keeps the CLI start-up light)."""
+def get(provider: str) -> "Target":
+    """The target of ``provider`` (one instance per process)."""
     check_provider(provider)
-    return import_module(f"{__name__}.{_MODULES[provider]}")
+    if provider not in _instances:
+        module_name, class_name = _REGISTRY[provider].split(":")
+        _instances[provider] = getattr(import_module(f"{__name__}.{module_name}"), class_name)()
+    return _instances[provider]
 
 
-def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
-    return module(handle.provider).is_alive(handle, timeout=timeout)
+def all_targets() -> list["Target"]:
+    return [get(p) for p in PROVIDERS]
 
 
-def down(handle: ClusterHandle) -> None:
-    module(handle.provider).down(handle)
+def names_where(capability: str) -> tuple[str, ...]:
+    """Providers whose target has ``capability`` (a class attribute that is true), e.g. ``supports_spot``."""
+    return tuple(t.provider for t in all_targets() if getattr(t, capability))
 
 
-@contextmanager
-def connect(handle: ClusterHandle) -> Iterator[ClusterHandle]:
-    """The handle with a dashboard URL reachable from here (cloud: through a tunnel burst owns)."""
-    if handle.provider in CLOUD:
-        with module(handle.provider).connect(handle) as reachable:
-            yield reachable
-    else:
-        yield handle
+def names_of_kind(kind: str) -> tuple[str, ...]:
+    """Providers of one kind: ``local``, ``onprem`` or ``cloud`` (the catalog prices the clouds)."""
+    return tuple(t.provider for t in all_targets() if t.kind == kind)
+
+
+def vendors() -> tuple[str, ...]:
+    """The clouds burst's targets run in (where a dataset can live, besides on-prem)."""
+    return tuple(sorted({t.vendor for t in all_targets() if t.vendor}))

@@ -23,9 +23,15 @@ import time
 import uuid
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
+from .base import QUIET, Lease, Reporter, Target
+
+if TYPE_CHECKING:
+    from ..placement.planner import Placement
 
 MARKER = "BURST_CLUSTER_ID"
 READY_TIMEOUT_S = 90.0
@@ -396,3 +402,21 @@ def down(handle: ClusterHandle) -> None:
         raise BurstError(f"cluster {handle.name!r}: processes {survivors} did not stop; kill them and run `burst down {handle.name}` again", exit_code=1)
     with state.locked():
         _forget(handle)
+
+
+class LocalTarget(Target):
+    """This machine: the embedded default, and what tests and notebooks run on."""
+
+    provider = "local"
+    kind = "local"
+    takes_storage = True
+
+    def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        return up(name, cpus=placement.count, gpus=placement.gpus, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+                  storage_uri=placement.storage)
+
+    def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
+        down(handle)
+
+    def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
+        return is_alive(handle, timeout=timeout)

@@ -79,7 +79,7 @@ def test_utf8_with_byte_order_mark_is_read(tmp_path, monkeypatch):
 
 
 def test_catalog_with_a_header_and_no_rows_is_an_error(tmp_path, monkeypatch):
-    from burst.catalog import COLUMNS
+    from burst.placement.catalog import COLUMNS
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     path = tmp_path / "catalog.csv"
@@ -97,7 +97,7 @@ def test_lease_hours_must_be_a_sane_number(tmp_path, monkeypatch, hours):
 
 
 def test_json_output_never_holds_non_finite_numbers(monkeypatch, tmp_path):
-    from burst.console import emit_json
+    from burst.cli.render import emit_json
 
     printed = []
     monkeypatch.setattr("typer.echo", lambda text, **_: printed.append(text))

@@ -2,10 +2,11 @@
 
 import pytest
 
-from burst import budget, state
-from burst.budget import CHECKPOINT_RESERVE_S, BudgetGuard
+from burst import state
+from burst.runtime import budget
+from burst.runtime.budget import CHECKPOINT_RESERVE_S, BudgetGuard
 from burst.errors import BurstError
-from burst.ray_entry import stop_request_path
+from burst.runtime.job import RunFiles
 from burst.state import ClusterHandle
 
 CREATED = 1_000_000.0
@@ -38,7 +39,7 @@ def test_no_guard_without_a_budget_or_a_price():
 
 def test_stop_is_requested_while_the_reserve_still_fits_in_the_budget(guard, clock, tmp_path):
     stop_file = tmp_path / "storage" / "runs" / "r1" / "STOP"
-    assert str(stop_file) == stop_request_path(guard.handle.storage_uri, "r1")
+    assert str(stop_file) == RunFiles(guard.handle.storage_uri, "r1").stop_request
     hard_stops = []
     clock["now"] = CREATED + 124  # $1.24 spent; $1.99 once the 75 s reserve is added
     assert guard.poll("r1", stop_job=lambda: hard_stops.append(1)) is None and not stop_file.exists()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from burst import catalog
+from burst.placement import catalog
 from burst.errors import BurstError
 
 REQUIRED = {

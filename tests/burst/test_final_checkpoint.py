@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from burst.ray_entry import _final_checkpoint, latest_checkpoint
+from burst.runtime.job import JobConfig
+from burst.runtime.ray_train import final_checkpoint as _final_checkpoint
+from burst.runtime.training import latest_checkpoint
 
 
 def _checkpoint(directory: Path, epochs: int, stopped: bool = False) -> Path:
@@ -36,7 +38,7 @@ def test_storage_wins_over_a_lagging_ray_result(tmp_path):
     one = _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 1)
     _checkpoint(runs / "checkpoint_2026-11-23_10-00-09.000000", 3)
     result = SimpleNamespace(checkpoint=_RayCheckpoint(one), best_checkpoints=[(_RayCheckpoint(one), {})])
-    dest = _final_checkpoint(result, {"storage": str(tmp_path / "storage"), "run_id": "r1"}, tmp_path / "out" / "checkpoint")
+    dest = _final_checkpoint(result, JobConfig(storage=str(tmp_path / "storage"), run_id="r1"), tmp_path / "out" / "checkpoint")
     assert dest is not None
     assert (dest / "gan3d.data-00000-of-00001").read_text() == "weights after 3"
 
@@ -48,7 +50,7 @@ def test_incomplete_copies_are_ignored_and_none_means_none(tmp_path):
     assert latest_checkpoint([cut, good]) == good
     assert latest_checkpoint([cut]) is None
     result = SimpleNamespace(checkpoint=None, best_checkpoints=[])
-    assert _final_checkpoint(result, {"storage": str(tmp_path / "empty"), "run_id": "r"}, tmp_path / "dest") is None
+    assert _final_checkpoint(result, JobConfig(storage=str(tmp_path / "empty"), run_id="r"), tmp_path / "dest") is None
 
 
 def test_a_tie_goes_to_the_later_checkpoint(tmp_path):
@@ -58,5 +60,5 @@ def test_a_tie_goes_to_the_later_checkpoint(tmp_path):
     _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 2)
     stop = _checkpoint(runs / "checkpoint_2026-11-23_10-00-05.000000", 2, stopped=True)
     result = SimpleNamespace(checkpoint=_RayCheckpoint(stop), best_checkpoints=[])
-    dest = _final_checkpoint(result, {"storage": str(tmp_path / "storage"), "run_id": "r2"}, tmp_path / "out")
+    dest = _final_checkpoint(result, JobConfig(storage=str(tmp_path / "storage"), run_id="r2"), tmp_path / "out")
     assert (dest / "stopped.json").exists()

@@ -168,7 +168,8 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
 
 def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
     """Poll the job log through the CLI's own client until an event matches."""
-    from burst import jobs, state
+    from burst import state
+    from burst.runtime import jobs
     from burst.state import ClusterHandle, RunRecord
 
     os.environ["BURST_HOME"] = str(home)
@@ -177,7 +178,7 @@ def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
         run = state.load(RunRecord, run_id)
         if run and run.job_id:
             handle = state.load(ClusterHandle, run.cluster)
-            events = jobs.parse_events(jobs.client(handle).get_job_logs(run.job_id))
+            events = [e.model_dump() for e in jobs.parse_events(jobs.client(handle).get_job_logs(run.job_id))]
             hits = [e for e in events if predicate(e)]
             if hits:
                 return hits[0], events
@@ -222,7 +223,8 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
 
     done, events = _wait_for_event(home, cwd, run_id, lambda e: e["type"] in ("done", "failed"), timeout=400)
     assert done["type"] == "done", events
-    from burst import jobs, state
+    from burst import state
+    from burst.runtime import jobs
     from burst.state import ClusterHandle
 
     raw = raw_events(jobs.client(state.load(ClusterHandle, "t")).get_job_logs(run_id))
@@ -268,7 +270,8 @@ def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
     assert cli.returncode == 130 and f"run {run_id} cancelled" in stderr
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
     assert next(r for r in status["runs"] if r["run_id"] == run_id)["state"] == "STOPPED"
-    from burst import jobs, state
+    from burst import state
+    from burst.runtime import jobs
     from burst.state import ClusterHandle
 
     client = jobs.client(state.load(ClusterHandle, "t"))
@@ -457,7 +460,8 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     checkpoint, stop, and the cluster is torn down (exit code 3). No wall-clock bound anywhere."""
     from typer.testing import CliRunner
 
-    from burst import budget, cli
+    from burst import cli
+    from burst.runtime import budget
 
     before = census.snapshot()
     policy = tmp_path / "tight.yaml"
@@ -541,21 +545,23 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
     # forwards to this module's real Ray dashboard, so the tunnel's whole life is exercised.
     from urllib.parse import urlparse
 
+    from burst import targets
     from burst.state import ClusterHandle
-    from burst.targets import cloud
     from tests.infra.test_driver import RecordingPulumi
 
     local, _ = cluster
     monkeypatch.setenv("BURST_HOME", str(home))
     monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_KUBECTL_TARGET", str(urlparse(local["dashboard_url"]).port))
-    monkeypatch.setattr(cloud, "missing_prerequisites", lambda provider: [])
+    gke = targets.get("gcp")
+    monkeypatch.setattr(gke, "missing_prerequisites", lambda: [])
     handle = ClusterHandle(name="gke", provider="gcp", cluster_id="x", state="running", storage_uri="gs://b", stack="gke-stack",
                            token_path=local["token_path"], outputs={"ray_namespace": "burst", "ray_head_service": "burst-head-svc"})
     fake = RecordingPulumi()
     fake.stacks.add("gke-stack")
     before = set((home).glob("kubeconfig-*"))
-    with cloud.connect(handle, command=fake) as reachable:
+    monkeypatch.setattr(gke, "command", fake)
+    with gke.reach(handle) as reachable:
         assert reachable.dashboard_url != local["dashboard_url"] and reachable.dashboard_url.startswith("http://127.0.0.1:")
         from burst.targets.local import auth_headers
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from burst import catalog, layout, placement, policy, profile
+from burst.placement import catalog, layout, policy, profile
+from burst.placement import planner as placement
 from burst.errors import BurstError
 
 ROOT = Path(__file__).resolve().parents[2]

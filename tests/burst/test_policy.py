@@ -7,7 +7,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from burst import policy
+from burst.placement import policy
 from burst.errors import BurstError
 
 POLICIES = sorted((Path(__file__).resolve().parents[2] / "policies").glob("*.yaml"))

@@ -1,11 +1,13 @@
 """What `burst train` prints when the job's workers restart: burst's words, not Ray's."""
 
 import io
+import json
 
 from rich.console import Console
 
-from burst.progress import RunProgress
-from burst.state import RunRecord
+from burst.cli.progress import RunProgress
+from burst.runtime.job import parse_event
+from burst.runtime.jobs import RunTracker
 
 START = {"type": "start", "epochs": 3, "steps": 10}
 
@@ -13,10 +15,12 @@ START = {"type": "start", "epochs": 3, "steps": 10}
 def _printed(*events: dict) -> str:
     """What the progress display prints for these job events, in order."""
     out = io.StringIO()
-    run = RunRecord(run_id="r", workload="gan3d", cluster="c", provider="local", job_id="r", config={"epochs": 3})
-    with RunProgress(Console(file=out, width=200), run, submitted=0.0) as progress:
+    tracker = RunTracker(epochs=3)
+    with RunProgress(Console(file=out, width=200), tracker) as progress:
         for i, event in enumerate(events):
-            progress.on_event({**event, "time": float(i)})
+            parsed = parse_event(json.dumps({**event, "time": float(i)}))
+            tracker.record(parsed)
+            progress.on_event(parsed)
     return out.getvalue()
 
 

@@ -26,8 +26,10 @@ def test_importing_the_workload_turns_onednn_on_and_respects_an_explicit_choice(
 
 
 def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
-    from burst import jobs
+    from burst.runtime import jobs
+    from burst.runtime.job import JobConfig
     from burst.state import ClusterHandle, RunRecord
+    from burst.targets.base import JobRuntime
 
     sent = {}
 
@@ -44,5 +46,6 @@ def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
             monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
         else:
             monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", user_value)
-        jobs.submit(handle, RunRecord(run_id="r", workload="gan3d", cluster="c", provider="local"), {"run_id": "r"})
+        jobs.submit(handle, RunRecord(run_id="r", workload="gan3d", cluster="c", provider="local"), JobConfig(run_id="r", storage="/s"),
+                    JobRuntime())
         assert sent["runtime_env"]["env_vars"]["TF_ENABLE_ONEDNN_OPTS"] == expected

@@ -15,10 +15,13 @@ from pulumi import automation as auto
 from pulumi.automation.errors import create_command_error
 from semver import VersionInfo
 
-from burst import catalog, layout, state
+from contextlib import contextmanager
+
+from burst import state, targets
 from burst.errors import BurstError
+from burst.placement import catalog, layout, planner, policy, profile
 from burst.state import ClusterHandle
-from burst.targets import cloud
+from burst.targets.base import Lease
 from infra.driver import BurstPulumiCommand, StackDriver
 
 URN = "urn:pulumi:t::burst::gcp:container/cluster:Cluster::burst-t"
@@ -84,18 +87,38 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("BURST_HOME", str(tmp_path))
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
-    monkeypatch.setattr(cloud, "missing_prerequisites", lambda provider: [])  # CLI and credentials: tested below
+    for provider in targets.names_of_kind("cloud"):  # CLI and credentials: tested below
+        monkeypatch.setattr(targets.get(provider), "missing_prerequisites", lambda: [])
     return tmp_path
 
 
 def spec_for(n=8):
     lay = layout.resolve(catalog.load(), "gcp", "V100", n, region="us-central1")
-    return cloud.build_spec("t", lay, True, hours=2, lease_id="lease0123456", project="proj")
+    return targets.get("gcp").build_spec("t", lay, True, hours=2, lease_id="lease0123456", project="proj")
+
+
+@contextmanager
+def pulumi_command(fake):
+    """The GKE target with the recording stand-in in place of the Pulumi CLI."""
+    gke = targets.get("gcp")
+    gke.command = fake
+    try:
+        yield gke
+    finally:
+        del gke.command  # back to the class default: the real CLI
+
+
+def gke_up(fake):
+    """`burst up --provider gcp --gpus 8 --accelerator V100 --region us-central1 --preemptible`, pinned as the CLI pins it."""
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), "gcp", gpus=8, accelerator="V100",
+                            preemptible=True, region="us-central1")
+    with pulumi_command(fake) as gke:
+        return gke.up("t", placement, Lease(hours=2))
 
 
 def test_up_issues_the_expected_cli_commands(home):
     fake = RecordingPulumi()
-    outputs = StackDriver(spec_for(), command=fake).up()
+    outputs = StackDriver(spec_for(), state.home(), command=fake).up()
     assert outputs["storage_uri"] == "gs://b"
     cmds = fake.commands()
     assert cmds[:2] == ["stack select", "stack init"]
@@ -115,7 +138,7 @@ def test_up_issues_the_expected_cli_commands(home):
 def test_backend_and_passphrase_from_the_environment(home, monkeypatch):
     monkeypatch.setenv("PULUMI_BACKEND_URL", "gs://team-state")
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "from-env")
-    StackDriver(spec_for(), command=RecordingPulumi()).up()
+    StackDriver(spec_for(), state.home(), command=RecordingPulumi()).up()
     assert "gs://team-state" in (home / "pulumi" / "work" / "t-lease012" / "Pulumi.yaml").read_text()
     assert not (home / "pulumi" / "passphrase").exists()
 
@@ -123,7 +146,7 @@ def test_backend_and_passphrase_from_the_environment(home, monkeypatch):
 def test_a_failed_up_destroys_what_it_created_and_forgets_the_cluster(home):
     fake = RecordingPulumi(fail_up=True)
     with pytest.raises(BurstError, match="Quota 'NVIDIA_V100_GPUS' exceeded; everything it created was destroyed"):
-        cloud.up("t", "gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1", command=fake)
+        gke_up(fake)
     cmds = fake.commands()
     assert cmds.index("up") < cmds.index("destroy") < cmds.index("stack export")
     assert "stack rm" in cmds
@@ -132,26 +155,28 @@ def test_a_failed_up_destroys_what_it_created_and_forgets_the_cluster(home):
 
 def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
     fake = RecordingPulumi()
-    handle, created = cloud.up("t", "gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1", command=fake)
+    handle, created = gke_up(fake)
     assert created and handle.state == "running" and handle.storage_uri == "gs://b"
     assert "kubeconfig" not in handle.outputs  # secrets never reach the state directory
     stuck = RecordingPulumi(leftover_destroys=5)
     stuck.stacks = fake.stacks
     with pytest.raises(BurstError) as err:
-        cloud.down(handle, command=stuck)
+        with pulumi_command(stuck) as gke:
+            gke.down(handle)
     assert URN in str(err.value) and "handle is kept" in str(err.value)
     assert stuck.commands().count("destroy") == 2 and "refresh" in stuck.commands()
     assert state.load(ClusterHandle, "t") is not None
     # the cause is fixed: the second `burst down` succeeds and forgets the handle
     healed = RecordingPulumi(leftover_destroys=0)
     healed.stacks = fake.stacks
-    cloud.down(state.load(ClusterHandle, "t"), command=healed)
+    with pulumi_command(healed) as gke:
+        gke.down(state.load(ClusterHandle, "t"))
     assert state.load(ClusterHandle, "t") is None
 
 
 def test_ctrl_c_is_forwarded_to_pulumi_and_followed_by_a_refresh(home):
     fake = RecordingPulumi(block_up=True)
-    driver = StackDriver(spec_for(), command=fake)
+    driver = StackDriver(spec_for(), state.home(), command=fake)
     def ctrl_c_once_up_runs():  # Ctrl-C while `pulumi up` is running, not before it started
         assert fake.blocking.wait(30)
         os.kill(os.getpid(), signal.SIGINT)
@@ -190,7 +215,7 @@ def test_expired_leases_are_swept(home, monkeypatch):
             state.save(ClusterHandle(name=name, provider="gcp", cluster_id=name, state="running", storage_uri="gs://x",
                                      expires=expires, stack=f"{name}-stack"))
     destroyed = []
-    monkeypatch.setattr(cloud, "down", lambda handle, command=None: destroyed.append(handle.name))
+    monkeypatch.setattr(targets.get("gcp"), "down", lambda handle, report=None: destroyed.append(handle.name))
     result = CliRunner().invoke(cli.app, ["down", "--expired"])
     assert result.exit_code == 0, result.output
     assert destroyed == ["old"]
@@ -226,7 +251,9 @@ def test_pulumi_events_drive_the_progress_display():
     from rich.console import Console
 
     buf = io.StringIO()
-    progress = cloud.PulumiProgress("creating", 2, out=Console(file=buf, width=120, force_terminal=False))
+    from burst.cli.progress import PulumiProgress
+
+    progress = PulumiProgress("creating", 2, out=Console(file=buf, width=120, force_terminal=False))
 
     def meta(op, typ, name):
         return ev.StepEventMetadata(op=op, urn=f"urn:pulumi:s::burst::{typ}::{name}", type=typ, provider="")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from burst import catalog, layout
-from burst.targets import cloud
+from burst.placement import catalog, layout
+from burst import targets
 
 OFFERS = catalog.load()
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ def catalog_price(provider, region, instance_type, accelerator, count, spot) -> 
     """$/h of one node, straight from the shipped catalog file."""
     import csv
 
-    text = (ROOT / "burst" / "data" / "catalog.csv").read_text()
+    text = (ROOT / "burst" / "placement" / "data" / "catalog.csv").read_text()
     rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     (row,) = [r for r in rows if (r["provider"], r["region"], r["instance_type"], r["accelerator"], int(r["accelerator_count"]))
               == (provider, region, instance_type, accelerator, count)]
@@ -29,8 +29,9 @@ def catalog_price(provider, region, instance_type, accelerator, count, spot) -> 
 
 def render(provider, accelerator, gpus, preemptible, region=None):
     lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region)
-    spec = cloud.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj")
-    result = cloud.dry_run(spec, lay)
+    target = targets.get(provider)
+    spec = target.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj")
+    result = target.rendering(spec, lay)
     return lay, spec, result["resources"], result
 
 
@@ -152,7 +153,7 @@ def test_gke_kubeconfig_is_a_secret_built_from_the_cluster():
     from infra import gke, render as r
 
     lay = layout.resolve(OFFERS, "gcp", "V100", 8, region="us-central1")
-    spec = cloud.build_spec("t", lay, False, hours=1, lease_id="lease0123456", project="proj")
+    spec = targets.get("gcp").build_spec("t", lay, False, hours=1, lease_id="lease0123456", project="proj")
     seen = {}
 
     def program():

@@ -1,7 +1,8 @@
 """Where the CLI writes: people's messages and errors on stderr, machine output on stdout.
 
 One place for both consoles so every command prints errors the same way (one line, however
-long) and tables at the same width.
+long) and tables at the same width; ``ConsoleReporter`` is how the orchestration layer (which
+never prints) talks to a person at a terminal.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import NoReturn
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
 
 import typer
 from rich.console import Console
 
-from .errors import BurstError
+from ..errors import BurstError
+from ..targets.base import Reporter
 
 console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
 out = Console(width=None if sys.stdout.isatty() else 150)  # tables are wide; do not fold them into 80 columns when piped
@@ -40,3 +43,24 @@ def finite(data):
 
 def emit_json(data) -> None:
     typer.echo(json.dumps(finite(data), indent=2, default=str, allow_nan=False))  # plain: never wrapped or styled
+
+
+class ConsoleReporter(Reporter):
+    """Lines on stderr, a progress bar for Pulumi operations and for training runs."""
+
+    def say(self, message: str) -> None:
+        console.print(message, highlight=False)
+
+    @contextmanager
+    def stack_progress(self, verb: str) -> Iterator:
+        from .progress import PulumiProgress
+
+        with PulumiProgress(verb, None, out=console) as progress:
+            yield progress
+
+    @contextmanager
+    def run_progress(self, run, tracker) -> Iterator:
+        from .progress import RunProgress
+
+        with RunProgress(console, tracker) as progress:
+            yield progress

@@ -13,17 +13,18 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import estimate as est_mod
-from .catalog import CLOUD_PROVIDERS, Offer
-from .errors import BurstError
+from .. import targets
+from ..errors import BurstError
+from .catalog import Offer
 from .layout import Layout, resolve
-from .policy import Policy
+from .policy import OnPrem, Policy
 from .profile import Profile, local_throughput
 
 
 @dataclass
 class Candidate:
-    target: str            # local | onprem | cloud
-    provider: str          # local | ray | gcp | gcp-tpu | azure
+    target: str            # the target's kind: local | onprem | cloud
+    provider: str          # a provider of the target registry
     region: str
     accelerator: str
     count: int
@@ -92,7 +93,8 @@ def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
 
 def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int] = None,
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
-               accelerator: Optional[str] = None, preemptible: Optional[bool] = None) -> tuple[list[Candidate], dict[str, int]]:
+               accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
+               region: Optional[str] = None) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate."""
     epochs = _epochs(policy, profile, epochs)
     excluded: dict[str, int] = {}
@@ -109,32 +111,36 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             raise BurstError(f"--{'preemptible' if preemptible else 'on-demand'} conflicts with the policy's preemptible: {policy.preemptible}")
         spot_choices = [preemptible]
     out: list[Candidate] = []
+    kinds = {p: targets.get(p).kind for p in providers}
 
-    if "local" in providers and gpus is None and accelerator is None and preemptible is not True:
+    local = [p for p in providers if kinds[p] == "local"]
+    if local and gpus is None and accelerator is None and preemptible is not True and region is None:
         rate, basis = local_throughput(profile)
         e = est_mod.local(rate, basis, profile, policy, epochs, events)
-        out.append(Candidate("local", "local", "this machine", "cpu", os.cpu_count() or 1, False, e))
+        out.append(Candidate("local", local[0], "this machine", "cpu", os.cpu_count() or 1, False, e))
 
     site = policy.onprem
-    if "ray" in providers and site is not None and preemptible is not True:
+    for prov in (p for p in providers if kinds[p] == "onprem"):
+        if site is None or preemptible is True or (region is not None and region != site.name):
+            continue
         if not policy.accelerator_allowed(site.accelerator) or (accelerator and accelerator != site.accelerator):
             skip("accelerator not allowed")
-        else:
-            cap = min(site.gpus, policy.max_gpus)
-            counts = _gpu_counts(cap, gpus)
-            if gpus is None and cap not in counts:
-                counts.append(cap)  # the whole on-prem allocation, even when it is not a power of two
-            if gpus is not None and gpus > site.gpus:
-                skip("more GPUs than on-prem has")
-                counts = []
-            for n in counts:
-                e = est_mod.onprem(n, profile, policy, epochs, events)
-                out.append(Candidate("onprem", "ray", site.name, site.accelerator, n, False, e))
+            continue
+        cap = min(site.gpus, policy.max_gpus)
+        counts = _gpu_counts(cap, gpus)
+        if gpus is None and cap not in counts:
+            counts.append(cap)  # the whole on-prem allocation, even when it is not a power of two
+        if gpus is not None and gpus > site.gpus:
+            skip("more GPUs than on-prem has")
+            counts = []
+        for n in counts:
+            e = est_mod.onprem(n, profile, policy, epochs, events)
+            out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False, e))
 
-    clouds = [p for p in providers if p in CLOUD_PROVIDERS]
+    clouds = [p for p in providers if kinds[p] == "cloud"]
     shapes: dict[tuple[str, str, str], list[Offer]] = {}
     for o in offers:
-        if o.provider not in clouds:
+        if o.provider not in clouds or (region is not None and o.region != region):
             continue
         if not policy.region_allowed(o.region):
             skip("region not allowed")
@@ -144,18 +150,18 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             skip("accelerator not allowed")
             continue
         shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)
-    for (prov, region, acc), group in sorted(shapes.items()):
+    for (prov, reg, acc), group in sorted(shapes.items()):
         tpu = group[0].is_tpu
         if tpu:
             if group[0].accelerator_count > policy.max_gpus:
                 skip("over max_gpus")
                 continue
-            layouts = [resolve(group, prov, acc, region=region)]
+            layouts = [resolve(group, prov, acc, region=reg)]
         else:
             layouts = []
             for n in _gpu_counts(policy.max_gpus, gpus):
                 try:
-                    layouts.append(resolve(group, prov, acc, n, region=region))
+                    layouts.append(resolve(group, prov, acc, n, region=reg))
                 except BurstError:
                     skip("no node shape for the count")
         for lay in layouts:
@@ -164,7 +170,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                     skip("no spot offer")
                     continue
                 e = est_mod.cloud(lay, spot, profile, policy, epochs, events)
-                out.append(Candidate("cloud", prov, region, acc, lay.count, spot, e, layout=lay))
+                out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay))
     return out, excluded
 
 
@@ -207,7 +213,7 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     # On-prem first when the policy says when to burst and no burst condition holds.
     onprem_first = False
     why = ""
-    if policy.burst_when is not None and narrow.get("provider") in (None, "ray"):
+    if policy.burst_when is not None and (narrow.get("provider") is None or targets.get(narrow["provider"]).kind == "onprem"):
         site = [c for c in cands if c.target == "onprem"]
         best_site = min(site, key=lambda c: (not c.feasible, objective(c))) if site else None
         bw = policy.burst_when
@@ -261,3 +267,117 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
         if prefer_spot and choice.preemptible:
             why += " (preemptible preferred)"
     return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget)
+
+
+# --------------------------------------------------------------------------- the hand-off to a target
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a cluster goes: what a target's ``up`` receives, chosen by the plan or pinned by flags."""
+
+    provider: str
+    region: str
+    accelerator: str
+    count: int                          # GPUs, TPU chips, or (local) CPUs
+    preemptible: bool
+    hourly_usd: float
+    layout: Optional[Layout] = None     # cloud node pools
+    gpus: Optional[int] = None          # local: GPUs of this machine to offer; on-prem: GPUs one run may use
+    storage: Optional[str] = None       # local: where checkpoints and results go
+    site: Optional[OnPrem] = None       # on-prem: the policy's description of the site
+    estimate: Optional[est_mod.Estimate] = None
+    notes: tuple[str, ...] = ()         # what the user should know (a pinned choice the plan would not make)
+
+    def describe(self) -> str:
+        e = self.estimate
+        when = f" ({e.hours:.1f} h, ${e.cost_usd:,.2f})" if e is not None else f" (${self.hourly_usd:,.2f}/h)"
+        return f"{self.provider} {self.region} {self.accelerator} x{self.count}{' preemptible' if self.preemptible else ''}{when}"
+
+
+def from_candidate(c: Candidate, policy: Optional[Policy], notes: tuple[str, ...] = ()) -> Placement:
+    hourly = c.layout.hourly_usd(c.preemptible) if c.layout else c.estimate.hourly_usd
+    return Placement(provider=c.provider, region=c.region, accelerator=c.accelerator, count=c.count, preemptible=c.preemptible,
+                     hourly_usd=hourly, layout=c.layout, gpus=c.count if c.target == "onprem" else None,
+                     site=policy.onprem if policy is not None and c.target == "onprem" else None, estimate=c.estimate, notes=notes)
+
+
+def choose(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Placement:
+    """The plan's choice as a placement; one line saying why when nothing is feasible."""
+    p = plan(policy, profile, offers, **narrow)
+    if p.choice is None:
+        raise BurstError(f"the plan finds no feasible target: {p.why}; see `burst plan`")
+    return from_candidate(p.choice, policy)
+
+
+def scope_problem(policy: Policy, provider: str, region: Optional[str], accelerator: str, count: int, preemptible: bool) -> Optional[str]:
+    """Why the policy forbids this exact choice (data residency, caps, preemptible preference), or None.
+
+    ``region`` is a cloud region (None for an on-prem site, which region patterns do not cover)."""
+    if provider not in policy.providers:
+        return f"provider {provider} is not allowed by the policy (providers: {', '.join(policy.providers)})"
+    if region is not None and not policy.region_allowed(region):
+        return f"region {region} is not allowed by the policy (regions: {', '.join(policy.regions)})"
+    if not policy.accelerator_allowed(accelerator):
+        return f"accelerator {accelerator} is not allowed by the policy (accelerators: {', '.join(policy.accelerators or [])})"
+    if count > policy.max_gpus:
+        return f"{count} {accelerator} is over the policy's max_gpus {policy.max_gpus}"
+    if preemptible and policy.preemptible == "never":
+        return "the policy says preemptible: never; use --on-demand or another policy"
+    if not preemptible and policy.preemptible == "only":
+        return "the policy says preemptible: only; use --preemptible or another policy"
+    return None
+
+
+def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provider: str, *, gpus: Optional[int] = None,
+        accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
+        cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None) -> Placement:
+    """The placement on ``provider`` that the command line's flags fix, under the policy's guard rails.
+
+    Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
+    is refused with the rule it breaks; one that merely misses the deadline or budget goes ahead,
+    with a note (the budget guard still stops the run before the budget is spent).
+    """
+    target = targets.get(provider)
+    if storage is not None and not target.takes_storage:
+        raise BurstError(f"--storage applies to targets on this machine; {provider} clusters get their own storage")
+    if target.kind == "local":
+        for flag, value in (("--accelerator", accelerator), ("--region", region), ("--preemptible", preemptible or None)):
+            if value is not None:
+                raise BurstError(f"{flag} does not apply to --provider {provider} (this machine)")
+        hourly = policy.local.usd_per_hour if policy is not None else 0.0
+        return Placement(provider, "this machine", "cpu", cpus or os.cpu_count() or 1, False, hourly, gpus=gpus, storage=storage)
+    if policy is None:
+        raise BurstError(f"--provider {provider} needs a policy; pass --policy FILE")
+    if cpus is not None:
+        raise BurstError(f"--cpus applies to --provider local; {provider} clusters have the CPUs of their nodes")
+    if target.kind == "onprem":
+        site = policy.onprem
+        if site is None:
+            raise BurstError(f"--provider {provider} needs a policy with an onprem section (ray_address, accelerator, gpus); pass --policy FILE")
+        if preemptible:
+            raise BurstError(f"--preemptible does not apply to the on-prem site {site.name}")
+        if accelerator is not None and accelerator != site.accelerator:
+            raise BurstError(f"the on-prem site {site.name} has {site.accelerator}, not {accelerator}")
+        count = gpus or site.gpus
+        if count > site.gpus:
+            raise BurstError(f"--gpus {count}: the on-prem site {site.name} offers {site.gpus} GPUs to one run")
+        if region is not None and region != site.name:
+            raise BurstError(f"the on-prem site is {site.name}, not {region}")
+        problem = scope_problem(policy, provider, None, site.accelerator, count, False)
+        if problem:
+            raise BurstError(problem)
+        e = est_mod.onprem(count, profile, policy, _epochs(policy, profile, epochs))
+        return Placement(provider, site.name, site.accelerator, count, False, site.usd_per_gpu_hour * count, gpus=count, site=site, estimate=e)
+    if accelerator is None:
+        return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs)
+    lay = resolve(offers, provider, accelerator, gpus, region=region)
+    spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
+    if spot and not lay.has_spot:
+        raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
+    problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)
+    if problem:
+        raise BurstError(problem)
+    c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot, est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs)), layout=lay)
+    _check(c, policy.deadline_hours(), policy.budget_usd)
+    return from_candidate(c, policy, notes=tuple(r for r in c.reasons if not c.feasible and r.startswith(("misses", "over budget", "the deadline"))))

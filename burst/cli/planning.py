@@ -1,7 +1,7 @@
-"""The ``burst plan | policy | catalog | bench`` commands: placement made visible.
+"""``burst plan | policy | catalog | bench``: placement made visible.
 
-Kept apart from ``cli.py`` so the command module stays readable; nothing here imports
-TensorFlow, Ray or a cloud SDK (``burst bench`` runs the workload in a subprocess).
+Nothing here imports TensorFlow, Ray or a cloud SDK (``burst bench`` runs the workload in a
+subprocess), so these commands start fast.
 """
 
 from __future__ import annotations
@@ -16,18 +16,9 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .console import console, fail, out
-from .console import emit_json as _emit_json
-from .errors import BurstError
-
-def make_plan(workload: str, policy_file: Optional[Path], catalog_file: Optional[Path], loaded_policy=None, **narrow):
-    """The plan and the policy it was made under (``loaded_policy`` spares reading the file again)."""
-    from . import catalog, placement, policy, profile
-
-    pol = loaded_policy or policy.load(policy_file)
-    prof = profile.load(workload)
-    offers = catalog.load(catalog_file)
-    return placement.plan(pol, prof, offers, **narrow), pol
+from ..errors import BurstError
+from .render import console, out
+from .render import emit_json as _emit_json
 
 
 def _row_style(c, choice) -> str:
@@ -85,18 +76,12 @@ def plan(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
-    try:
-        for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events)):
-            if v is not None and v < 1:
-                raise BurstError(f"--{name} must be a positive whole number, got {v}")
-        if provider is not None:
-            from .targets import check_provider
+    from .. import api
 
-            check_provider(provider)
-        p, _ = make_plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events,
-                         provider=provider, accelerator=accelerator)
-    except BurstError as exc:
-        fail(exc)
+    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events)):
+        if v is not None and v < 1:
+            raise BurstError(f"--{name} must be a positive whole number, got {v}")
+    p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator)
     if as_json:
         _emit_json(p.to_dict())
     else:
@@ -114,12 +99,9 @@ policy_app = typer.Typer(help="Validate policy files and print their JSON Schema
 @policy_app.command("check")
 def policy_check(file: Path = typer.Argument(..., help="policy YAML")) -> None:
     """Validate a policy file: prints a summary, or one line saying what is wrong and where."""
-    from . import policy
+    from ..placement import policy
 
-    try:
-        p = policy.load(file)
-    except BurstError as exc:
-        fail(exc)
+    p = policy.load(file)
     deadline = p.deadline_hours()
     parts = [f"objective {p.objective}", f"providers {', '.join(p.providers)}", f"regions {', '.join(p.regions)}",
              f"preemptible {p.preemptible}", f"max {p.max_gpus} GPUs"]
@@ -135,7 +117,7 @@ def policy_check(file: Path = typer.Argument(..., help="policy YAML")) -> None:
 @policy_app.command("schema")
 def policy_schema() -> None:
     """Print the policy JSON Schema (for editors and CI checks)."""
-    from . import policy
+    from ..placement import policy
 
     _emit_json(policy.schema())
 
@@ -150,15 +132,12 @@ def catalog(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List the price catalog: node shapes, on-demand and spot prices, and where each comes from."""
-    from . import catalog as cat
+    from ..placement import catalog as cat
 
-    try:
-        offers = cat.load(catalog_file)
-    except BurstError as exc:
-        fail(exc)
+    offers = cat.load(catalog_file)
     rows = [o for o in offers if (accelerator is None or o.accelerator.lower() == accelerator.lower()) and (provider is None or o.provider == provider)]
     if not rows:
-        fail(BurstError(f"no catalog rows match; accelerators: {', '.join(cat.accelerators(offers))}"))
+        raise BurstError(f"no catalog rows match; accelerators: {', '.join(cat.accelerators(offers))}")
     if as_json:
         _emit_json([o.to_dict() for o in rows])
         return
@@ -182,31 +161,29 @@ def bench(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Measure this machine on the workload's paper preset and record it for `burst plan`."""
-    from . import profile
+    from ..placement import profile
 
+    if workload != "gan3d":
+        raise BurstError(f"unknown workload {workload!r}; choose gan3d")
+    for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
+        if v < 1:
+            raise BurstError(f"--{name} must be a positive whole number, got {v}")
+    console.print(f"measuring the paper preset on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
     try:
-        if workload != "gan3d":
-            raise BurstError(f"unknown workload {workload!r}; choose gan3d")
-        for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
-            if v < 1:
-                raise BurstError(f"--{name} must be a positive whole number, got {v}")
-        console.print(f"measuring the paper preset on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
         proc = subprocess.run([sys.executable, "-m", "workloads.gan3d.bench", "--throughput", json.dumps(
             {"preset": "paper", "batch": batch, "steps": steps, "repeats": repeats})],
             capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=3600)
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        if proc.returncode != 0 or not lines:
-            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise BurstError(f"the benchmark failed: {last}", exit_code=1)
-        result = json.loads(lines[-1])
-        record = {"workload": workload, "preset": "paper", "events_per_s": result["samples_per_s"],
-                  "events_per_s_median": result["samples_per_s_median"], "gflops": result["gflops"],
-                  "cpus": os.cpu_count(), "batch": batch}
-        path = profile.record_local(workload, record)
-    except BurstError as exc:
-        fail(exc)
     except subprocess.TimeoutExpired:
-        fail(BurstError("the benchmark did not finish within an hour", exit_code=1))
+        raise BurstError("the benchmark did not finish within an hour", exit_code=1) from None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BurstError(f"the benchmark failed: {last}", exit_code=1)
+    result = json.loads(lines[-1])
+    record = {"workload": workload, "preset": "paper", "events_per_s": result["samples_per_s"],
+              "events_per_s_median": result["samples_per_s_median"], "gflops": result["gflops"],
+              "cpus": os.cpu_count(), "batch": batch}
+    path = profile.record_local(workload, record)
     if as_json:
         _emit_json({**record, "recorded_in": str(path)})
     else:

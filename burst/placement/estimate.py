@@ -19,7 +19,8 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from .errors import BurstError
+from .. import targets
+from ..errors import BurstError
 from .layout import Layout
 from .policy import Policy
 from .profile import Profile
@@ -76,17 +77,17 @@ def _data_gb(profile: Profile, policy: Policy, events: Optional[int]) -> float:
     return size * ((events or profile.events) / profile.events)
 
 
-def _staging(site: str, region: Optional[str], profile: Profile, policy: Policy, events: Optional[int]) -> tuple[float, float, str]:
-    """(hours, egress USD, note) to bring the dataset to ``site`` (onprem, local, gcp, azure)."""
+def _staging(cloud: Optional[str], region: Optional[str], profile: Profile, policy: Policy, events: Optional[int]) -> tuple[float, float, str]:
+    """(hours, egress USD, note) to bring the dataset to a cloud's region (``cloud`` None: on-prem or this machine)."""
     where = policy.data.location
     size = _data_gb(profile, policy, events)
     src_cloud, _, src_region = where.partition(":")
-    if where in ("onprem", "local"):
-        if site in ("onprem", "local"):
+    if not src_region:  # the data is on-prem or on this machine
+        if cloud is None:
             return 0.0, 0.0, ""
         return size * 8 / policy.data.uplink_gbps / 3600, size * policy.data.egress_usd_per_gb, f"copy {size:.0f} GB from on-prem at {policy.data.uplink_gbps:g} Gb/s"
     facts = provider_facts()[src_cloud]
-    if site == src_cloud and region == src_region:
+    if cloud == src_cloud and region == src_region:
         return 0.0, 0.0, ""
     return (size * 8 / policy.data.uplink_gbps / 3600, size * facts.egress_usd_per_gb,
             f"copy {size:.0f} GB out of {where} (egress {facts.egress_usd_per_gb} $/GB)")
@@ -96,8 +97,7 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     facts = provider_facts()[layout.provider]
     epoch_s = profile.epoch_seconds(layout.accelerator, layout.devices, events)
     est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=epochs * epoch_s / 3600)
-    site = "gcp" if layout.provider.startswith("gcp") else layout.provider
-    est.staging_h, est.egress_usd, note = _staging(site, layout.region, profile, policy, events)
+    est.staging_h, est.egress_usd, note = _staging(targets.get(layout.provider).vendor, layout.region, profile, policy, events)
     if note:
         est.notes.append(note)
     est.egress_usd += profile.checkpoint_gb * facts.egress_usd_per_gb  # the final checkpoint comes home
@@ -133,7 +133,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
         raise BurstError("the policy has no onprem section")
     epoch_s = profile.epoch_seconds(site.accelerator, gpus, events)
     est = Estimate(epoch_s=epoch_s, queue_h=site.queue_wait_hours, training_h=epochs * epoch_s / 3600)
-    est.staging_h, est.egress_usd, note = _staging("onprem", None, profile, policy, events)
+    est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
     est.hourly_usd = site.usd_per_gpu_hour * gpus
@@ -146,7 +146,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
 def local(events_per_s: float, basis: str, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
     epoch_s = (events or profile.events) / events_per_s
     est = Estimate(epoch_s=epoch_s, training_h=epochs * epoch_s / 3600)
-    est.staging_h, est.egress_usd, note = _staging("local", None, profile, policy, events)
+    est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
     est.hourly_usd = policy.local.usd_per_hour

@@ -15,11 +15,14 @@ from typing import Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import BurstError
-from .userfile import compose_yaml, read_text
+from .. import targets
+from ..errors import BurstError
+from ..userfile import compose_yaml, read_text
 
-PROVIDERS = ("local", "ray", "gcp", "gcp-tpu", "azure")
-DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.yaml"
+DATA_SITES = ("onprem", "local")  # where data lives outside any cloud: the site, or this machine
+Provider = Literal[targets.PROVIDERS]  # type: ignore[valid-type]  # the registry's names, in the JSON Schema too
+
+DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.yaml"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|min|h|d|w)\s*$")
 _UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
 MAX_PREEMPTIONS_PER_HOUR = 2.0  # spot capacity reclaimed more often than this is not worth planning on
@@ -65,9 +68,10 @@ class DataLocation(_Strict):
     @field_validator("location")
     @classmethod
     def _location(cls, v: str) -> str:
-        if v in ("onprem", "local") or re.fullmatch(r"(gcp|azure):[a-z0-9-]+", v):
+        cloud, sep, region = v.partition(":")
+        if (not sep and v in DATA_SITES) or (cloud in targets.vendors() and re.fullmatch(r"[a-z0-9-]+", region)):
             return v
-        raise ValueError("must be onprem, local, gcp:<region> or azure:<region>")
+        raise ValueError(f"must be {', '.join(DATA_SITES)}, or <cloud>:<region> with a cloud of {', '.join(targets.vendors())}")
 
 
 class Policy(_Strict):
@@ -76,14 +80,14 @@ class Policy(_Strict):
     objective: Literal["min_cost", "min_time"] = Field("min_cost", description="what the plan minimises: total cost or time to result")
     deadline: Optional[Union[float, str]] = Field(None, description="hours from now (48, '48h', '3d') or an ISO 8601 time")
     budget_usd: Optional[float] = Field(None, gt=0, le=1e8, description="total spend allowed for the run, all providers")
-    providers: list[Literal["local", "ray", "gcp", "gcp-tpu", "azure"]] = Field(default_factory=lambda: list(PROVIDERS), description="targets the plan may choose from")
+    providers: list[Provider] = Field(default_factory=lambda: list(targets.PROVIDERS), description="targets the plan may choose from")
     regions: list[str] = Field(default_factory=lambda: ["*"], description="region patterns, e.g. europe-* (data residency)")
     preemptible: Literal["never", "prefer", "only"] = Field("prefer", description="spot/preemptible capacity: never, prefer it when it wins, or only")
     accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
     max_gpus: int = Field(128, gt=0, le=100_000, description="most accelerators one run may hold at once")
     tolerance: float = Field(0.05, ge=0, le=1, description="options within this fraction of the best objective value count as equal; the other measure (time or cost) decides")
     epochs: Optional[int] = Field(None, gt=0, le=100_000, description="default: the workload profile's")
-    preemption_rate_per_hour: dict[Literal["gcp", "gcp-tpu", "azure"], float] = Field(default_factory=dict, description="expected preemptions per node-hour, per provider (overrides the built-in figures)")
+    preemption_rate_per_hour: dict[Provider, float] = Field(default_factory=dict, description="expected preemptions per node-hour, per provider (overrides the built-in figures)")
     onprem: Optional[OnPrem] = Field(None, description="the site's own cluster: capacity, queue wait, price, how to reach it")
     local: LocalMachine = Field(default_factory=LocalMachine, description="this machine as a target")
     burst_when: Optional[BurstWhen] = Field(None, description="when to leave on-prem for a cloud")
@@ -108,6 +112,8 @@ class Policy(_Strict):
     @classmethod
     def _rates(cls, v):
         for k, rate in v.items():
+            if not targets.get(k).supports_spot:
+                raise ValueError(f"{k}: has no preemptible capacity; rates apply to {', '.join(targets.names_where('supports_spot'))}")
             if not 0 <= rate <= MAX_PREEMPTIONS_PER_HOUR:
                 raise ValueError(f"{k}: a rate per node-hour between 0 and {MAX_PREEMPTIONS_PER_HOUR} (one preemption every 30 minutes)")
         return v

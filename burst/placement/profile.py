@@ -14,10 +14,10 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import state
-from .errors import BurstError
+from .. import state
+from ..errors import BurstError
 
-WORKLOAD_PROFILES = {"gan3d": Path(__file__).resolve().parent.parent / "workloads" / "gan3d" / "profile.yaml"}
+WORKLOAD_PROFILES = {"gan3d": Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "profile.yaml"}
 
 
 class AcceleratorSpeed(BaseModel):

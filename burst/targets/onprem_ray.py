@@ -12,10 +12,16 @@ import urllib.request
 import uuid
 from typing import Optional
 
+from typing import TYPE_CHECKING
+
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
+from .base import QUIET, Lease, Reporter, Target
 from .local import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
+
+if TYPE_CHECKING:
+    from ..placement.planner import Placement
 
 
 def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:
@@ -63,3 +69,22 @@ def down(handle: ClusterHandle) -> None:
     """The on-prem cluster keeps running; burst only forgets its handle."""
     with state.locked():
         state.delete(ClusterHandle, handle.name)
+
+
+class OnPremRayTarget(Target):
+    """The group's own Ray cluster: attached to by address, never started or stopped by burst."""
+
+    provider = "ray"
+    kind = "onprem"
+    default_cluster_name = "onprem"
+
+    def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        site = placement.site
+        return up(name, site.ray_address, placement.count, site.accelerator, placement.hourly_usd,
+                  storage_uri=site.storage, token_path=site.token_file, budget_usd=lease.budget_usd)
+
+    def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
+        down(handle)
+
+    def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
+        return is_alive(handle, timeout=timeout)

@@ -12,14 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .errors import BurstError
-from .userfile import read_text
+from .. import targets
+from ..errors import BurstError
+from ..userfile import read_text
 
 DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
 COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accelerator_count", "vcpus", "memory_gib",
            "price_od", "price_spot", "unit", "quality", "source", "fetched_at", "note")
 PLACEHOLDER_PRICES = (700.0,)  # SkyPilot's TPU_V6E_MAX_PRICE stands for "no price"
-CLOUD_PROVIDERS = ("gcp", "gcp-tpu", "azure")
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,9 @@ def _row(raw: dict, path: Path, lineno: int) -> Offer:
         raise BurstError(f"{where}: spot price {spot} is above the on-demand price {od}; fix or drop the spot price")
     if count < 1:
         raise BurstError(f"{where}: accelerator_count must be at least 1")
-    if raw["provider"] not in CLOUD_PROVIDERS:
-        raise BurstError(f"{where}: provider {raw['provider']!r} is not one of {', '.join(CLOUD_PROVIDERS)}")
+    clouds = targets.names_of_kind("cloud")
+    if raw["provider"] not in clouds:
+        raise BurstError(f"{where}: provider {raw['provider']!r} is not one of {', '.join(clouds)}")
     if raw["unit"] not in ("node", "tpu-slice"):
         raise BurstError(f"{where}: unit must be node or tpu-slice, got {raw['unit']!r}")
     for field in ("region", "instance_type", "accelerator", "source", "fetched_at"):

@@ -13,7 +13,7 @@ from functools import reduce
 from typing import Iterable, Optional
 
 from .catalog import Offer
-from .errors import BurstError
+from ..errors import BurstError
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,9 @@ class Layout:
                 "description": self.describe()}
 
 
-def normalise_accelerator(provider: str, name: str) -> str:
+def normalise_accelerator(offers: list[Offer], name: str) -> str:
     """``v3-8`` and ``tpu-v3-8`` name the same TPU slice; GPU names are case-insensitive."""
-    if provider == "gcp-tpu" and not name.startswith("tpu-"):
+    if offers and all(o.is_tpu for o in offers) and not name.startswith("tpu-"):
         return f"tpu-{name}"
     return name
 
@@ -90,14 +90,13 @@ def normalise_accelerator(provider: str, name: str) -> str:
 def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Optional[int] = None,
             region: Optional[str] = None, gpus_per_node: Optional[int] = None) -> Layout:
     """The layout for ``gpus`` accelerators (TPU: one slice) of one provider and region."""
-    offers = list(offers)
-    accelerator = normalise_accelerator(provider, accelerator)
     mine = [o for o in offers if o.provider == provider]
     if not mine:
         raise BurstError(f"the catalog has no offers for provider {provider!r}")
+    accelerator = normalise_accelerator(mine, accelerator)
     names = {o.accelerator.lower(): o.accelerator for o in mine}
     if accelerator.lower() not in names:
-        if provider == "gcp-tpu" and gpus is not None:
+        if mine[0].is_tpu and gpus is not None:
             family = accelerator
             sizes = sorted({int(o.accelerator.rsplit("-", 1)[1]) for o in mine if o.accelerator.rsplit("-", 1)[0] == family})
             if sizes:

@@ -1,0 +1,241 @@
+"""burst from Python: the same verbs as the command line, returning data and printing nothing.
+
+    from burst import api
+    cluster = api.up("local", cpus=2).handle
+    run = api.train(api.TrainRequest.of(cluster=cluster.name, epochs=2, synthetic=1000))
+    print(run.run_dir, api.report(run.run_id))
+    api.down(cluster.name)
+
+Errors are ``burst.errors.BurstError`` with a one-line message and the exit code the CLI uses.
+Pass a ``Reporter`` (``burst.targets.base``) to hear about progress; the default says nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from pydantic import BaseModel
+
+from . import runs, state, targets
+from .errors import BurstError
+from .runs import TrainRequest
+from .state import ClusterHandle, RunRecord
+from .targets.base import QUIET, Lease, Reporter
+
+__all__ = ["plan", "up", "render", "down", "train", "run", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
+           "ClusterStatus", "BurstError"]
+
+MAX_LEASE_HOURS = 8760.0
+
+
+class UpResult(BaseModel):
+    handle: ClusterHandle
+    created_now: bool
+    seconds: float
+
+
+class ClusterStatus(BaseModel):
+    name: str
+    provider: str
+    state: str
+    layout: dict
+    age_s: int
+    expires: Optional[float]
+    accrued_usd: float
+    dashboard: Optional[str]
+
+
+class Status(BaseModel):
+    clusters: list[ClusterStatus]
+    runs: list[RunRecord]
+
+
+def _policy(policy):
+    """A loaded policy from a path (None: the default policy file) or an already loaded one."""
+    from .placement import policy as policy_mod
+
+    return policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy) if policy else None)
+
+
+def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, **narrow):
+    """Every candidate target, estimated and ranked under the policy, with the choice and why.
+
+    ``narrow``: ``gpus``, ``epochs``, ``events``, ``provider``, ``accelerator``, ``preemptible``, ``region``."""
+    from .placement import catalog as catalog_mod
+    from .placement import planner, profile
+
+    if narrow.get("provider") is not None:
+        targets.check_provider(narrow["provider"])
+    return planner.plan(_policy(policy), profile.load(workload), catalog_mod.load(catalog), **narrow)
+
+
+def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter):
+    from .placement import catalog as catalog_mod
+    from .placement import planner, profile
+
+    for flag, value in (("--cpus", cpus), ("--gpus", gpus)):
+        if value is not None and value < 1:
+            raise BurstError(f"{flag} must be a positive whole number, got {value}")
+    if provider is not None:
+        targets.check_provider(provider)
+    # This machine needs no policy unless one is given; every other target is placed under one.
+    pol = _policy(policy) if policy is not None or provider is None or targets.get(provider).kind != "local" else None
+    prof = profile.load("gan3d")
+    offers = catalog_mod.load()
+    if provider is None:
+        if storage is not None:
+            raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
+        chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region)
+        report.say(f"plan: {chosen.describe()}")
+        if targets.get(chosen.provider).kind == "local" and cpus is not None:
+            chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
+        return chosen, pol
+    placement = planner.pin(pol, prof, offers, provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
+                            cpus=cpus, storage=storage)
+    if accelerator is None and placement.estimate is not None and placement.layout is not None:
+        report.say(f"plan: {placement.describe()}")
+    for note in placement.notes:
+        report.say(f"[yellow]note:[/yellow] {note}; going ahead as asked")
+    return placement, pol
+
+
+def _lease(pol, hours: Optional[float]) -> Lease:
+    if hours is not None and not 0 < hours <= MAX_LEASE_HOURS:  # also NaN
+        raise BurstError(f"--hours must be a number of hours above 0 and at most {MAX_LEASE_HOURS:.0f} (a year), got {hours}")
+    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None)
+
+
+def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
+       cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
+       region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
+       report: Reporter = QUIET) -> UpResult:
+    """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
+    under the policy picks the target; flags that are given pin it, under the same policy rules."""
+    started = time.perf_counter()
+    if name is not None:
+        state.check_name(name)
+    _lease(None, hours)  # a bad --hours fails before anything is planned
+    placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                                region=region, storage=storage, report=report)
+    target = targets.get(placement.provider)
+    name = state.check_name(name or target.default_cluster_name)
+    handle, created = target.up(name, placement, _lease(pol, hours), report)
+    return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
+
+
+def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
+           accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
+           hours: Optional[float] = None, cpus: Optional[int] = None, storage: Optional[str] = None,
+           report: Reporter = QUIET) -> dict:
+    """What ``up`` would create, rendered offline (no credentials, no network, nothing recorded)."""
+    if name is not None:
+        state.check_name(name)
+    _lease(None, hours)
+    placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                                region=region, storage=storage, report=report)
+    target = targets.get(placement.provider)
+    return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
+
+
+def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: bool = False, report: Reporter = QUIET) -> list[ClusterHandle]:
+    """Stop (local), forget (on-prem) or destroy (cloud) clusters, verifying nothing is left; returns those taken down."""
+    if expired:
+        now = time.time()
+        handles = [h for h in state.load_all(ClusterHandle) if h.expires is not None and h.expires < now]
+    elif all_clusters:
+        handles = state.load_all(ClusterHandle)
+    else:
+        handles = [runs.cluster(name or "local")]
+    for handle in handles:
+        targets.get(handle.provider).down(handle, report)
+        report.say(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) down; nothing left")
+    return handles
+
+
+def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
+    """Train on a running cluster as a Ray job, validate, collect; the finished run's record."""
+    return runs.train(request, report)
+
+
+def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
+        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
+        report: Reporter = QUIET) -> RunRecord:
+    """up + train + validate + down in one; the cluster (``request.cluster``) goes down on success,
+    failure and interruption alike."""
+    request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
+    result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                report=report)
+    report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
+    try:
+        record = runs.train(request, report)
+    except BaseException:
+        _down_quietly(result.handle, report)  # the run's own error is the one to see
+        raise
+    _down_quietly(result.handle, report, raise_errors=True)
+    return record
+
+
+def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:
+    if state.load(ClusterHandle, handle.name) is None:
+        return  # already torn down (the budget guard does that)
+    try:
+        targets.get(handle.provider).down(handle, report)
+        report.say(f"cluster [bold]{handle.name}[/bold] stopped")
+    except BurstError as exc:
+        if raise_errors:
+            raise
+        report.say(f"[red]error:[/red] {exc}")
+
+
+def status() -> Status:
+    """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
+    handles = state.load_all(ClusterHandle)
+    now = time.time()
+    rows = []
+    for h in handles:
+        target = targets.get(h.provider)
+        alive = h.state == "running" and (not target.answers_here(h) or target.is_alive(h, timeout=1.0))
+        rows.append(ClusterStatus(name=h.name, provider=h.provider, state=h.state if alive or h.state != "running" else "unreachable",
+                                  layout=h.layout, age_s=round(now - h.created), expires=h.expires,
+                                  accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
+    by_name = {h.name: h for h in handles}
+    return Status(clusters=rows, runs=[runs.refresh(r, by_name) for r in state.load_all(RunRecord)])
+
+
+def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,
+         on_event: Optional[Callable] = None) -> str:
+    """A run's job log: from its cluster while it exists, else the copy saved with the run.
+    With ``follow``, ``on_line`` and ``on_event`` hear the job's output until it ends."""
+    from .rundir import RunDirectory
+    from .runtime import jobs
+
+    record = runs.load_run(run_id)
+    handle = state.load(ClusterHandle, record.cluster)
+    if handle is None:  # the cluster is gone (e.g. after `burst run`): the saved log
+        saved = Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(run_id).job_log
+        if not saved.exists():
+            raise BurstError(f"cluster {record.cluster!r} of run {run_id} is gone and no saved log is at {saved}", exit_code=1)
+        text = saved.read_text()
+        if follow and on_line is not None:  # nothing more will come: the saved log is the whole of it
+            for line in text.splitlines():
+                on_line(line)
+        return text
+    with targets.get(handle.provider).reach(handle) as reachable:
+        if follow:  # until the job ends, every line and event as it comes
+            jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
+        return jobs.client(reachable).get_job_logs(record.job_id)
+
+
+def report(run_id: str) -> Path:
+    """The path of a run's HTML report (its results are collected first if nothing did yet)."""
+    record = runs.load_run(run_id)
+    if not record.run_dir:
+        record = runs.collect_finished(record)
+    if not record.run_dir:
+        raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
+    path = Path(record.run_dir) / "report" / "report.html"
+    if not path.exists():
+        raise BurstError(f"report {path} is missing; was the run directory moved?", exit_code=1)
+    return path

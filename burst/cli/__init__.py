@@ -1,0 +1,62 @@
+"""The ``burst`` command line: a thin face over ``burst.api`` (parse, call, render).
+
+Imports only typer, rich and pydantic at start-up, so ``burst --help`` and ``burst plan`` stay
+fast; each command imports what it needs. One error boundary (``_Commands.invoke``) turns any
+``BurstError`` into one line on stderr and its exit code, and Ctrl-C into exit 130.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+from .. import __version__
+from ..errors import BurstError
+from . import clusters, planning, runs
+from .render import console, fail
+
+
+class _Commands(TyperGroup):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BurstError as exc:
+            fail(exc)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
+                  help="Burst a training run from this machine to whatever hardware a policy allows.")
+for command in (planning.plan, clusters.up, runs.train, runs.run, clusters.status, runs.logs, runs.report, clusters.down,
+                planning.catalog, planning.bench):
+    app.command()(command)
+app.add_typer(planning.policy_app, name="policy")
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", help="print the version")] = False) -> None:
+    if version:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    import signal
+
+    # Ctrl-C must work even when a parent started us with SIGINT ignored (a background job of a
+    # script), and SIGTERM (a batch system, `kill`) gets the same clean-up as Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        app()
+    except BurstError as exc:  # raised outside a command (e.g. while parsing): still one line
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,102 @@
+"""``burst up | down | status``: clusters."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .render import ConsoleReporter, console, emit_json, out
+
+Provider = Annotated[Optional[str], typer.Option(help="local | ray | gcp | gcp-tpu | azure (default: the plan's choice under --policy)")]
+PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")]
+Preemptible = Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="spot/preemptible capacity (default: the policy's preference)")]
+Gpus = Annotated[Optional[int], typer.Option(help="GPUs (local: GPUs of this machine to offer)")]
+Cpus = Annotated[Optional[int], typer.Option(help="CPUs for the local Ray head (default: all)")]
+Accelerator = Annotated[Optional[str], typer.Option(help="V100, A100-40GB, ... or a TPU slice such as v3-8")]
+
+
+def up(
+    provider: Provider = None,
+    name: Annotated[Optional[str], typer.Option(help="cluster name (default: local, or the provider's name)")] = None,
+    cpus: Cpus = None,
+    gpus: Gpus = None,
+    accelerator: Accelerator = None,
+    preemptible: Preemptible = None,
+    region: Annotated[Optional[str], typer.Option(help="cloud region (default: the plan's choice)")] = None,
+    policy_file: PolicyFile = None,
+    hours: Annotated[Optional[float], typer.Option(help="lease: resources are labelled to expire after this many hours")] = None,
+    storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
+) -> None:
+    """Start a cluster and save its handle (on this machine with --provider local)."""
+    from .. import api
+
+    flags = dict(policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
+                 hours=hours, storage=storage, report=ConsoleReporter())
+    if dry_run:
+        _print_dry_run(api.render(provider, name, **flags), as_json)
+        return
+    result = api.up(provider, name, **flags)
+    handle = result.handle
+    if as_json:
+        emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})
+        return
+    verb = f"started in {result.seconds:.1f} s" if result.created_now else "already running"
+    console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url}")
+
+
+def _print_dry_run(rendering: dict, as_json: bool) -> None:
+    if as_json:
+        emit_json(rendering)
+        return
+    t = Table(title=f"{rendering['provider']} stack {rendering['stack']} (dry run: nothing was created)")
+    for col in ("type", "name", "key inputs"):
+        t.add_column(col, overflow="fold")
+    for r in rendering["resources"]:
+        t.add_row(r["type"], r["name"], ", ".join(f"{k}={v}" for k, v in r.get("summary", {}).items()))
+    out.print(t)
+    out.print(f"layout: {rendering['layout']['description']}; ${rendering['hourly_usd']:,.2f}/h"
+              f"{' (preemptible)' if rendering['preemptible'] else ''}")
+
+
+def down(
+    name: Annotated[Optional[str], typer.Argument(help="cluster name (default: local)")] = None,
+    all_clusters: Annotated[bool, typer.Option("--all", help="stop every cluster burst started")] = False,
+    expired: Annotated[bool, typer.Option("--expired", help="destroy every cluster whose lease has passed")] = False,
+) -> None:
+    """Stop (local), forget (on-prem) or destroy (cloud) a cluster, verifying nothing is left."""
+    from .. import api
+
+    if not api.down(name, all_clusters=all_clusters, expired=expired, report=ConsoleReporter()) and (all_clusters or expired):
+        console.print("no expired clusters" if expired else "no clusters to stop")
+
+
+def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
+    from .. import api
+
+    now = api.status()
+    if as_json:
+        emit_json(now.model_dump(mode="json"))
+        return
+    t = Table(title="clusters")
+    for col in ("name", "provider", "state", "layout", "age", "lease ends", "accrued $"):
+        t.add_column(col)
+    for c in now.clusters:
+        layout = c.layout.get("description") or json.dumps(c.layout)
+        ends = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.expires)) if c.expires else "-"
+        t.add_row(c.name, c.provider, c.state, layout, f"{c.age_s} s", ends, f"{c.accrued_usd:.2f}")
+    out.print(t)
+    t = Table(title="runs")
+    for col in ("run", "cluster", "state", "progress", "run dir"):
+        t.add_column(col)
+    for r in now.runs:
+        p = r.progress or {}
+        t.add_row(r.run_id, r.cluster, r.state, f"epoch {p.get('epoch', '-')}/{p.get('epochs', '-')}" if p else "-", r.run_dir or "-")
+    out.print(t)

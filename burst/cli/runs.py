@@ -1,0 +1,115 @@
+"""``burst train | run | logs | report``: training runs. Each train option is a field of
+``TrainRequest`` (or of the settings it shares with the job) plus its flag here."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from .clusters import Accelerator, Cpus, Gpus, PolicyFile, Preemptible, Provider
+from .render import ConsoleReporter, console, emit_json
+
+Workload = Annotated[str, typer.Argument(help="workload to train (gan3d)")]
+Preset = Annotated[str, typer.Option(help="small | paper")]
+Epochs = Annotated[int, typer.Option()]
+Batch = Annotated[Optional[int], typer.Option(help="events per replica per step (default: the preset's)")]
+Data = Annotated[Optional[str], typer.Option(help="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")]
+Synthetic = Annotated[Optional[int], typer.Option(help="train on this many synthetic Monte Carlo events (default 3000)")]
+Workers = Annotated[int, typer.Option(help="Ray Train workers (one per node; CPU workers locally)")]
+Seed = Annotated[int, typer.Option()]
+ValEvents = Annotated[int, typer.Option(help="held-out events used by validation")]
+Steps = Annotated[Optional[int], typer.Option(help="steps per epoch (default: events // global batch)")]
+
+
+def _request(**flags):
+    from ..runs import TrainRequest
+
+    steps = flags.pop("steps", None)
+    return TrainRequest.of(**flags, steps_per_epoch=steps)
+
+
+def _finished(run) -> None:
+    if run.run_dir:
+        console.print(f"report: {run.run_dir}/report/report.html")
+
+
+def train(
+    workload: Workload,
+    cluster: Annotated[str, typer.Option(help="cluster name")] = "local",
+    preset: Preset = "small",
+    epochs: Epochs = 6,
+    batch_per_replica: Batch = None,
+    data: Data = None,
+    synthetic: Synthetic = None,
+    workers: Workers = 1,
+    detach: Annotated[bool, typer.Option(help="submit and return")] = False,
+    cancel: Annotated[bool, typer.Option(help="Ctrl-C cancels the job instead of detaching")] = False,
+    seed: Seed = 0,
+    val_events: ValEvents = 400,
+    steps: Steps = None,
+    budget: Annotated[Optional[float], typer.Option(help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Train a workload on a running cluster as a Ray job, then validate it."""
+    from .. import api
+
+    request = _request(workload=workload, cluster=cluster, preset=preset, epochs=epochs, batch_per_replica=batch_per_replica,
+                       data=data, synthetic=synthetic, workers=workers, detach=detach, cancel_on_interrupt=cancel, seed=seed,
+                       val_events=val_events, steps=steps, budget_usd=budget)
+    run = api.train(request, ConsoleReporter())
+    _finished(run)
+    if as_json:
+        emit_json(run.model_dump(mode="json"))
+
+
+def run(
+    workload: Annotated[str, typer.Argument(help="workload to run (gan3d)")] = "gan3d",
+    provider: Provider = None,
+    name: Annotated[str, typer.Option(help="name of the temporary cluster")] = "run-local",
+    cpus: Cpus = None,
+    gpus: Gpus = None,
+    accelerator: Accelerator = None,
+    preemptible: Preemptible = None,
+    policy_file: PolicyFile = None,
+    preset: Preset = "small",
+    epochs: Epochs = 6,
+    batch_per_replica: Batch = None,
+    data: Data = None,
+    synthetic: Synthetic = None,
+    workers: Workers = 1,
+    seed: Seed = 0,
+    val_events: ValEvents = 400,
+    steps: Steps = None,
+) -> None:
+    """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
+    from .. import api
+
+    request = _request(workload=workload, cluster=name, preset=preset, epochs=epochs, batch_per_replica=batch_per_replica,
+                       data=data, synthetic=synthetic, workers=workers, seed=seed, val_events=val_events, steps=steps)
+    _finished(api.run(request, provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
+                      preemptible=preemptible, report=ConsoleReporter()))
+
+
+def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
+    """Print a run's job log (from its cluster), optionally following it until the job ends."""
+    from .. import api
+
+    if follow:
+        api.logs(run_id, follow=True, on_line=typer.echo,
+                 on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e.model_dump(mode='json'))}"))
+    else:
+        typer.echo(api.logs(run_id), nl=False)
+
+
+def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[bool, typer.Option("--open")] = False) -> None:
+    """Print the path of a run's HTML report (or open it with --open)."""
+    from .. import api
+
+    path = api.report(run_id)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(path.as_uri())
+    typer.echo(str(path))

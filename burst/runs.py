@@ -1,0 +1,225 @@
+"""The training lifecycle: check a request, submit the job, follow it under the budget guard,
+collect its results and record the run. Everything a command or a notebook does with a run."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import ConfigDict, Field, ValidationError
+
+from . import state, targets
+from .errors import BurstError
+from .rundir import RunDirectory
+from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
+from .state import ClusterHandle, RunRecord
+from .targets.base import QUIET, Reporter, Target
+
+WORKLOADS = ("gan3d",)
+FINISHED = ("SUCCEEDED", "FAILED", "STOPPED", "STOPPED_BUDGET")
+
+
+class TrainRequest(TrainSettings):
+    """One training run as asked for: the settings the job reads plus where and how to run it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    workload: Literal["gan3d"] = "gan3d"
+    cluster: str = "local"
+    data: Optional[str] = Field(None, description="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")
+    synthetic: Optional[int] = Field(None, gt=0, description="train on this many synthetic Monte Carlo events")
+    workers: int = Field(1, gt=0, description="Ray Train workers (one per node; CPU workers locally)")
+    budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="stop before this many USD are spent")
+    detach: bool = False                # submit and return
+    cancel_on_interrupt: bool = False   # Ctrl-C cancels the job instead of detaching
+
+    @classmethod
+    def of(cls, **fields) -> "TrainRequest":
+        """A request from keyword arguments (flags), or one line naming the flag that is wrong."""
+        try:
+            request = cls(**{k: v for k, v in fields.items() if v is not None or k in ("data", "synthetic")})
+        except ValidationError as exc:
+            raise BurstError(_flag_error(exc)) from None
+        if request.data is not None and request.synthetic is not None:
+            raise BurstError("give either --data DIR or --synthetic N, not both")
+        if request.data is not None and "://" not in request.data and not Path(request.data).exists():
+            raise BurstError(f"--data {request.data}: no such file or directory")
+        state.check_name(request.cluster)
+        return request
+
+    def settings(self) -> dict:
+        """The part of the request the job reads as it is."""
+        return self.model_dump(include=set(TrainSettings.model_fields))
+
+
+def _flag_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else "?"
+    flag = "--" + field.replace("_", "-")
+    value = err.get("input")
+    if field == "workload":
+        return f"unknown workload {value!r}; choose one of: {', '.join(WORKLOADS)}"
+    if field == "preset":
+        return f"unknown preset {value!r}; choose small or paper"
+    if err["type"] in ("greater_than", "greater_than_equal"):
+        return f"{flag} must be a positive {'number' if field == 'budget_usd' else 'whole number'}, got {value}"
+    return f"{flag}: {err['msg']}"
+
+
+def new_run_id(workload: str) -> str:
+    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def cluster(name: str) -> ClusterHandle:
+    handle = state.load(ClusterHandle, name)
+    if handle is None:
+        raise BurstError(f"no cluster named {name!r}; start one with `burst up --provider local --name {name}`")
+    return handle
+
+
+def load_run(run_id: str) -> RunRecord:
+    record = state.load(RunRecord, run_id)
+    if record is None:
+        raise BurstError(f"no run named {run_id!r}; `burst status` lists them")
+    return record
+
+
+def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
+    """Train on a running cluster as a Ray job, then validate; returns the finished run's record.
+
+    Raises ``BurstError`` when the run fails (exit code 1) or the budget guard stops it (3, the
+    cluster torn down); with ``request.detach`` it returns once the job is submitted.
+    """
+    handle = cluster(request.cluster)
+    target = targets.get(handle.provider)
+    if not target.is_alive(handle):
+        raise BurstError(f"cluster {request.cluster!r} is not answering; run `burst down {request.cluster}` then `burst up`", exit_code=1)
+    with target.reach(handle) as reachable:
+        return _train_on(target, reachable, request, report)
+
+
+def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter) -> RunRecord:
+    from .runtime import jobs
+    from .runtime.budget import BudgetGuard
+
+    run = RunRecord(run_id=new_run_id(request.workload), workload=request.workload, cluster=handle.name, provider=handle.provider,
+                    hourly_usd=handle.hourly_usd)
+    resources = target.job_resources(handle, request.workers)
+    data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
+    cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=handle.storage_uri, data=data,
+                    synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
+                    workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
+                    threads=resources.threads, tpu=resources.tpu)
+    run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files"})
+    guard = BudgetGuard.for_cluster(handle, request.budget_usd)
+    if guard is not None:
+        guard.check_can_start()
+    submitted = time.time()
+    jobs.submit(handle, run, cfg, target.job_runtime(handle))
+    report.say(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
+    if request.detach:
+        report.say(f"detached; follow with `burst logs {run.run_id} --follow`")
+        return run
+    tracker = jobs.RunTracker(cfg.epochs)
+
+    def watch_budget() -> None:
+        message = guard.poll(run.run_id, stop_job=lambda: jobs.client(handle).stop_job(run.job_id)) if guard else None
+        if message:
+            report.say(f"[yellow]budget guard:[/yellow] {message}")
+
+    try:
+        with report.run_progress(run, tracker) as watcher:
+            def on_event(event) -> None:
+                tracker.record(event)
+                watcher.on_event(event)
+
+            status = jobs.follow(handle, run, on_event, on_poll=watch_budget)
+    except KeyboardInterrupt:
+        if request.cancel_on_interrupt:
+            jobs.client(handle).stop_job(run.job_id)
+            run.state = "STOPPED"
+            report.say(f"run {run.run_id} cancelled")
+        else:
+            report.say(f"detached; the run goes on. Follow with `burst logs {run.run_id} --follow`")
+        with state.locked():
+            state.save(run)
+        raise
+    run.state = status
+    run.finished = time.time()
+    run.progress = tracker.snapshot()
+    run_dir = RunDirectory(run.run_id)
+    run_dir.save_log(jobs.client(handle).get_job_logs(run.job_id))
+    stopped = tracker.stopped is not None or (guard is not None and guard.requested_at is not None)
+    if status == "SUCCEEDED":
+        run_dir.collect(handle, run)
+        run.run_dir = str(run_dir.path.resolve())
+        run_dir.write_summary(run, handle, tracker, submitted)
+    else:
+        run.message = tracker.failure or f"job ended {status}; see `burst logs {run.run_id}`"
+    if stopped:
+        run.state = "STOPPED_BUDGET"
+        where = tracker.stopped
+        run.message = (f"stopped by the budget guard at epoch {where.epoch if where else '?'} step {where.step if where else '?'}: "
+                       f"${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; final checkpoint "
+                       f"{Path(handle.storage_uri) / 'runs' / run.run_id / 'checkpoint'}")
+    with state.locked():
+        state.save(run)
+    if stopped:
+        target.down(handle, report)
+        raise BurstError(f"run {run.run_id} {run.message}; cluster {handle.name!r} torn down", exit_code=3)
+    if status != "SUCCEEDED":
+        raise BurstError(f"run {run.run_id} {status.lower()}: {run.message}", exit_code=1)
+    return run
+
+
+def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
+    """Ask the cluster for the state of a run that is not finished yet (only clusters that answer
+    without a tunnel; ``burst logs RUN`` opens one for the others)."""
+    if run.state in FINISHED or run.job_id is None:
+        return run
+    handle = handles.get(run.cluster)
+    if handle is None:
+        run.state = "LOST"
+        run.message = f"cluster {run.cluster!r} is gone"
+        return run
+    target = targets.get(handle.provider)
+    if not target.answers_here(handle):
+        return run
+    if not target.is_alive(handle):
+        run.state = "UNREACHABLE"
+        return run
+    from .runtime import jobs
+
+    c = jobs.client(handle)
+    run.state = jobs.job_status(c, run.job_id)
+    tracker = jobs.RunTracker(int(run.config.get("epochs", 1)))
+    for event in parse_events(c.get_job_logs(run.job_id)):
+        tracker.record(event)
+    if tracker.last_epoch is not None:
+        run.progress = tracker.snapshot()
+    return run
+
+
+def collect_finished(record: RunRecord) -> RunRecord:
+    """Fetch the results of a run that succeeded while nothing followed it (detached, or the CLI killed)."""
+    handle = state.load(ClusterHandle, record.cluster)
+    if handle is None:
+        return record
+    record = refresh(record, {handle.name: handle})
+    if record.state != "SUCCEEDED":
+        return record
+    from .runtime import jobs
+
+    tracker = jobs.RunTracker(int(record.config.get("epochs", 1)))
+    for event in parse_events(jobs.client(handle).get_job_logs(record.job_id)):
+        tracker.record(event)
+    record.finished = record.finished or time.time()
+    run_dir = RunDirectory(record.run_id)
+    run_dir.collect(handle, record)
+    record.run_dir = str(run_dir.path.resolve())
+    run_dir.write_summary(record, handle, tracker, record.created)
+    with state.locked():
+        state.save(record)
+    return record

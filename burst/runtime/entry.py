@@ -1,0 +1,153 @@
+"""The Ray job that trains a workload on a cluster: ``python -m burst.runtime.entry CONFIG_JSON``.
+
+Runs on the cluster's head: prepares the data (synthetic Monte Carlo when asked), hands training
+to the Ray Train driver (GPUs, CPUs) or the TPU driver, validates the final checkpoint against
+held-out Monte Carlo and publishes the run directory. What happens goes to stdout as events
+(``job.py``), which any later command can read back from the job's log, so the job survives the
+CLI disconnecting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit
+
+# A DataError raised in a worker's input pipeline reaches the driver wrapped twice (TensorFlow's
+# InvalidArgumentError inside Ray Train's worker-group error); its own message is the useful part.
+_DATA_ERROR = re.compile(r"DataError: (.+?)(?:\s*\[\[|\s*$)", re.MULTILINE)
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line in burst's words for why the job failed (the traceback stays in the job log)."""
+    text = str(exc)
+    if exc.__class__.__name__ == "DataError":
+        return f"bad input data: {text}"
+    found = _DATA_ERROR.findall(text)
+    if found:
+        return f"bad input data: {found[-1].strip()}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
+
+
+def _work_dir(run_id: str) -> Path:
+    """The job driver's local copy of a bucket-backed run (data, results) before publishing."""
+    return Path(tempfile.gettempdir()) / "burst" / run_id
+
+
+def _prepare_data(cfg: JobConfig, storage_dir: Path) -> tuple[list[Path], list[Path]]:
+    """Training and held-out test files on this node, each checked once before any worker starts."""
+    from workloads.gan3d import pipeline
+    from workloads.gan3d.data import check_conditions
+
+    from . import storage
+
+    if cfg.synthetic:
+        emit(StatusEvent(message=f"generating {cfg.synthetic} synthetic Monte Carlo events"))
+        name = f"synthetic-{cfg.synthetic}-s{cfg.seed}"
+        train_dir, test_dir = pipeline.prepare_synthetic(storage_dir / "data" / name, cfg.synthetic, seed=cfg.seed)
+        train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
+    elif storage.is_remote(cfg.data):  # a bucket: copy to this node's disk first
+        source = storage_dir / "data-source"
+        storage.copy_dir(cfg.data, str(source))
+        train_files, test_files = pipeline.split_files(source)
+    else:
+        train_files, test_files = pipeline.split_files(Path(cfg.data))
+    for f in list(train_files) + list(test_files):  # a bad file fails here once, not in every worker retry
+        check_conditions(Path(f))
+    return train_files, test_files
+
+
+def run(cfg: JobConfig) -> int:
+    import ray
+
+    from . import storage
+
+    timings: dict[str, float] = {"job_start": time.time()}
+    files = RunFiles(cfg.storage, cfg.run_id)
+    remote = storage.is_remote(cfg.storage)
+    # A bucket cannot be written like a directory: work on local disk and copy to the bucket.
+    storage_dir = _work_dir(cfg.run_id) if remote else Path(cfg.storage)
+    train_files, test_files = _prepare_data(cfg, storage_dir)
+    shared_train = [str(f) for f in train_files]
+    if remote:  # workers on other nodes read the training files from the bucket
+        storage.copy_dir(str(train_files[0].parent), files.data_dir("train"))
+        shared_train = [storage.join(files.data_dir("train"), f.name) for f in train_files]
+    timings["data_ready"] = time.time()
+    cfg = cfg.model_copy(update={"train_files": tuple(shared_train)})
+    ray.init(address="auto", log_to_driver=True)
+    out_dir = storage_dir / "runs" / cfg.run_id
+    if cfg.tpu:
+        from . import tpu
+
+        ckpt_dir, failure = tpu.train(cfg, out_dir / "checkpoint")
+    else:
+        from . import ray_train
+
+        emit(StatusEvent(message=f"training {cfg.preset} preset on {cfg.workers} worker(s)"))
+        ckpt_dir, failure = ray_train.train(cfg, files.ray_train_root, out_dir / "checkpoint")
+    timings["trained"] = time.time()
+    if failure is not None:
+        emit(FailedEvent(message=failure))
+        return 1
+    return _finish(ckpt_dir, out_dir, cfg, timings, train_files, test_files)
+
+
+def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_files: list, test_files: list) -> int:
+    """Validate the final checkpoint (unless the run was stopped) and publish the run directory."""
+    history = json.loads((ckpt_dir / "history.json").read_text())["history"]
+    (out_dir / "history.json").write_text(json.dumps(history, indent=1))
+    if (ckpt_dir / "stopped.json").exists():
+        # Stopped on request: keep the checkpoint and its history, skip validation (it costs
+        # cluster time the budget no longer has).
+        stopped = json.loads((ckpt_dir / "stopped.json").read_text())
+        (out_dir / "job_provenance.json").write_text(json.dumps({"timings": timings, "stopped": stopped}, indent=1))
+        _publish(out_dir, cfg)
+        emit(DoneEvent(run_dir=str(out_dir), stopped=True))
+        return 0
+    emit(StatusEvent(message="validating against held-out Monte Carlo"))
+    from workloads.gan3d import pipeline
+
+    metrics = pipeline.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed)
+    timings["validated"] = time.time()
+    provenance = {
+        "timings": timings,
+        "data_hashes": pipeline.data_hashes(list(train_files) + list(test_files)),
+        "train_files": [str(f) for f in train_files],
+        "test_files": [str(f) for f in test_files],
+    }
+    (out_dir / "job_provenance.json").write_text(json.dumps(provenance, indent=1))
+    _publish(out_dir, cfg)
+    emit(DoneEvent(run_dir=str(out_dir), summary=metrics["summary"]))
+    return 0
+
+
+def _publish(out_dir: Path, cfg: JobConfig) -> None:
+    """On a bucket-backed cluster, copy the run directory to ``<storage>/runs/<run-id>``."""
+    from . import storage
+
+    if storage.is_remote(cfg.storage):
+        storage.copy_dir(str(out_dir), RunFiles(cfg.storage, cfg.run_id).run_dir)
+        shutil.rmtree(_work_dir(cfg.run_id), ignore_errors=True)
+
+
+def main() -> int:
+    cfg = JobConfig.from_arg(sys.argv[1])
+    try:
+        return run(cfg)
+    except Exception as exc:  # the follower shows this line; the traceback stays in the job log
+        import traceback
+
+        traceback.print_exc()
+        emit(FailedEvent(message=failure_line(exc)))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The contract between the machine that submits a training job and the job on the cluster.
+
+``JobConfig`` is what the job is told (one JSON argument); the events are what it says back, as
+``BURST_EVENT {json}`` lines in its log, so that a run can be followed, detached from and picked up
+again by any later command. ``RunFiles`` names the files a run keeps on the cluster's storage.
+Both sides import this module; it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+EVENT_PREFIX = "BURST_EVENT"
+EVENT_LINE = re.compile(rf"{EVENT_PREFIX} (\{{.*\}})\s*$")
+DEFAULT_VAL_EVENTS = 400  # held-out events validation generates and compares
+DEFAULT_SYNTHETIC_EVENTS = 3000
+
+
+class TrainSettings(BaseModel):
+    """How to train: the options a user sets that the job reads as they are. A new option is one
+    field here (and its CLI flag): the request, the job config and the run record all carry it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    preset: Literal["small", "paper"] = "small"
+    epochs: int = Field(6, gt=0)
+    batch_per_replica: Optional[int] = Field(None, gt=0)
+    seed: int = 0
+    steps_per_epoch: Optional[int] = Field(None, gt=0, description="steps per epoch (default: events // global batch)")
+    val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
+
+
+class JobConfig(TrainSettings):
+    """Everything the job needs, set once on the submitting side."""
+
+    run_id: str
+    storage: str                        # the cluster's storage: a directory or a bucket URI
+    data: Optional[str] = None          # a directory or bucket URI of HDF5/TFRecord files
+    synthetic: Optional[int] = Field(None, gt=0)  # or this many synthetic Monte Carlo events
+    # how the job is spread over the cluster (the target's ``job_resources``)
+    workers: int = Field(1, gt=0)
+    cpus_per_worker: int = Field(1, gt=0)
+    gpus_per_worker: int = Field(0, ge=0)
+    threads: Optional[int] = Field(None, gt=0)
+    tpu: bool = False
+    max_failures: int = Field(3, ge=0)
+    # filled in by the job's driver once the data is ready: where every worker reads it
+    train_files: tuple[str, ...] = ()
+
+    def to_arg(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_arg(cls, text: str) -> "JobConfig":
+        return cls.model_validate_json(text)
+
+
+# --------------------------------------------------------------------------- events
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a newer job may say more than this side knows
+    time: float = Field(default_factory=time.time)
+
+
+class StatusEvent(_Event):
+    type: Literal["status"] = "status"
+    message: str
+
+
+class StartEvent(_Event):
+    """A worker (re)started: from which epoch, with how many steps per epoch, on what machine."""
+
+    type: Literal["start"] = "start"
+    epoch: int
+    epochs: int
+    steps: int
+    replicas: int = 1
+    global_batch: Optional[int] = None
+    resumed: bool = False
+    pid: Optional[int] = None
+    machine: dict = Field(default_factory=dict)
+
+
+class StepEvent(_Event):
+    type: Literal["step"] = "step"
+    epoch: int
+    step: int
+    steps: int
+    elapsed: Optional[float] = None
+
+
+class EpochEvent(_Event):
+    """An epoch ended; its metrics (losses, samples/s, ...) are the extra fields."""
+
+    type: Literal["epoch"] = "epoch"
+    epoch: int
+    epochs: int
+    replayed: bool = False  # re-announced from a restored checkpoint, not trained again
+    samples_per_s: Optional[float] = None
+
+
+class StoppedEvent(_Event):
+    type: Literal["stopped"] = "stopped"
+    epoch: int
+    step: int
+    steps: int
+
+
+class DoneEvent(_Event):
+    type: Literal["done"] = "done"
+    run_dir: str
+    stopped: bool = False
+    summary: dict = Field(default_factory=dict)
+
+
+class FailedEvent(_Event):
+    type: Literal["failed"] = "failed"
+    message: str
+
+
+JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, DoneEvent, FailedEvent], Field(discriminator="type")]
+_EVENT = TypeAdapter(JobEvent)
+
+
+def event_line(event: _Event) -> str:
+    return f"{EVENT_PREFIX} {event.model_dump_json()}"
+
+
+def emit(event: _Event) -> None:
+    """Say something to whoever follows the job (its log is the channel)."""
+    print(event_line(event), flush=True)
+
+
+def parse_event(payload: str) -> Optional[JobEvent]:
+    """An event from its JSON, or None for text that is not one this side understands."""
+    try:
+        return _EVENT.validate_json(payload)
+    except ValidationError:
+        return None
+
+
+def event_key(payload: str) -> str:
+    """Identity of an event: epoch events by epoch number (a resumed worker re-announces them),
+    every other event by its exact text (Ray may forward a worker's line twice)."""
+    try:
+        event = json.loads(payload)
+    except json.JSONDecodeError:
+        return payload
+    return f"epoch:{event.get('epoch')}" if isinstance(event, dict) and event.get("type") == "epoch" else payload
+
+
+def parse_events(text: str) -> list[JobEvent]:
+    """Distinct events of a job log, in order."""
+    out, seen = [], set()
+    for line in text.splitlines():
+        m = EVENT_LINE.search(line)
+        if m and (key := event_key(m.group(1))) not in seen:
+            seen.add(key)
+            event = parse_event(m.group(1))
+            if event is not None:
+                out.append(event)
+    return out
+
+
+# --------------------------------------------------------------------------- files on the cluster's storage
+
+
+class RunFiles:
+    """Where one run keeps its files on the cluster's storage (a directory or a bucket)."""
+
+    def __init__(self, storage: str, run_id: str):
+        self.storage = storage.rstrip("/")
+        self.run_id = run_id
+
+    @property
+    def run_dir(self) -> str:
+        """What the job publishes: report, history, provenance, final checkpoint."""
+        return f"{self.storage}/runs/{self.run_id}"
+
+    @property
+    def stop_request(self) -> str:
+        """A file whose presence asks the workers to checkpoint and stop (the budget guard)."""
+        return f"{self.run_dir}/STOP"
+
+    @property
+    def data_error(self) -> str:
+        """The one-line verdict a worker leaves on a bad training file, for the driver."""
+        return f"{self.run_dir}/DATA_ERROR"
+
+    @property
+    def ray_train_root(self) -> str:
+        """Ray Train's storage path (it keeps each run under its name there)."""
+        return f"{self.storage}/ray-train"
+
+    @property
+    def ray_train_dir(self) -> str:
+        """Ray Train's own checkpoints of the run."""
+        return f"{self.ray_train_root}/{self.run_id}"
+
+    @property
+    def tpu_checkpoints(self) -> str:
+        return f"{self.storage}/tpu-checkpoints/{self.run_id}"
+
+    def data_dir(self, part: str) -> str:
+        """A copy of the run's data on the storage (``source``: as uploaded, ``train``: for workers)."""
+        return f"{self.storage}/data/{self.run_id}/{part}"

@@ -1,0 +1,148 @@
+"""The submitting side of a training job: submit it to a cluster's Ray Jobs API, follow its events,
+keep track of what they say, and collect its results from the cluster's storage."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle, RunRecord
+from ..targets.base import JobRuntime
+from ..targets.local import auth_headers
+from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobConfig, JobEvent, RunFiles, StartEvent, StepEvent,
+                  StoppedEvent, event_key, parse_event, parse_events)
+
+__all__ = ["client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
+
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+def client(handle: ClusterHandle):
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(handle.dashboard_url, headers=auth_headers(handle))
+    except (ConnectionError, RuntimeError) as exc:
+        raise BurstError(f"cannot reach the Ray cluster {handle.name!r} at {handle.dashboard_url} ({exc}); check `burst status`", exit_code=1) from None
+
+
+def submit(handle: ClusterHandle, run: RunRecord, cfg: JobConfig, runtime: JobRuntime) -> str:
+    """Submit ``python -m burst.runtime.entry CONFIG`` and record the job id in the run."""
+    # oneDNN on for every worker unless the user chose otherwise (stock TensorFlow leaves it off on
+    # AVX2-only CPUs, ~6x slower); workers read it when they first import TensorFlow.
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1")}
+    runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
+    entry = f"{shlex.quote(runtime.python)} -m burst.runtime.entry {shlex.quote(cfg.to_arg())}"
+    job_id = client(handle).submit_job(entrypoint=entry, submission_id=run.run_id, runtime_env=runtime_env)
+    run.job_id = job_id
+    run.state = "RUNNING"
+    with state.locked():
+        state.save(run)
+    return job_id
+
+
+def job_status(c, job_id: str) -> str:
+    status = c.get_job_status(job_id)
+    return getattr(status, "value", str(status))
+
+
+def follow(handle: ClusterHandle, run: RunRecord, on_event: Callable[[JobEvent], None], on_line: Callable[[str], None] | None = None,
+           poll_s: float = 1.0, on_poll: Callable[[], None] | None = None) -> str:
+    """Poll the job's status and logs until it ends; call back for every new event and log line."""
+    c = client(handle)
+    seen = 0
+    delivered: set[str] = set()  # Ray can forward a worker's line twice; each event counts once
+    while True:
+        try:
+            status = job_status(c, run.job_id)
+            logs = c.get_job_logs(run.job_id)
+        except (ConnectionError, RuntimeError, OSError) as exc:
+            raise BurstError(f"lost contact with cluster {handle.name!r} ({exc.__class__.__name__}); "
+                             f"the run may still be going: see `burst status`", exit_code=1) from None
+        new, seen = logs[seen:], len(logs)
+        for line in new.splitlines():
+            m = EVENT_LINE.search(line)
+            if m:
+                key = event_key(m.group(1))
+                if key in delivered:
+                    continue
+                delivered.add(key)
+                event = parse_event(m.group(1))
+                if event is not None:
+                    on_event(event)
+            elif on_line is not None:
+                on_line(line)
+        if status in TERMINAL:
+            return status
+        if on_poll is not None:
+            on_poll()
+        time.sleep(poll_s)
+
+
+class RunTracker:
+    """What a run's events say, kept for its record: timings, restarts, the last epoch, why it ended."""
+
+    def __init__(self, epochs: int):
+        self.epochs = epochs
+        self.steps = 1
+        self.first_step_time: Optional[float] = None
+        self.resumes: list[dict] = []
+        self.failure: Optional[str] = None
+        self.stopped: Optional[StoppedEvent] = None
+        self.done: Optional[DoneEvent] = None
+        self.last_epoch: Optional[EpochEvent] = None
+        self.last_step: Optional[StepEvent] = None
+        self.starts = 0  # worker (re)starts seen: every one after the first is a lost worker
+        self.machine: dict = {}  # the training worker's CPU, SIMD and oneDNN state, as TensorFlow saw them
+
+    def record(self, event: JobEvent) -> None:
+        if isinstance(event, StartEvent):
+            self.starts += 1
+            self.steps = max(1, event.steps)
+            self.epochs = event.epochs
+            self.machine = event.machine or self.machine
+            if event.resumed:
+                self.resumes.append({"epoch": event.epoch, "time": event.time})
+        elif isinstance(event, StepEvent):
+            if self.first_step_time is None:
+                self.first_step_time = event.time
+            self.last_step = event
+        elif isinstance(event, EpochEvent):
+            self.last_epoch = event
+        elif isinstance(event, FailedEvent):
+            self.failure = event.message
+        elif isinstance(event, StoppedEvent):
+            self.stopped = event
+        elif isinstance(event, DoneEvent):
+            self.done = event
+
+    def resume_line(self, start: StartEvent) -> str:
+        """What a restart means, in burst's words: where the lost worker was, where training goes on."""
+        where = f"at epoch {self.last_step.epoch} step {self.last_step.step}" if self.last_step else "before its first step"
+        if start.resumed:
+            return f"worker lost {where}; resumed from the checkpoint of epoch {start.epoch}"
+        return f"worker lost {where}; no checkpoint yet, training restarted from the beginning"
+
+    def snapshot(self) -> dict:
+        last = self.last_epoch
+        return {"epoch": last.epoch if last else None, "epochs": self.epochs, "samples_per_s": last.samples_per_s if last else None}
+
+
+def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
+    """Copy the job's outputs from the cluster's storage (a directory or a bucket) into ``<runs_root>/<run-id>/``."""
+    from . import storage
+
+    dest = runs_root / run.run_id
+    dest.mkdir(parents=True, exist_ok=True)
+    src = RunFiles(handle.storage_uri, run.run_id).run_dir
+    if not storage.exists(src):
+        raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {src}", exit_code=1)
+    for item in ("report", "history.json", "job_provenance.json"):
+        storage.copy(storage.join(src, item), str(dest / item))
+    (dest / "checkpoint_uri.txt").write_text(storage.join(src, "checkpoint") + "\n")
+    return dest

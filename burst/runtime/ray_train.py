@@ -1,0 +1,137 @@
+"""The GPU/CPU driver: Ray Train's TensorflowTrainer, one worker per node owning all its GPUs (or
+W CPU workers on one machine), checkpoints under the cluster's storage, and a FailureConfig so
+that a lost worker restarts from the newest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .job import JobConfig, RunFiles
+from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir
+
+
+def _strategy(world_size: int):
+    import tensorflow as tf
+
+    if world_size > 1:
+        return tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG set by Ray Train
+    gpus = tf.config.list_logical_devices("GPU")
+    return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+
+
+def checkpoints_on_storage(cfg: JobConfig) -> list[Path]:
+    """The run's checkpoint directories that Ray Train wrote to a local or shared storage directory,
+    oldest first (none are listed for a bucket: there, Ray's own records are all there is)."""
+    from . import storage
+
+    if storage.is_remote(cfg.storage):
+        return []
+    return sorted(Path(RunFiles(cfg.storage, cfg.run_id).ray_train_dir).glob("checkpoint_*"))
+
+
+def train_loop_per_worker(loop_config: dict) -> None:
+    """Ray Train worker: build or restore the trainer, report a checkpoint every epoch."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import ray.train
+    from ray.train import Checkpoint
+
+    from workloads.gan3d import pipeline
+    from workloads.gan3d.train import configure_cpu_threads
+
+    from . import storage
+    from .entry import failure_line
+
+    cfg = JobConfig.from_arg(loop_config["job"])
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    if cfg.threads:
+        configure_cpu_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
+    strategy = _strategy(world)
+    restored = ray.train.get_checkpoint()
+    resume_dir = latest_checkpoint(([Path(restored.to_directory())] if restored is not None else []) + checkpoints_on_storage(cfg))
+    trainer, dataset_fn, steps = pipeline.prepare_training(
+        local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
+        resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch,
+    )
+
+    def save_epoch(metrics: dict) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
+
+    try:
+        fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=rank == 0, resumed=resume_dir is not None,
+                        replicas=strategy.num_replicas_in_sync)
+    except Exception as exc:
+        line = failure_line(exc)
+        if world > 1 or not line.startswith("bad input data: "):
+            raise  # Ray Train restarts the workers (a lost peer, a transient fault)
+        # A bad file stays bad: leave the verdict for the driver and end this worker without an
+        # error, so that Ray Train does not restart it max_failures times to read the file again.
+        # (With several workers an early return would leave the others in a collective; they fail.)
+        storage.write_text(RunFiles(cfg.storage, cfg.run_id).data_error, line)
+        return
+    if storage.is_remote(cfg.train_files[0]):
+        shutil.rmtree(node_data_dir(cfg.run_id), ignore_errors=True)
+    if trainer.stopped:
+        # Asked to stop (the budget guard): a final checkpoint of the weights as they are now. It
+        # records only the whole epochs done, so a resume would redo the interrupted epoch.
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.save(tmp)
+            (Path(tmp) / "stopped.json").write_text(json.dumps(trainer.stopped))
+            ray.train.report({"stopped": True, **trainer.stopped}, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
+        if rank == 0:
+            announce_stop(trainer)
+
+
+def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | None, str | None]:
+    """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    from . import storage
+    from .entry import failure_line
+
+    resources = {"CPU": float(cfg.cpus_per_worker)}
+    if cfg.gpus_per_worker:
+        resources["GPU"] = float(cfg.gpus_per_worker)
+    trainer = TensorflowTrainer(
+        train_loop_per_worker,
+        train_loop_config={"job": cfg.to_arg()},
+        scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.gpus_per_worker > 0, resources_per_worker=resources),
+        run_config=RunConfig(name=cfg.run_id, storage_path=ray_train_storage, failure_config=FailureConfig(max_failures=cfg.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    )
+    result = trainer.fit()
+    bad_data = RunFiles(cfg.storage, cfg.run_id).data_error
+    if storage.exists(bad_data):
+        return None, storage.read_text(bad_data)
+    ckpt_dir = final_checkpoint(result, cfg, dest)
+    if ckpt_dir is None:
+        return None, f"training produced no checkpoint: {failure_line(result.error) if result.error else 'no error reported'}"
+    return ckpt_dir, None
+
+
+def final_checkpoint(result, cfg: JobConfig, dest: Path) -> Path | None:
+    """Copy the checkpoint with the most epochs to ``dest``.
+
+    ``result.checkpoint`` is Ray's bookkeeping, which can lag behind storage after a worker
+    restart (an attempt whose reports end before the controller polls it): seen in CI as a run
+    that trained 3 epochs and validated the 1-epoch weights. The kept checkpoints and those on
+    storage are read as well, and the one holding the most epochs wins.
+    """
+    kept = [c for c, _ in (getattr(result, "best_checkpoints", None) or [])]
+    if result.checkpoint is not None:
+        kept.append(result.checkpoint)  # last: on a tie in epochs, Ray's choice wins
+    with tempfile.TemporaryDirectory() as tmp:
+        candidates = checkpoints_on_storage(cfg) + [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
+        best = latest_checkpoint(candidates)
+        if best is None:
+            return None
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(best, dest)
+    return dest

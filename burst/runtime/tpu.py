@@ -1,0 +1,57 @@
+"""The TPU driver: TensorflowTrainer cannot drive TPUs, so on a TPU host the same training loop
+runs under TPUStrategy as one Ray task. A checkpoint goes to the cluster storage every epoch, and
+a restarted task (a preempted slice comes back) resumes from the newest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from .job import JobConfig, RunFiles
+from .training import announce_stop, fit_with_events, latest_checkpoint, local_files
+
+
+def train_on_host(cfg_arg: str, final_dir: str) -> str:
+    """The Ray task on the TPU host; returns the directory of the final checkpoint."""
+    import tensorflow as tf
+
+    from workloads.gan3d import pipeline
+
+    from . import storage
+
+    cfg = JobConfig.from_arg(cfg_arg)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
+    ckpt_root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
+    local_root = Path(tempfile.gettempdir()) / "burst-tpu-ckpt" / cfg.run_id
+    if storage.exists(ckpt_root):
+        storage.copy_dir(ckpt_root, str(local_root))
+    resume = latest_checkpoint(sorted(local_root.glob("epoch_*"))) if local_root.exists() else None
+    trainer, dataset_fn, steps = pipeline.prepare_training(
+        local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy,
+        seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch)
+
+    def save_epoch(metrics: dict) -> None:
+        local = local_root / f"epoch_{metrics['epoch']:04d}"
+        trainer.save(local)
+        storage.copy_dir(str(local), storage.join(ckpt_root, local.name))
+
+    fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=True, resumed=resume is not None,
+                    replicas=strategy.num_replicas_in_sync)
+    trainer.save(final_dir)
+    if trainer.stopped:
+        (Path(final_dir) / "stopped.json").write_text(json.dumps(trainer.stopped))
+        announce_stop(trainer)
+    shutil.rmtree(local_root, ignore_errors=True)
+    return final_dir
+
+
+def train(cfg: JobConfig, dest: Path) -> tuple[Path | None, str | None]:
+    import ray
+
+    task = ray.remote(resources={"TPU_HOST": 1}, max_retries=3)(train_on_host)
+    return Path(ray.get(task.remote(cfg.to_arg(), str(dest)))), None

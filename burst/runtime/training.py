@@ -1,0 +1,94 @@
+"""What the GPU/CPU (Ray Train) and TPU drivers share: the epoch loop with its events, checkpoint
+choice, and where a node keeps its copy of the training files."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .job import EpochEvent, JobConfig, RunFiles, StartEvent, StepEvent, StoppedEvent, emit
+
+STEP_EVENTS_PER_EPOCH = 10
+
+
+def epochs_in(checkpoint: Path) -> int:
+    """Epochs a checkpoint directory holds, or -1 when it is incomplete (a copy cut short)."""
+    try:
+        history = json.loads((checkpoint / "history.json").read_text())["history"]
+    except (OSError, ValueError, KeyError):
+        return -1
+    if not (checkpoint / "gan3d.index").exists() or not list(checkpoint.glob("gan3d.data-*")):
+        return -1
+    return len(history)
+
+
+def latest_checkpoint(candidates: list[Path]) -> Path | None:
+    """The complete checkpoint with the most epochs among the candidates (a tie goes to the later one).
+
+    Ray Train registers a reported checkpoint only when its controller next polls the worker
+    (every 2 s); a worker preempted inside that window has its checkpoint on storage but Ray's
+    bookkeeping still points at the previous one. Callers pass both, so no epoch is redone.
+    """
+    scored = [(epochs_in(c), i, c) for i, c in enumerate(candidates)]
+    scored = [item for item in scored if item[0] >= 0]
+    return max(scored, key=lambda item: item[:2])[2] if scored else None
+
+
+def node_data_dir(run_id: str) -> Path:
+    """Where a worker node keeps the training files it copied from the bucket."""
+    return Path(tempfile.gettempdir()) / "burst-data" / run_id
+
+
+def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
+    """Training files as local paths; files in a bucket are copied to this node's disk first."""
+    from . import storage
+
+    if not files or not storage.is_remote(files[0]):
+        return [Path(f) for f in files]
+    local = node_data_dir(run_id)
+    parent = files[0].rsplit("/", 1)[0]
+    if not local.exists():
+        storage.copy_dir(parent, str(local))
+    return [local / f.rsplit("/", 1)[1] for f in files]
+
+
+def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch: Callable[[dict], None], *, speaks: bool,
+                    resumed: bool, replicas: int) -> None:
+    """Train the remaining epochs, saying what happens; ``save_epoch`` keeps each epoch's checkpoint.
+
+    ``speaks`` is true on the one worker that talks for the job (rank 0). Training ends early when
+    the run's stop request appears on storage (``trainer.stopped`` says where); the caller then
+    writes a final checkpoint and calls ``announce_stop``.
+    """
+    from . import storage
+    from workloads.gan3d.cpu import machine_facts
+
+    if speaks:
+        emit(StartEvent(epoch=int(trainer.epoch.numpy()), epochs=cfg.epochs, steps=steps, replicas=replicas,
+                        global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts()))
+        # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
+        # re-announce the restored history, marked as a replay (followers count each epoch once).
+        for metrics in trainer.history:
+            emit(EpochEvent(epochs=cfg.epochs, replayed=True, **metrics))
+    every = max(1, steps // STEP_EVENTS_PER_EPOCH)
+
+    def on_step(info: dict) -> None:
+        if speaks and (info["step"] % every == 0 or info["step"] == 1):
+            emit(StepEvent(**info))
+
+    def on_epoch_end(metrics: dict) -> None:
+        save_epoch(metrics)
+        if speaks:
+            emit(EpochEvent(epochs=cfg.epochs, **metrics))
+
+    stop_file = RunFiles(cfg.storage, cfg.run_id).stop_request
+    trainer.fit(dataset_fn, cfg.epochs, steps, on_epoch_end=[on_epoch_end], on_step=on_step,
+                should_stop=lambda: storage.exists(stop_file))
+
+
+def announce_stop(trainer) -> None:
+    """After the final checkpoint of a run stopped on request: where it stopped."""
+    emit(StoppedEvent(**trainer.stopped))

@@ -1,0 +1,164 @@
+"""The interface every target implements, and the small types that cross it.
+
+A target turns a ``Placement`` (what the placement module chose, or what the user pinned) and a
+``Lease`` (how long, how much) into a running Ray cluster recorded as a ``ClusterHandle``; it says
+how a job on that cluster is shaped (``job_resources``, ``job_runtime``), how this machine reaches
+the cluster's head (``reach``), and how to take everything down again (``down``).
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Optional
+
+from ..errors import BurstError
+from ..state import ClusterHandle
+
+if TYPE_CHECKING:
+    from ..placement.planner import Placement
+
+class Reporter:
+    """How a long operation tells its user what is happening. This base says nothing (the Python
+    API's default); the CLI's reporter prints lines and draws progress bars."""
+
+    def say(self, message: str) -> None:
+        """One line for the user."""
+
+    @contextmanager
+    def stack_progress(self, verb: str) -> Iterator["StackWatcher"]:
+        """Watch one Pulumi operation (``verb``: creating, destroying)."""
+        yield StackWatcher()
+
+
+    @contextmanager
+    def run_progress(self, run, tracker) -> Iterator["RunWatcher"]:
+        """Watch one training run's events (``tracker`` holds what they said so far)."""
+        yield RunWatcher()
+
+
+class RunWatcher:
+    """Receives a training run's events as they come (this base ignores them)."""
+
+    def on_event(self, event) -> None:
+        pass
+
+
+class StackWatcher:
+    """Receives a Pulumi operation's engine events and output lines (this base ignores them)."""
+
+    def on_event(self, event) -> None:
+        pass
+
+    def on_output(self, line: str) -> None:
+        pass
+
+
+QUIET = Reporter()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """How long a cluster may live and how much it may cost (``None``: no limit set)."""
+
+    hours: Optional[float] = None
+    budget_usd: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class JobResources:
+    """How a training job is spread over a cluster: Ray Train workers and what each one gets."""
+
+    workers: int
+    cpus_per_worker: int = 1
+    gpus_per_worker: int = 0
+    threads: Optional[int] = None  # TensorFlow CPU threads per worker (None: TensorFlow decides)
+    tpu: bool = False              # the job runs as one Ray task on a TPU host, not under Ray Train
+
+
+@dataclass(frozen=True)
+class JobRuntime:
+    """How the job's entry point is started on the cluster: the Python to run and Ray's runtime env."""
+
+    python: str = sys.executable
+    runtime_env: dict = field(default_factory=dict)
+
+
+class Target(ABC):
+    """One provider. Subclasses set the class attributes and implement ``up``, ``down``, ``is_alive``."""
+
+    provider: ClassVar[str]
+    kind: ClassVar[Literal["local", "onprem", "cloud"]]
+    default_cluster_name: ClassVar[str] = "local"
+    vendor: ClassVar[Optional[str]] = None  # the cloud whose network and storage it uses (data residency, egress)
+    provisions: ClassVar[bool] = False      # creates resources with `up` and destroys them with `down`
+    supports_spot: ClassVar[bool] = False   # offers preemptible capacity
+    is_scheduler: ClassVar[bool] = False    # runs jobs through a batch scheduler with a queue
+    renders_offline: ClassVar[bool] = False  # `up --dry-run` can show what it would create
+    reads_local_paths: ClassVar[bool] = True  # the job's nodes can read this machine's files
+    takes_storage: ClassVar[bool] = False   # `up --storage` chooses where results go
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def check_prerequisites(self, action: str) -> None:
+        """Raise one line naming what is missing (a CLI, credentials) before anything is created."""
+
+    @abstractmethod
+    def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        """Start (or find) the cluster ``name``; returns (handle, created now)."""
+
+    def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
+        """What ``up`` would create, computed offline."""
+        raise BurstError(f"--dry-run renders cloud stacks; the {self.provider} target creates no cloud resources")
+
+    @abstractmethod
+    def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
+        """Stop or destroy the cluster, verify nothing is left, forget the handle."""
+
+    @abstractmethod
+    def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
+        """True while the cluster can take jobs."""
+
+    def answers_here(self, handle: ClusterHandle) -> bool:
+        """True when this machine reaches the head without opening a tunnel (``status`` asks only these)."""
+        return True
+
+    @contextmanager
+    def reach(self, handle: ClusterHandle) -> Iterator[ClusterHandle]:
+        """The handle with a dashboard URL reachable from here, for the length of a command."""
+        yield handle
+
+    def queue_estimate(self, request: dict) -> Optional[float]:
+        """Hours a job of this shape would wait in the scheduler's queue now (schedulers only)."""
+        return None
+
+    # ------------------------------------------------------------------ jobs
+
+    def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
+        """Ray Train workers over the cluster's CPUs and GPUs (``workers`` asked by the user)."""
+        cpus = int(handle.layout.get("cpus", 1))
+        gpus = int(handle.layout.get("gpus", 0))
+        # Ray schedules each worker on (cpus - 1) / W CPUs so the job driver keeps one, but the
+        # driver idles while training, so TensorFlow may use every core of the worker's share.
+        return JobResources(workers=workers, cpus_per_worker=max(1, (cpus - 1) // workers), threads=max(1, cpus // workers),
+                            gpus_per_worker=gpus // workers if gpus else 0)
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        """The cluster runs the same Python as this machine (same burst installation)."""
+        return JobRuntime()
+
+    def stage_data(self, handle: ClusterHandle, data: str, run_id: str, report: Reporter = QUIET) -> str:
+        """Where the job finds ``--data``: a bucket URI as given, else a path the cluster can read."""
+        if "://" in str(data):
+            return str(data)
+        if self.reads_local_paths:
+            return str(Path(data).resolve())
+        from ..runtime import storage
+
+        dest = storage.join(handle.storage_uri, "data", run_id, "source")
+        report.say(f"copying {data} to {dest}")
+        storage.copy_dir(str(Path(data).resolve()), dest)
+        return dest

@@ -1,0 +1,86 @@
+"""Cloud Kubernetes targets: a managed cluster with GPU node pools running KubeRay.
+
+``gcp`` is GKE and ``azure`` is AKS; both run the stock Ray image in pods, so a job ships burst's
+source and the workload's packages in its runtime env, and its head is reached with
+``kubectl port-forward`` (the head's service is ClusterIP only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..state import ClusterHandle
+from .base import JobResources, JobRuntime
+from .pulumi_stack import PulumiTarget, azure_logged_in, gcp_project, missing_gcp_credentials, missing_tools, stack_errors
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotlib>=3.8", "pydantic>=2.6", "pyyaml>=6",
+                    "typer>=0.12", "rich>=13", "filelock>=3.13", "psutil>=5.9")
+
+
+class KubeRayTarget(PulumiTarget):
+    head_hint = "see `kubectl get pods -n burst`"
+
+    def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
+        """One Ray Train worker per GPU group of a node (a whole node when the pools are uniform)."""
+        per_worker = int(handle.layout.get("gpus_per_worker", 1))
+        return JobResources(workers=int(handle.layout["count"]) // per_worker, gpus_per_worker=per_worker, cpus_per_worker=1)
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        return JobRuntime(python="python", runtime_env={
+            "working_dir": str(SOURCE_ROOT), "pip": list(CLUSTER_PACKAGES),
+            "excludes": [".git", ".venv", "burst-runs", "tests", "*.h5", "*.tfrecord"]})
+
+    def kubeconfig(self, handle: ClusterHandle) -> Optional[str]:
+        with stack_errors():
+            return self._driver(handle.stack).outputs().get("kubeconfig") or ""
+
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
+        return ["kubectl", f"--kubeconfig={kubeconfig}", "port-forward", "-n", handle.outputs.get("ray_namespace", "burst"),
+                f"service/{handle.outputs.get('ray_head_service', 'burst-head-svc')}", f"{port}:8265", "--address=127.0.0.1"]
+
+
+class GkeTarget(KubeRayTarget):
+    provider = "gcp"
+    vendor = "gcp"
+
+    def program(self, spec) -> Callable[[], object]:
+        from infra import gke
+
+        return lambda: gke.program(spec)
+
+    def stack_config(self, spec_fields: dict) -> dict[str, str]:
+        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
+
+    def project(self) -> Optional[str]:
+        return gcp_project()
+
+    def missing_access(self) -> list[str]:
+        return missing_gcp_credentials() + missing_tools(
+            ("kubectl", "gke-gcloud-auth-plugin"), "to reach the Ray head on GKE: `gcloud components install kubectl gke-gcloud-auth-plugin`")
+
+
+class AksTarget(KubeRayTarget):
+    provider = "azure"
+    vendor = "azure"
+
+    def program(self, spec) -> Callable[[], object]:
+        from infra import aks
+
+        return lambda: aks.program(spec)
+
+    def stack_config(self, spec_fields: dict) -> dict[str, str]:
+        return {"azure-native:location": spec_fields["region"]}
+
+    def missing_access(self) -> list[str]:
+        problems = []
+        sp = [v for v in ("ARM_CLIENT_ID", "ARM_CLIENT_SECRET", "ARM_TENANT_ID", "ARM_SUBSCRIPTION_ID") if os.environ.get(v)]
+        profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
+        if 0 < len(sp) < 4:
+            problems.append("incomplete Azure service principal: set all of ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID, ARM_SUBSCRIPTION_ID")
+        elif not sp and not azure_logged_in(profile):
+            problems.append("not logged in to Azure: run `az login`, or set ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID "
+                            "and ARM_SUBSCRIPTION_ID for a service principal")
+        return problems + missing_tools(("kubectl",), "to reach the Ray head on AKS: `az aks install-cli`")

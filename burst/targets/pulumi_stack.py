@@ -1,0 +1,321 @@
+"""What every cloud target shares: a Pulumi stack per cluster, created, rendered and destroyed.
+
+``up`` checks the Pulumi CLI and the cloud credentials before anything is created, records the
+handle first (so ``down`` can always clean up), then runs the stack; a failed ``up`` destroys
+what it created. ``reach`` opens a tunnel to the Ray head for the length of a command (the head is
+never exposed publicly); each subclass says which tunnel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from abc import abstractmethod
+from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle
+from .base import QUIET, Lease, Reporter, Target
+
+if TYPE_CHECKING:
+    from ..placement.layout import Layout
+    from ..placement.planner import Placement
+
+DEFAULT_LEASE_HOURS = 24.0
+SECRET_OUTPUTS = ("kubeconfig",)
+
+
+def ray_version() -> str:
+    try:
+        return version("ray")
+    except PackageNotFoundError:
+        return "2.52.0"
+
+
+def missing_tools(names, why: str) -> list[str]:
+    missing = [n for n in names if shutil.which(n) is None]
+    return [f"{', '.join(missing)} not installed ({why})"] if missing else []
+
+
+@contextmanager
+def stack_errors() -> Iterator[None]:
+    """A Pulumi driver's own error (no CLI, resources left) in burst's terms."""
+    from infra.driver import StackError
+
+    try:
+        yield
+    except StackError as exc:
+        raise BurstError(str(exc), exit_code=1) from None
+
+
+def _mask(value, key: str = ""):
+    if key in ("stringData", "data") or key in SECRET_OUTPUTS:
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: _mask(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class PulumiTarget(Target):
+    """A cloud provider whose clusters are Pulumi stacks (subclasses: the stack program, the
+    credentials it needs, the tunnel to the head)."""
+
+    kind = "cloud"
+    provisions = True
+    supports_spot = True
+    renders_offline = True
+    reads_local_paths = False  # cloud nodes cannot read this machine's disk: data goes to the bucket
+    command: ClassVar[Optional[object]] = None  # a Pulumi command stand-in (tests); None: the real CLI
+
+    @property
+    def default_cluster_name(self) -> str:  # type: ignore[override]
+        return self.provider
+
+    # ------------------------------------------------------------------ what subclasses say
+
+    @abstractmethod
+    def program(self, spec) -> Callable[[], object]:
+        """The inline Pulumi program that builds the stack of ``spec``."""
+
+    @abstractmethod
+    def stack_config(self, spec_fields: dict) -> dict[str, str]:
+        """The stack's Pulumi configuration (project, region, location)."""
+
+    @abstractmethod
+    def missing_access(self) -> list[str]:
+        """Credentials and tools the provider needs (besides the Pulumi CLI), each with how to fix it."""
+
+    @abstractmethod
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
+        """A command that forwards 127.0.0.1:``port`` to the head's dashboard until it is stopped."""
+
+    def project(self) -> Optional[str]:
+        return None
+
+    def wheel(self) -> Optional[str]:
+        """A burst wheel the nodes install at boot (None: the nodes get burst another way)."""
+        return None
+
+    # ------------------------------------------------------------------ spec and rendering
+
+    def build_spec(self, name: str, lay: "Layout", preemptible: bool, hours: float, lease_id: Optional[str] = None,
+                   project: Optional[str] = None, wheel_path: Optional[str] = None):
+        import uuid
+
+        from infra.spec import PoolSpec, StackSpec, safe_name
+
+        pools = []
+        for i, pool in enumerate(lay.pools):
+            o = pool.offer
+            pools.append(PoolSpec(name="tpu" if o.is_tpu else f"gpu{i}-{safe_name(o.accelerator, 12)}", instance_type=o.instance_type,
+                                  accelerator=o.accelerator, gpus_per_node=o.accelerator_count, nodes=pool.nodes, zone=o.zone,
+                                  vcpus=o.vcpus, memory_gib=o.memory_gib))
+        fields = dict(provider=self.provider, cluster=name, lease_id=lease_id or uuid.uuid4().hex[:12],
+                      expires=int(time.time() + hours * 3600), region=lay.region, pools=tuple(pools), preemptible=preemptible,
+                      ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path)
+        return StackSpec(**fields, config=self.stack_config(fields))
+
+    def rendering(self, spec, lay: "Layout") -> dict:
+        from infra import render
+
+        resources = render.render(self.program(spec), stack=spec.stack_name)
+        return {
+            "provider": spec.provider, "stack": spec.stack_name, "region": spec.region, "preemptible": spec.preemptible,
+            "lease_id": spec.lease_id, "expires": spec.expires, "labels": spec.labels(), "layout": lay.to_dict(),
+            "hourly_usd": round(lay.hourly_usd(spec.preemptible), 4),
+            "resources": [{"type": r["type"], "name": r["name"], "inputs": _mask(r["inputs"]), "summary": render.summary(r)} for r in resources],
+        }
+
+    def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
+        """The resources the stack would create, rendered offline under Pulumi's mocks."""
+        spec = self.build_spec(name, placement.layout, placement.preemptible, lease.hours or DEFAULT_LEASE_HOURS, lease_id="dryrun000000")
+        return self.rendering(spec, placement.layout)
+
+    # ------------------------------------------------------------------ checks before Pulumi
+
+    def missing_prerequisites(self) -> list[str]:
+        """What must be installed or configured before a stack can be created or reached, and how."""
+        from infra.driver import CLI_MISSING, find_cli
+
+        return ([CLI_MISSING] if find_cli() is None else []) + self.missing_access()
+
+    def check_prerequisites(self, action: str) -> None:
+        problems = self.missing_prerequisites()
+        if problems:
+            raise BurstError(f"cannot {action} on {self.provider}: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ up / down
+
+    def _driver(self, spec_or_name, watcher=None, program=None):
+        from infra.driver import StackDriver
+
+        with stack_errors():
+            return StackDriver(spec_or_name, state.home(), program=program or (lambda: None), command=self.command,
+                               on_output=watcher.on_output if watcher else None, on_event=watcher.on_event if watcher else None)
+
+    def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        lay, preemptible = placement.layout, placement.preemptible
+        hours = lease.hours or DEFAULT_LEASE_HOURS
+        self.check_prerequisites("create a cluster")
+        with state.locked():
+            existing = state.load(ClusterHandle, name)
+            if existing is not None:
+                if existing.state == "running":
+                    return existing, False
+                raise BurstError(f"cluster {name!r} is recorded in state {existing.state}; run `burst down {name}` first")
+        report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
+                   f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
+        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=self.wheel())
+        handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
+                               storage_uri="", layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
+                               budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
+                               preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name,
+                               outputs={"project": spec.project, "zone": spec.pools[0].zone})
+        with state.locked():
+            state.save(handle)  # before Pulumi runs: `burst down` can always find and destroy the stack
+        # No end for the bar: counting resources would mean rendering under the mock runtime, which
+        # must not share this process with a real update.
+        with report.stack_progress("creating") as watcher:
+            driver = self._driver(spec, watcher, program=self.program(spec))
+            try:
+                with stack_errors():
+                    outputs = driver.up()
+            except KeyboardInterrupt:
+                report.say(f"interrupted: Pulumi cancelled and the stack refreshed; run `burst down {name}` to remove what was created")
+                raise
+            except Exception as exc:  # a failed up must not leave resources behind
+                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
+                report.say(f"up failed ({reason}); destroying what was created")
+                with stack_errors():
+                    driver.destroy()
+                with state.locked():
+                    state.delete(ClusterHandle, name)
+                raise BurstError(f"creating cluster {name!r} on {self.provider} failed: {reason}; everything it created was destroyed",
+                                 exit_code=1) from None
+        handle.state = "running"
+        handle.storage_uri = outputs.get("storage_uri", "")
+        handle.outputs.update({k: v for k, v in outputs.items() if k not in SECRET_OUTPUTS})
+        with state.locked():
+            state.save(handle)
+        return handle, True
+
+    def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
+        """Destroy the stack, verify it holds nothing, then forget the handle (kept when anything is left)."""
+        if not handle.stack:
+            with state.locked():
+                state.delete(ClusterHandle, handle.name)
+            return
+        self.check_prerequisites("destroy a cluster")
+        with state.locked():
+            handle.state = "stopping"
+            state.save(handle)
+        with report.stack_progress("destroying") as watcher, stack_errors():
+            self._driver(handle.stack, watcher).destroy()
+        with state.locked():
+            state.delete(ClusterHandle, handle.name)
+
+    def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
+        """A cloud cluster is alive while its stack is up; the Ray head is checked through the tunnel."""
+        return handle.state == "running"
+
+    def answers_here(self, handle: ClusterHandle) -> bool:
+        return False  # its head is reached through a tunnel, opened by the commands that need it
+
+    # ------------------------------------------------------------------ reaching the Ray head
+
+    def kubeconfig(self, handle: ClusterHandle) -> Optional[str]:
+        """The cluster's kubeconfig (a secret stack output), for targets reached through Kubernetes."""
+        return None
+
+    @contextmanager
+    def reach(self, handle: ClusterHandle) -> Iterator[ClusterHandle]:
+        """A copy of the handle whose dashboard URL reaches the Ray head through a tunnel burst owns."""
+        self.check_prerequisites("reach the cluster")
+        kubeconfig_file = None
+        config = self.kubeconfig(handle)
+        if config is not None:
+            fd, kubeconfig_file = tempfile.mkstemp(prefix="kubeconfig-", dir=state.home())
+            with os.fdopen(fd, "w") as f:  # mkstemp: readable by the user only
+                f.write(config)
+        port = _free_port()
+        proc = subprocess.Popen(self.tunnel_command(handle, port, kubeconfig_file), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 60
+            while True:
+                if proc.poll() is not None:
+                    err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
+                    raise BurstError(f"the tunnel to cluster {handle.name!r} closed: {(err or ['no output'])[-1]}", exit_code=1)
+                try:
+                    with urllib.request.urlopen(url + "/api/version", timeout=2):
+                        break
+                except urllib.error.HTTPError:
+                    break  # the head answered (e.g. 401 without a token): the tunnel is up
+                except (urllib.error.URLError, OSError):
+                    if time.time() > deadline:
+                        raise BurstError(f"the Ray head of {handle.name!r} did not answer through the tunnel within 60 s; "
+                                         f"{self.head_hint}", exit_code=1) from None
+                    time.sleep(1)
+            yield handle.model_copy(update={"dashboard_url": url})
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if kubeconfig_file:
+                Path(kubeconfig_file).unlink(missing_ok=True)
+
+    head_hint: ClassVar[str] = "check the cluster's head node"
+
+
+def azure_logged_in(profile: Path) -> bool:
+    try:
+        data = json.loads(profile.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return False
+    return bool(data.get("subscriptions"))
+
+
+def gcp_project() -> Optional[str]:
+    for var in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GCLOUD_PROJECT"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return None
+
+
+def missing_gcp_credentials() -> list[str]:
+    """Application-default credentials and a project, which every Google Cloud stack needs."""
+    problems = []
+    adc = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+    default = Path(os.environ.get("CLOUDSDK_CONFIG", Path.home() / ".config" / "gcloud")) / "application_default_credentials.json"
+    if adc and not Path(adc).is_file():
+        problems.append(f"GOOGLE_APPLICATION_CREDENTIALS points to {adc}, which does not exist")
+    elif not adc and not default.is_file():
+        problems.append("no Google Cloud application-default credentials: run `gcloud auth application-default login` "
+                        "or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
+    if gcp_project() is None:
+        problems.append("no Google Cloud project: set GOOGLE_CLOUD_PROJECT to your project id")
+    return problems

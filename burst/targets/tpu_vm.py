@@ -1,0 +1,64 @@
+"""The Cloud TPU target (``gcp-tpu``): one TPU VM slice whose hosts run Ray themselves.
+
+TPUs cannot be driven by Ray Train's TensorflowTrainer, so a job runs the training loop as one
+Ray task on the TPU host under TPUStrategy. The hosts install burst from a wheel built here at
+``up``, and the head is reached through an IAP SSH tunnel (no external IP).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle
+from .base import JobResources, JobRuntime
+from .pulumi_stack import PulumiTarget, gcp_project, missing_gcp_credentials, missing_tools
+
+
+class TpuVmTarget(PulumiTarget):
+    provider = "gcp-tpu"
+    vendor = "gcp"
+    head_hint = "check the TPU VM's startup log"
+
+    def program(self, spec) -> Callable[[], object]:
+        from infra import tpu
+
+        return lambda: tpu.program(spec)
+
+    def stack_config(self, spec_fields: dict) -> dict[str, str]:
+        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
+
+    def project(self) -> Optional[str]:
+        return gcp_project()
+
+    def missing_access(self) -> list[str]:
+        return missing_gcp_credentials() + missing_tools(("gcloud",), "to tunnel to the TPU VM: install the Google Cloud CLI")
+
+    def wheel(self) -> str:
+        """Build the burst wheel the TPU hosts install (from the source tree this burst runs from)."""
+        root = Path(__file__).resolve().parents[2]
+        if not (root / "pyproject.toml").exists():
+            raise BurstError("the TPU target installs burst from its source tree, which was not found next to this installation")
+        out = Path(tempfile.mkdtemp(prefix="burst-wheel-", dir=state.home()))
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(root)],
+                              capture_output=True, text=True, timeout=600)
+        wheels = list(out.glob("burst-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise BurstError(f"building the burst wheel failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}", exit_code=1)
+        return str(wheels[0])
+
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
+        return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", handle.outputs.get("tpu_name", ""), f"--zone={handle.outputs.get('zone', '')}",
+                f"--project={handle.outputs.get('project', '')}", "--worker=0", "--tunnel-through-iap", "--",
+                "-N", "-L", f"{port}:127.0.0.1:8265"]
+
+    def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
+        return JobResources(workers=1, tpu=True)
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        return JobRuntime(python="python3")  # the TPU hosts installed burst from its wheel at boot
