@@ -39,7 +39,7 @@ class TrainRequest(TrainSettings):
     def of(cls, **fields) -> "TrainRequest":
         """A request from keyword arguments (flags), or one line naming the flag that is wrong."""
         try:
-            request = cls(**{k: v for k, v in fields.items() if v is not None or k in ("data", "synthetic")})
+            request = cls(**fields)
         except ValidationError as exc:
             raise BurstError(_flag_error(exc)) from None
         if request.data is not None and request.synthetic is not None:
@@ -54,10 +54,14 @@ class TrainRequest(TrainSettings):
         return self.model_dump(include=set(TrainSettings.model_fields))
 
 
+# fields whose command-line flag is not the field's name
+FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_interrupt": "--cancel"}
+
+
 def _flag_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     field = str(err["loc"][0]) if err["loc"] else "?"
-    flag = "--" + field.replace("_", "-")
+    flag = FLAGS.get(field, "--" + field.replace("_", "-"))
     value = err.get("input")
     if field == "workload":
         return f"unknown workload {value!r}; choose one of: {', '.join(WORKLOADS)}"

@@ -55,8 +55,8 @@ def program(spec: StackSpec) -> dict:
     keys = storage.list_storage_account_keys_output(resource_group_name=rg.name, account_name=account.name)
     env = [{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name},
            {"name": "AZURE_STORAGE_ACCOUNT_KEY", "valueFrom": {"secretKeyRef": {"name": "burst-storage", "key": "key"}}}]
-    ray = kuberay.install(
-        spec, config, cluster, pools,
+    ray = kuberay.KubeRay(
+        "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"burst-pool": p.name},
         system_selector={"kubernetes.azure.com/mode": "system"},
         tolerations=[kuberay.GPU_TOLERATION] + ([kuberay.AKS_SPOT_TOLERATION] if spec.preemptible else []),
@@ -65,8 +65,11 @@ def program(spec: StackSpec) -> dict:
     secret = k8s.core.v1.Secret(
         "storage-key", metadata={"name": "burst-storage", "namespace": RAY_NAMESPACE, "labels": tags},
         string_data={"key": pulumi.Output.secret(keys.keys[0].value)},
-        opts=ray["object_opts"],
+        opts=ray.object_opts,
     )
+    pulumi.export("kubeconfig", config)
+    pulumi.export("ray_namespace", ray.namespace)
+    pulumi.export("ray_head_service", ray.head_service)
     pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("resource_group", rg.name)

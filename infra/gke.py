@@ -102,8 +102,8 @@ def program(spec: StackSpec) -> dict:
     gcp.serviceaccount.IAMMember("ray-workload-identity", service_account_id=gsa.name, role="roles/iam.workloadIdentityUser",
                                  member=f"serviceAccount:{spec.project}.svc.id.goog[{RAY_NAMESPACE}/{KSA}]")
     config = kubeconfig(cluster)
-    ray = kuberay.install(
-        spec, config, cluster, pools,
+    ray = kuberay.KubeRay(
+        "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"cloud.google.com/gke-nodepool": p.name},
         system_selector={"cloud.google.com/gke-nodepool": "system"},
         tolerations=[kuberay.GPU_TOLERATION], service_account=KSA,
@@ -111,8 +111,11 @@ def program(spec: StackSpec) -> dict:
     ksa = k8s.core.v1.ServiceAccount(
         "ray-ksa", metadata={"name": KSA, "namespace": RAY_NAMESPACE, "labels": labels,
                              "annotations": {"iam.gke.io/gcp-service-account": gsa.email}},
-        opts=ray["object_opts"],
+        opts=ray.object_opts,
     )
+    pulumi.export("kubeconfig", config)
+    pulumi.export("ray_namespace", ray.namespace)
+    pulumi.export("ray_head_service", ray.head_service)
     pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("zone", zone)

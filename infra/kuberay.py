@@ -56,38 +56,41 @@ def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict],
     }
 
 
-def install(spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource, pool_resources: Sequence[pulumi.Resource],
-            node_selector_for, system_selector: dict, tolerations: list, env: Optional[list] = None,
-            service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = ()) -> dict:
-    """The operator and the RayCluster, and the exports burst needs to reach the head.
+class KubeRay(pulumi.ComponentResource):
+    """The KubeRay operator and one RayCluster on a Kubernetes cluster, as one component.
 
-    Returns the objects, the head service name and ``object_opts``: the options every further
-    in-cluster object of the program takes (this provider, after the namespace, deleted with
+    Its outputs are what burst needs to reach the head (``namespace``, ``head_service``); the
+    program that uses it exports them. ``object_opts`` are the options every further in-cluster
+    object of the program takes (this component's provider, after the namespace, deleted with
     the cluster).
     """
-    env = env or []
-    provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
-                            opts=pulumi.ResourceOptions(depends_on=[cluster, *pool_resources]))
-    in_cluster = pulumi.ResourceOptions(provider=provider, deleted_with=cluster)
-    namespace = k8s.core.v1.Namespace("ray-namespace", metadata={"name": RAY_NAMESPACE, "labels": spec.labels()}, opts=in_cluster)
-    operator = k8s.helm.v3.Release(
-        "kuberay-operator", chart="kuberay-operator", version=KUBERAY_CHART_VERSION,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_REPO),
-        namespace=RAY_NAMESPACE, skip_await=False, timeout=600,
-        values={"nodeSelector": system_selector, "labels": spec.labels()},
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=[namespace], deleted_with=cluster),
-    )
-    groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account) for p in spec.pools]
-    ray_cluster = k8s.apiextensions.CustomResource(
-        "raycluster", api_version="ray.io/v1", kind="RayCluster",
-        metadata={"name": RAY_CLUSTER_NAME, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
-        spec=ray_cluster_spec(spec, system_selector, groups, env, service_account),
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=[operator, *extra], deleted_with=cluster),
-    )
-    head_service = f"{RAY_CLUSTER_NAME}-head-svc"
-    pulumi.export("kubeconfig", kubeconfig)
-    pulumi.export("ray_namespace", RAY_NAMESPACE)
-    pulumi.export("ray_head_service", head_service)
-    object_opts = pulumi.ResourceOptions(provider=provider, depends_on=[namespace], deleted_with=cluster)
-    return {"provider": provider, "namespace": namespace, "operator": operator, "ray_cluster": ray_cluster,
-            "head_service": head_service, "object_opts": object_opts}
+
+    def __init__(self, name: str, spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource,
+                 pool_resources: Sequence[pulumi.Resource], node_selector_for, system_selector: dict, tolerations: list,
+                 env: Optional[list] = None, service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = (),
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("burst:index:KubeRay", name, None, opts)
+        env = env or []
+        self.provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, *pool_resources]))
+        in_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider, deleted_with=cluster)
+        self.namespace_resource = k8s.core.v1.Namespace("ray-namespace", metadata={"name": RAY_NAMESPACE, "labels": spec.labels()},
+                                                        opts=in_cluster)
+        self.operator = k8s.helm.v3.Release(
+            "kuberay-operator", chart="kuberay-operator", version=KUBERAY_CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KUBERAY_REPO),
+            namespace=RAY_NAMESPACE, skip_await=False, timeout=600,
+            values={"nodeSelector": system_selector, "labels": spec.labels()},
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource])),
+        )
+        groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account) for p in spec.pools]
+        self.ray_cluster = k8s.apiextensions.CustomResource(
+            "raycluster", api_version="ray.io/v1", kind="RayCluster",
+            metadata={"name": RAY_CLUSTER_NAME, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
+            spec=ray_cluster_spec(spec, system_selector, groups, env, service_account),
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.operator, *extra])),
+        )
+        self.namespace = RAY_NAMESPACE
+        self.head_service = f"{RAY_CLUSTER_NAME}-head-svc"
+        self.object_opts = pulumi.ResourceOptions(provider=self.provider, depends_on=[self.namespace_resource], deleted_with=cluster)
+        self.register_outputs({"namespace": self.namespace, "head_service": self.head_service})

@@ -1,7 +1,7 @@
 """A Cloud TPU VM slice running Ray, and a bucket (``--provider gcp-tpu``).
 
 ``TensorflowTrainer`` cannot drive TPUs, so the workload runs as a Ray task with
-``TPUStrategy`` on the TPU host (design decision 4). Every host of the slice runs a startup
+``TPUStrategy`` on the TPU host. Every host of the slice runs a startup
 script that installs burst from the wheel in the bucket and starts Ray: the head on host 0
 (dashboard on 127.0.0.1 only, reached through an SSH tunnel), the others join it. No external
 IP unless asked: the tunnel goes through Identity-Aware Proxy.

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -64,16 +64,16 @@ def print_plan(p, limit: Optional[int]) -> None:
 
 
 def plan(
-    workload: str = typer.Argument("gan3d", help="workload to place"),
-    policy_file: Optional[Path] = typer.Option(None, "--policy", help="policy YAML (default: policies/default.yaml)"),
-    gpus: Optional[int] = typer.Option(None, help="only candidates with this many GPUs"),
-    epochs: Optional[int] = typer.Option(None, help="epochs to train (default: policy, then workload profile)"),
-    events: Optional[int] = typer.Option(None, help="training events (default: the workload profile's dataset)"),
-    provider: Optional[str] = typer.Option(None, help="only this provider"),
-    accelerator: Optional[str] = typer.Option(None, help="only this accelerator"),
-    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="price catalog CSV (default: the packaged one)"),
-    show_all: bool = typer.Option(False, "--all", help="show every candidate, not the first 15"),
-    as_json: bool = typer.Option(False, "--json"),
+    workload: Annotated[str, typer.Argument(help="workload to place")] = "gan3d",
+    policy_file: Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="only candidates with this many GPUs")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="epochs to train (default: policy, then workload profile)")] = None,
+    events: Annotated[Optional[int], typer.Option(help="training events (default: the workload profile's dataset)")] = None,
+    provider: Annotated[Optional[str], typer.Option(help="only this provider")] = None,
+    accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
+    catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
     from .. import api
@@ -97,7 +97,7 @@ policy_app = typer.Typer(help="Validate policy files and print their JSON Schema
 
 
 @policy_app.command("check")
-def policy_check(file: Path = typer.Argument(..., help="policy YAML")) -> None:
+def policy_check(file: Annotated[Path, typer.Argument(help="policy YAML")]) -> None:
     """Validate a policy file: prints a summary, or one line saying what is wrong and where."""
     from ..placement import policy
 
@@ -126,10 +126,10 @@ def policy_schema() -> None:
 
 
 def catalog(
-    accelerator: Optional[str] = typer.Option(None, help="only this accelerator"),
-    provider: Optional[str] = typer.Option(None, help="only this provider"),
-    catalog_file: Optional[Path] = typer.Option(None, "--catalog", help="price catalog CSV (default: the packaged one)"),
-    as_json: bool = typer.Option(False, "--json"),
+    accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
+    provider: Annotated[Optional[str], typer.Option(help="only this provider")] = None,
+    catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List the price catalog: node shapes, on-demand and spot prices, and where each comes from."""
     from ..placement import catalog as cat
@@ -154,11 +154,11 @@ def catalog(
 
 
 def bench(
-    workload: str = typer.Argument("gan3d"),
-    batch: int = typer.Option(4, help="events per step"),
-    steps: int = typer.Option(3, help="steps per timed block"),
-    repeats: int = typer.Option(2, help="timed blocks (the best is kept)"),
-    as_json: bool = typer.Option(False, "--json"),
+    workload: Annotated[str, typer.Argument()] = "gan3d",
+    batch: Annotated[int, typer.Option(help="events per step")] = 4,
+    steps: Annotated[int, typer.Option(help="steps per timed block")] = 3,
+    repeats: Annotated[int, typer.Option(help="timed blocks (the best is kept)")] = 2,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Measure this machine on the workload's paper preset and record it for `burst plan`."""
     from ..placement import profile

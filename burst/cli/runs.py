@@ -1,5 +1,7 @@
-"""``burst train | run | logs | report``: training runs. Each train option is a field of
-``TrainRequest`` (or of the settings it shares with the job) plus its flag here."""
+"""``burst train | run | logs | report``: training runs.
+
+A train option is a field of ``TrainRequest`` (or of the ``TrainSettings`` it shares with the job)
+plus one parameter here with the same name: ``_request`` hands every such parameter on."""
 
 from __future__ import annotations
 
@@ -20,14 +22,14 @@ Synthetic = Annotated[Optional[int], typer.Option(help="train on this many synth
 Workers = Annotated[int, typer.Option(help="Ray Train workers (one per node; CPU workers locally)")]
 Seed = Annotated[int, typer.Option()]
 ValEvents = Annotated[int, typer.Option(help="held-out events used by validation")]
-Steps = Annotated[Optional[int], typer.Option(help="steps per epoch (default: events // global batch)")]
+Steps = Annotated[Optional[int], typer.Option("--steps", help="steps per epoch (default: events // global batch)")]
 
 
-def _request(**flags):
+def _request(flags: dict):
+    """The request made of a command's parameters that are ``TrainRequest`` fields."""
     from ..runs import TrainRequest
 
-    steps = flags.pop("steps", None)
-    return TrainRequest.of(**flags, steps_per_epoch=steps)
+    return TrainRequest.of(**{k: v for k, v in flags.items() if k in TrainRequest.model_fields})
 
 
 def _finished(run) -> None:
@@ -44,21 +46,18 @@ def train(
     data: Data = None,
     synthetic: Synthetic = None,
     workers: Workers = 1,
-    detach: Annotated[bool, typer.Option(help="submit and return")] = False,
-    cancel: Annotated[bool, typer.Option(help="Ctrl-C cancels the job instead of detaching")] = False,
+    detach: Annotated[bool, typer.Option("--detach", help="submit and return")] = False,
+    cancel_on_interrupt: Annotated[bool, typer.Option("--cancel", help="Ctrl-C cancels the job instead of detaching")] = False,
     seed: Seed = 0,
     val_events: ValEvents = 400,
-    steps: Steps = None,
-    budget: Annotated[Optional[float], typer.Option(help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
+    steps_per_epoch: Steps = None,
+    budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Train a workload on a running cluster as a Ray job, then validate it."""
     from .. import api
 
-    request = _request(workload=workload, cluster=cluster, preset=preset, epochs=epochs, batch_per_replica=batch_per_replica,
-                       data=data, synthetic=synthetic, workers=workers, detach=detach, cancel_on_interrupt=cancel, seed=seed,
-                       val_events=val_events, steps=steps, budget_usd=budget)
-    run = api.train(request, ConsoleReporter())
+    run = api.train(_request(locals()), ConsoleReporter())
     _finished(run)
     if as_json:
         emit_json(run.model_dump(mode="json"))
@@ -67,7 +66,7 @@ def train(
 def run(
     workload: Annotated[str, typer.Argument(help="workload to run (gan3d)")] = "gan3d",
     provider: Provider = None,
-    name: Annotated[str, typer.Option(help="name of the temporary cluster")] = "run-local",
+    cluster: Annotated[str, typer.Option("--name", help="name of the temporary cluster")] = "run-local",
     cpus: Cpus = None,
     gpus: Gpus = None,
     accelerator: Accelerator = None,
@@ -81,14 +80,12 @@ def run(
     workers: Workers = 1,
     seed: Seed = 0,
     val_events: ValEvents = 400,
-    steps: Steps = None,
+    steps_per_epoch: Steps = None,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api
 
-    request = _request(workload=workload, cluster=name, preset=preset, epochs=epochs, batch_per_replica=batch_per_replica,
-                       data=data, synthetic=synthetic, workers=workers, seed=seed, val_events=val_events, steps=steps)
-    _finished(api.run(request, provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
+    _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
                       preemptible=preemptible, report=ConsoleReporter()))
 
 

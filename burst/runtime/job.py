@@ -129,7 +129,8 @@ _EVENT = TypeAdapter(JobEvent)
 
 
 def event_line(event: _Event) -> str:
-    return f"{EVENT_PREFIX} {event.model_dump_json()}"
+    fields = event.model_dump(mode="json")
+    return f"{EVENT_PREFIX} {json.dumps({'type': fields.pop('type'), **fields})}"
 
 
 def emit(event: _Event) -> None:

@@ -1,12 +1,12 @@
 """Reading the CERN HDF5 files, reference preprocessing, TFRecords and the tf.data pipeline.
 
-Preprocessing follows ``GetDataAngle`` (reference §3.3): ECAL sum taken before the power
+Preprocessing follows the authors' ``GetDataAngle``: ECAL sum taken before the power
 transform, events with sum <= 10 (stored units) dropped, Ep/100, angle label from ``mtheta``,
 image ** 0.85. For presets on a coarser grid the cells are summed first and the angle label is
 measured on the summed image, so that the label and the discriminator's angle head measure the
 same quantity.
 
-Decision on reference pitfall §3.6.1 (TFRecords without the power transform): our TFRecords
+The authors' TFRecord converter leaves out the power transform that training expects; our TFRecords
 hold the fully preprocessed image, power included, and a ``meta.json`` beside them records the
 preset, grid and power; the reader refuses records made for another preset.
 """

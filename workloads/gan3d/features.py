@@ -1,6 +1,6 @@
 """Shower features in NumPy: measured angle, moments, profiles, hit counts.
 
-These are the analysis quantities of reference §2.1 and §5. They take images in stored units
+These are the quantities of the authors' physics analysis. They take images in stored units
 (ECAL × 50 GeV, linear, no power transform) with shape (N, x, y, z) and are vectorised over
 events. The measured-angle algorithm is the one the data files' ``mtheta`` key holds and the
 discriminator's weightless angle head computes (``model.ecal_angle`` is its TensorFlow twin).

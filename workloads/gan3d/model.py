@@ -1,6 +1,6 @@
 """3DGAN generator and discriminator (Keras 3 on TensorFlow), built from a preset.
 
-Faithful to ``AngleArch3dGAN.py`` (reference §2.1): Conv → ReLU → BatchNorm order in the
+Faithful to the authors' ``AngleArch3dGAN.py`` (svalleco/3Dgan, branch Anglegan): Conv → ReLU → BatchNorm order in the
 generator, he_uniform convolutions with a glorot_normal last layer, LeakyReLU(0.3) and
 Dropout(0.2) in the discriminator, BatchNorm epsilon 1e-6, and two weightless heads (ECAL sum and
 measured angle) evaluated on the inverse-power image. Images are channels_last (x, y, z, 1):

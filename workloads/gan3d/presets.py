@@ -2,7 +2,7 @@
 
 A preset fixes the image grid the networks see and every layer's shape, so the model builder is
 one function driven by data (see ``model.py``). The ``paper`` preset reproduces
-``AngleArch3dGAN.py`` exactly (reference §2.1): generator 1,365,047 and discriminator 87,402
+the authors' ``AngleArch3dGAN.py`` exactly: generator 1,365,047 and discriminator 87,402
 parameters. The ``small`` preset keeps the same structure (dense → nearest upsampling →
 Conv→ReLU→BN blocks; Conv→LeakyReLU→BN→Dropout trunk with average pooling and the same four
 heads) on a coarser grid: the 51×51 transverse cells are summed 3×3 into 17×17 cells of 15.3 mm,
@@ -89,7 +89,7 @@ PAPER = Preset(
         DiscBlock((0, 0, 0), (5, 6, 6), 8),
     ),
     default_batch=64,
-    notes="AngleArch3dGAN.py, reference §2.1",
+    notes="AngleArch3dGAN.py (svalleco/3Dgan, branch Anglegan)",
 )
 
 SMALL = Preset(

@@ -1,6 +1,6 @@
 """Synthetic Monte Carlo of electron showers in a CLIC-like Si–W ECAL, in the real file format.
 
-An offline stand-in for the CERN Geant4 samples (reference §7): the Grindhammer–Peters (GFlash)
+An offline stand-in for the CERN Geant4 samples: the Grindhammer–Peters (GFlash, hep-ex/0001020)
 parameterisation with Geant4's sampling-calorimeter tuning. Per shower, ln T and ln α are drawn
 correlated; energy spots are drawn from the longitudinal Gamma profile and the two-component
 (core + tail) radial profile, placed along an inclined axis in a 17 × (2.4 mm W + Si) +
@@ -34,14 +34,14 @@ LAYER_STACK = ((2.4, 17), (4.8, 8))
 W = dict(Z=74.0, A=183.84, rho=19.3, X0=6.76, Ec=7.97)
 SI = dict(Z=14.0, A=28.09, rho=2.33, X0=21.82, Ec=40.2)
 
-# Active (Si) energy over total deposited energy per layer kind, MIP ratio × e/mip ≈ 0.7 (§7.4).
+# Active (Si) energy over total deposited energy per layer kind, MIP ratio × e/mip ≈ 0.7.
 SAMPLING_FRACTION = {2.4: 0.025, 4.8: 0.0126}
 STOCHASTIC_TERM = 0.166  # CALICE Si–W: 16.6 % / √E
 
 
 @dataclass(frozen=True)
 class LayerMaterial:
-    """Effective material of one W + Si layer (reference §7.2, mass-weighted mixture)."""
+    """Effective material of one W + Si layer (mass-weighted mixture, as GFlash treats sampling layers)."""
 
     thickness_mm: float
     z_eff: float
@@ -198,7 +198,7 @@ def simulate_showers(energy_gev: np.ndarray, theta_rad: np.ndarray, rng: np.rand
 
 
 def hit_bins(stored: np.ndarray) -> np.ndarray:
-    """The 8-bin hit histogram of the ``bins`` key (reference §2.1, stored units)."""
+    """The 8-bin hit histogram of the ``bins`` key (the authors' bin edges, stored units)."""
     edges = [(0.05, np.inf), (0.03, 0.05), (0.02, 0.03), (0.0125, 0.02), (0.008, 0.0125), (0.003, 0.008), (0.0, 0.003)]
     counts = [((stored > lo) & (stored <= hi)).sum(axis=(1, 2, 3)) for lo, hi in edges]
     counts.append((stored == 0).sum(axis=(1, 2, 3)))

@@ -1,4 +1,4 @@
-"""The paper's optimised distributed training loop (reference §3.4, design decision 5).
+"""The paper's optimised distributed training loop, one step a single compiled function.
 
 The whole step (noise and conditioning, fake generation, 5 % label flipping, the discriminator
 on real then on fake, the generator twice) is one ``tf.function`` run under ``strategy.run``, so it
@@ -7,7 +7,7 @@ and ``TPUStrategy``. Losses are per-example, weighted [3, 0.1, 25, 0.1] and scal
 batch (``tf.nn.compute_average_loss``), so gradients summed across replicas equal the gradient of
 the global-batch mean.
 
-Choices where the reference code is buggy or ambiguous (reference §3.6):
+Choices where the authors' code is buggy or ambiguous:
 * Label flips and noise are TF stateless random ops seeded by (run seed, global step, replica,
   draw), so they differ every step and on every replica (the TF2 reference drew them with NumPy
   at trace time, freezing one flip pattern). Only the step counter is state, and it is in the

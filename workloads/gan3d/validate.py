@@ -1,9 +1,9 @@
-"""Physics validation: GAN showers against Monte Carlo on a held-out set (reference §5).
+"""Physics validation: GAN showers against Monte Carlo on a held-out set, as the authors validate.
 
 For each Ep bin and θ bin: sampling fraction and its relative error, longitudinal and transverse
 (x, y) profiles, first and second shower moments, measured-angle error, hit counts and the
 cell-energy spectrum; plus the authors' optimisation metric (moment + profile + angle error,
-averaged over energy bins) with the moment term counted once (the reference adds it twice, §3.6).
+averaged over energy bins) with the moment term counted once (the authors' ``GANutils.metric`` adds it twice, a bug).
 Writes ``metrics.json``, paper-style figures (GAN and MC overlaid, linear and log scale) and one
 self-contained ``report.html``.
 """
