@@ -71,11 +71,12 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
     return planner.plan(_policy(policy), profile.load(workload), catalog_mod.load(catalog), **narrow)
 
 
-def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter):
+def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
+               nodes: Optional[int] = None, partition: Optional[str] = None):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
-    for flag, value in (("--cpus", cpus), ("--gpus", gpus)):
+    for flag, value in (("--cpus", cpus), ("--gpus", gpus), ("--nodes", nodes)):
         if value is not None and value < 1:
             raise BurstError(f"{flag} must be a positive whole number, got {value}")
     if provider is not None:
@@ -93,7 +94,7 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
             chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
         return chosen, pol
     placement = planner.pin(pol, prof, offers, provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                            cpus=cpus, storage=storage)
+                            cpus=cpus, storage=storage, nodes=nodes, partition=partition)
     if accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
@@ -101,27 +102,30 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
     return placement, pol
 
 
-def _lease(pol, hours: Optional[float]) -> Lease:
+def _lease(pol, hours: Optional[float], wait: bool = False) -> Lease:
     if hours is not None and not 0 < hours <= MAX_LEASE_HOURS:  # also NaN
         raise BurstError(f"--hours must be a number of hours above 0 and at most {MAX_LEASE_HOURS:.0f} (a year), got {hours}")
-    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None)
+    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None, wait=wait)
 
 
 def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
+       nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False,
        report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
-    under the policy picks the target; flags that are given pin it, under the same policy rules."""
+    under the policy picks the target; flags that are given pin it, under the same policy rules.
+    On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
+    queued and returns; the handle's ``state`` is then ``starting``)."""
     started = time.perf_counter()
     if name is not None:
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report)
+                                region=region, storage=storage, report=report, nodes=nodes, partition=partition)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
-    handle, created = target.up(name, placement, _lease(pol, hours), report)
+    handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 
@@ -161,12 +165,12 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
 
 def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-        report: Reporter = QUIET) -> RunRecord:
+        nodes: Optional[int] = None, hours: Optional[float] = None, report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one; the cluster (``request.cluster``) goes down on success,
     failure and interruption alike."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                report=report)
+                nodes=nodes, hours=hours, wait=True, report=report)
     report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
     try:
         record = runs.train(request, report)
@@ -195,9 +199,7 @@ def status() -> Status:
     now = time.time()
     rows = []
     for h in handles:
-        target = targets.get(h.provider)
-        alive = h.state == "running" and (not target.answers_here(h) or target.is_alive(h, timeout=1.0))
-        rows.append(ClusterStatus(name=h.name, provider=h.provider, state=h.state if alive or h.state != "running" else "unreachable",
+        rows.append(ClusterStatus(name=h.name, provider=h.provider, state=targets.get(h.provider).describe_state(h),
                                   layout=h.layout, age_s=round(now - h.created), expires=h.expires,
                                   accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
     by_name = {h.name: h for h in handles}

@@ -99,7 +99,7 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
     handle = cluster(request.cluster)
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
-        raise BurstError(f"cluster {request.cluster!r} is not answering; run `burst down {request.cluster}` then `burst up`", exit_code=1)
+        raise BurstError(target.not_ready(handle), exit_code=1)
     with target.reach(handle) as reachable:
         return _train_on(target, reachable, request, report)
 

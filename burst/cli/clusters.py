@@ -12,7 +12,9 @@ from rich.table import Table
 
 from .render import ConsoleReporter, console, emit_json, out
 
-Provider = Annotated[Optional[str], typer.Option(help="local | ray | gcp | gcp-tpu | azure (default: the plan's choice under --policy)")]
+Provider = Annotated[Optional[str], typer.Option(help="local | ray | slurm | gcp | gcp-tpu | azure (default: the plan's choice under --policy)")]
+Nodes = Annotated[Optional[int], typer.Option(help="slurm: nodes to allocate (default: enough for --gpus, else 1)")]
+Hours = Annotated[Optional[float], typer.Option(help="lease: cloud resources are labelled to expire after this many hours; slurm: the walltime")]
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")]
 Preemptible = Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="spot/preemptible capacity (default: the policy's preference)")]
 Gpus = Annotated[Optional[int], typer.Option(help="GPUs (local: GPUs of this machine to offer)")]
@@ -29,7 +31,10 @@ def up(
     preemptible: Preemptible = None,
     region: Annotated[Optional[str], typer.Option(help="cloud region (default: the plan's choice)")] = None,
     policy_file: PolicyFile = None,
-    hours: Annotated[Optional[float], typer.Option(help="lease: resources are labelled to expire after this many hours")] = None,
+    hours: Hours = None,
+    nodes: Nodes = None,
+    partition: Annotated[Optional[str], typer.Option(help="slurm: the partition (default: the policy's, else the cluster's default)")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="slurm: wait for a queued allocation to start")] = False,
     storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
@@ -42,13 +47,16 @@ def up(
     if dry_run:
         _print_dry_run(api.render(provider, name, **flags), as_json)
         return
-    result = api.up(provider, name, **flags)
+    result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, **flags)
     handle = result.handle
     if as_json:
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})
         return
+    if handle.state != "running":
+        console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) recorded; it is not running yet")
+        return
     verb = f"started in {result.seconds:.1f} s" if result.created_now else "already running"
-    console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url}")
+    console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url or 'through a tunnel'}")
 
 
 def _print_dry_run(rendering: dict, as_json: bool) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .clusters import Accelerator, Cpus, Gpus, PolicyFile, Preemptible, Provider
+from .clusters import Accelerator, Cpus, Gpus, Hours, Nodes, PolicyFile, Preemptible, Provider
 from .render import ConsoleReporter, console, emit_json
 
 Workload = Annotated[str, typer.Argument(help="workload to train (gan3d)")]
@@ -71,6 +71,8 @@ def run(
     gpus: Gpus = None,
     accelerator: Accelerator = None,
     preemptible: Preemptible = None,
+    nodes: Nodes = None,
+    hours: Hours = None,
     policy_file: PolicyFile = None,
     preset: Preset = "small",
     epochs: Epochs = 6,
@@ -86,7 +88,7 @@ def run(
     from .. import api
 
     _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                      preemptible=preemptible, report=ConsoleReporter()))
+                      preemptible=preemptible, nodes=nodes, hours=hours, report=ConsoleReporter()))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

@@ -53,6 +53,7 @@ class Estimate:
     epoch_s: float
     provision_h: float = 0.0
     queue_h: float = 0.0
+    queue_source: str = "policy"  # where queue_h comes from: the policy, or the site's scheduler asked now
     staging_h: float = 0.0
     training_h: float = 0.0
     preemption_h: float = 0.0
@@ -127,19 +128,25 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     return est
 
 
-def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
+           queue_h: Optional[float] = None, queue_note: str = "") -> Estimate:
+    """On the policy's site; ``queue_h``: the scheduler's live wait (None: the policy's figure)."""
     site = policy.onprem
     if site is None:
         raise BurstError("the policy has no onprem section")
     epoch_s = profile.epoch_seconds(site.accelerator, gpus, events)
-    est = Estimate(epoch_s=epoch_s, queue_h=site.queue_wait_hours, training_h=epochs * epoch_s / 3600)
+    live = queue_h is not None
+    est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=epochs * epoch_s / 3600,
+                   queue_source="slurm" if live else "policy")
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
     est.hourly_usd = site.usd_per_gpu_hour * gpus
     est.compute_usd = est.hourly_usd * est.training_h
-    if site.queue_wait_hours:
-        est.notes.append(f"on-prem queue wait {site.queue_wait_hours:g} h")
+    if live:
+        est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now")
+    elif site.queue_wait_hours or queue_note:
+        est.notes.append(f"on-prem queue wait {site.queue_wait_hours:g} h from the policy" + (f" ({queue_note})" if queue_note else ""))
     return est
 
 

@@ -49,6 +49,8 @@ class Candidate:
             "preemptible": self.preemptible, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
             "est_cost_usd": round(e.cost_usd, 2), "hourly_usd": round(e.hourly_usd, 4), "feasible": self.feasible,
             "reasons": self.reasons,
+            "queue_wait_h": round(e.queue_h, 3) if self.target == "onprem" else None,
+            "queue_source": e.queue_source if self.target == "onprem" else None,
             "breakdown": {"queue_h": round(e.queue_h, 3), "provision_h": round(e.provision_h, 3), "staging_h": round(e.staging_h, 3),
                           "training_h": round(e.training_h, 3), "preemption_h": round(e.preemption_h, 3),
                           "compute_usd": round(e.compute_usd, 2), "storage_usd": round(e.storage_usd, 2), "egress_usd": round(e.egress_usd, 2)},
@@ -121,7 +123,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
 
     site = policy.onprem
     for prov in (p for p in providers if kinds[p] == "onprem"):
-        if site is None or preemptible is True or (region is not None and region != site.name):
+        if site is None or not targets.get(prov).serves(site) or preemptible is True or (region is not None and region != site.name):
             continue
         if not policy.accelerator_allowed(site.accelerator) or (accelerator and accelerator != site.accelerator):
             skip("accelerator not allowed")
@@ -134,8 +136,8 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             skip("more GPUs than on-prem has")
             counts = []
         for n in counts:
-            e = est_mod.onprem(n, profile, policy, epochs, events)
-            out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False, e))
+            out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
+                                 onprem_estimate(prov, n, profile, policy, epochs, events)))
 
     clouds = [p for p in providers if kinds[p] == "cloud"]
     shapes: dict[tuple[str, str, str], list[Offer]] = {}
@@ -172,6 +174,21 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                 e = est_mod.cloud(lay, spot, profile, policy, epochs, events)
                 out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay))
     return out, excluded
+
+
+def site_nodes(site: OnPrem, gpus: int) -> int:
+    """Nodes a job of ``gpus`` GPUs takes on the site (one node when its GPUs are not scheduled per node)."""
+    return -(-gpus // site.gpus_per_node) if site.gpus_per_node else 1
+
+
+def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> est_mod.Estimate:
+    """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be asked."""
+    target = targets.get(provider)
+    if not target.is_scheduler:
+        return est_mod.onprem(gpus, profile, policy, epochs, events)
+    first = est_mod.onprem(gpus, profile, policy, epochs, events)
+    wait = target.queue_estimate(policy.onprem, site_nodes(policy.onprem, gpus), first.training_h)
+    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note)
 
 
 def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float]) -> None:
@@ -284,6 +301,7 @@ class Placement:
     hourly_usd: float
     layout: Optional[Layout] = None     # cloud node pools
     gpus: Optional[int] = None          # local: GPUs of this machine to offer; on-prem: GPUs one run may use
+    nodes: Optional[int] = None         # on-prem scheduler: nodes to allocate
     storage: Optional[str] = None       # local: where checkpoints and results go
     site: Optional[OnPrem] = None       # on-prem: the policy's description of the site
     estimate: Optional[est_mod.Estimate] = None
@@ -299,6 +317,7 @@ def from_candidate(c: Candidate, policy: Optional[Policy], notes: tuple[str, ...
     hourly = c.layout.hourly_usd(c.preemptible) if c.layout else c.estimate.hourly_usd
     return Placement(provider=c.provider, region=c.region, accelerator=c.accelerator, count=c.count, preemptible=c.preemptible,
                      hourly_usd=hourly, layout=c.layout, gpus=c.count if c.target == "onprem" else None,
+                     nodes=site_nodes(policy.onprem, c.count) if c.target == "onprem" and targets.get(c.provider).is_scheduler else None,
                      site=policy.onprem if policy is not None and c.target == "onprem" else None, estimate=c.estimate, notes=notes)
 
 
@@ -331,7 +350,8 @@ def scope_problem(policy: Policy, provider: str, region: Optional[str], accelera
 
 def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provider: str, *, gpus: Optional[int] = None,
         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
-        cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None) -> Placement:
+        cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None,
+        nodes: Optional[int] = None, partition: Optional[str] = None) -> Placement:
     """The placement on ``provider`` that the command line's flags fix, under the policy's guard rails.
 
     Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
@@ -349,12 +369,19 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         return Placement(provider, "this machine", "cpu", cpus or os.cpu_count() or 1, False, hourly, gpus=gpus, storage=storage)
     if policy is None:
         raise BurstError(f"--provider {provider} needs a policy; pass --policy FILE")
+    if (nodes is not None or partition is not None) and not target.is_scheduler:
+        raise BurstError(f"--nodes and --partition apply to on-prem schedulers; {provider} places its own nodes")
     if cpus is not None:
         raise BurstError(f"--cpus applies to --provider local; {provider} clusters have the CPUs of their nodes")
     if target.kind == "onprem":
         site = policy.onprem
         if site is None:
             raise BurstError(f"--provider {provider} needs a policy with an onprem section (ray_address, accelerator, gpus); pass --policy FILE")
+        if not target.serves(site):
+            raise BurstError(f"the policy's on-prem site {site.name} runs jobs with {site.scheduler}, not {provider}; "
+                             f"set onprem.scheduler: {provider} in the policy, or use --provider {site.scheduler}")
+        if partition is not None:
+            site = site.model_copy(update={"partition": partition})
         if preemptible:
             raise BurstError(f"--preemptible does not apply to the on-prem site {site.name}")
         if accelerator is not None and accelerator != site.accelerator:
@@ -367,8 +394,9 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         problem = scope_problem(policy, provider, None, site.accelerator, count, False)
         if problem:
             raise BurstError(problem)
-        e = est_mod.onprem(count, profile, policy, _epochs(policy, profile, epochs))
-        return Placement(provider, site.name, site.accelerator, count, False, site.usd_per_gpu_hour * count, gpus=count, site=site, estimate=e)
+        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs))
+        return Placement(provider, site.name, site.accelerator, count, False, site.usd_per_gpu_hour * count, gpus=count, site=site,
+                         estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
     if accelerator is None:
         return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs)
     lay = resolve(offers, provider, accelerator, gpus, region=region)

@@ -35,7 +35,8 @@ class _Strict(BaseModel):
 
 
 class OnPrem(_Strict):
-    """The group's own GPU cluster, reached as an existing Ray cluster (provider ``ray``)."""
+    """The group's own cluster: an existing Ray cluster (provider ``ray``) or a Slurm batch system
+    (provider ``slurm``) on which burst starts Ray inside an allocation."""
 
     name: str = Field("onprem", description="how plans and reports name the on-prem site")
     accelerator: str = Field(description="accelerator name as in the catalog, e.g. V100")
@@ -45,6 +46,12 @@ class OnPrem(_Strict):
     ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
     token_file: Optional[str] = Field(None, description="file holding the cluster's Ray auth token, if it uses token authentication")
     storage: Optional[str] = Field(None, description="directory or bucket URI that the cluster and this machine can both read")
+    scheduler: Literal["ray", "slurm"] = Field("ray", description="ray: an existing Ray cluster at ray_address; slurm: a Slurm batch system")
+    partition: Optional[str] = Field(None, description="Slurm partition for burst's jobs (default: the cluster's default partition)")
+    account: Optional[str] = Field(None, description="Slurm account to charge, if the site requires one")
+    qos: Optional[str] = Field(None, description="Slurm quality of service, if the site uses them")
+    login: Optional[str] = Field(None, description="Slurm: login host to run the Slurm commands on with ssh (absent: this machine has them)")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
 
 
 class LocalMachine(_Strict):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 _REGISTRY = {
     "local": "local:LocalTarget",
     "ray": "onprem_ray:OnPremRayTarget",
+    "slurm": "slurm:SlurmTarget",
     "gcp": "kuberay:GkeTarget",
     "gcp-tpu": "tpu_vm:TpuVmTarget",
     "azure": "kuberay:AksTarget",

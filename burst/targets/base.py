@@ -66,6 +66,15 @@ class Lease:
 
     hours: Optional[float] = None
     budget_usd: Optional[float] = None
+    wait: bool = False  # a scheduler's allocation: wait until it starts (False: say it is queued and return)
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    """A scheduler's answer: hours until a job would start (None: it could not be asked, and why)."""
+
+    hours: Optional[float]
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,9 +140,23 @@ class Target(ABC):
         """The handle with a dashboard URL reachable from here, for the length of a command."""
         yield handle
 
-    def queue_estimate(self, request: dict) -> Optional[float]:
-        """Hours a job of this shape would wait in the scheduler's queue now (schedulers only)."""
-        return None
+    def serves(self, site) -> bool:
+        """True when this target runs jobs on the policy's on-prem ``site`` (on-prem targets only)."""
+        return False
+
+    def queue_estimate(self, site, nodes: int, hours: float) -> "QueueWait":
+        """How long a job of ``nodes`` nodes for ``hours`` would wait now (schedulers ask theirs)."""
+        return QueueWait(None, "not a scheduler")
+
+    def describe_state(self, handle: ClusterHandle) -> str:
+        """The cluster's state as ``burst status`` shows it, asked live where that is cheap."""
+        if handle.state != "running":
+            return handle.state
+        return "running" if not self.answers_here(handle) or self.is_alive(handle, timeout=1.0) else "unreachable"
+
+    def not_ready(self, handle: ClusterHandle) -> str:
+        """Why a recorded cluster takes no jobs, and what to do (when ``is_alive`` is false)."""
+        return f"cluster {handle.name!r} is not answering; run `burst down {handle.name}` then `burst up`"
 
     # ------------------------------------------------------------------ jobs
 

@@ -180,6 +180,50 @@ def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return False
 
 
+def choose_ports() -> dict[str, int]:
+    """A free port on this machine for each of Ray's roles."""
+    return dict(zip(PORT_ROLES, _free_ports(len(PORT_ROLES))))
+
+
+def head_env(cluster_id: str, token_path: Path | str, ports: dict[str, int], loopback: bool = True) -> dict[str, str]:
+    """The environment of a burst Ray head: its marker, token authentication, no usage stats."""
+    env = dict(os.environ)
+    env.update({MARKER: cluster_id, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
+                "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
+                # two metrics ports that `ray start` has no flag for (fixed 44227 and 44217 otherwise)
+                "DASHBOARD_METRIC_PORT": str(ports["dashboard metrics"]), "AUTOSCALER_METRIC_PORT": str(ports["autoscaler metrics"])})
+    if loopback:
+        # `ray start` replaces a loopback --node-ip-address with the machine's address
+        # (services.resolve_ip_for_localhost) unless multi-node clusters are off, which is
+        # what Ray does on macOS and Windows: then every component binds 127.0.0.1.
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def head_command(ports: dict[str, int], cpus: int, gpus: int, temp_dir: Path | str, node_ip: str = "127.0.0.1",
+                 block: bool = False) -> list[str]:
+    """``ray start --head`` on the chosen ports, the dashboard on this node's loopback only."""
+    p = ports
+    return [
+        _ray_binary(), "start", "--head", "--node-ip-address", node_ip, "--port", str(p["GCS server"]),
+        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(p["dashboard"]), "--include-dashboard", "true",
+        "--ray-client-server-port", str(p["client server"]), "--dashboard-agent-listen-port", str(p["dashboard agent (HTTP)"]),
+        "--dashboard-agent-grpc-port", str(p["dashboard agent (gRPC)"]), "--metrics-export-port", str(p["metrics exporter"]),
+        "--runtime-env-agent-port", str(p["runtime-env agent"]), "--node-manager-port", str(p["node manager"]),
+        "--object-manager-port", str(p["object manager"]), "--num-cpus", str(cpus), "--num-gpus", str(gpus),
+        "--temp-dir", str(temp_dir), "--disable-usage-stats", *(["--block"] if block else []),
+    ]
+
+
+def new_token(path: Path) -> None:
+    """A fresh Ray auth token, readable by the user only."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_hex(32))
+
+
 def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: float = 0.0,
        budget_usd: float | None = None, storage_uri: str | None = None) -> tuple[ClusterHandle, bool]:
     """Start (or find) the local cluster ``name``; returns (handle, created)."""
@@ -202,18 +246,15 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         cdir = state.home() / "clusters" / name
         cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
         token_path = cdir / "auth_token"
-        token_path.unlink(missing_ok=True)
-        fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
+        new_token(token_path)
         temp_dir = _temp_dir(cluster_id)
         check_socket_room(temp_dir)
         temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         storage = cdir / "storage"
         storage.mkdir(exist_ok=True)
         ncpu = cpus or os.cpu_count() or 1
-        ports = dict(zip(PORT_ROLES, _free_ports(len(PORT_ROLES))))
-        gcs, dash, client, agent_http, agent_grpc, metrics, rt_env, node_mgr, obj_mgr, dash_metrics, autoscaler_metrics = ports.values()
+        ports = choose_ports()
+        gcs, dash = ports["GCS server"], ports["dashboard"]
         handle = ClusterHandle(
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
@@ -223,25 +264,8 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up
 
-    env = dict(os.environ)
-    env.update({MARKER: cluster_id, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
-                "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
-                # `ray start` replaces a loopback --node-ip-address with the machine's address
-                # (services.resolve_ip_for_localhost) unless multi-node clusters are off, which is
-                # what Ray does on macOS and Windows: then every component binds 127.0.0.1.
-                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                # two metrics ports that `ray start` has no flag for (fixed 44227 and 44217 otherwise)
-                "DASHBOARD_METRIC_PORT": str(dash_metrics), "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics)})
-    env.pop("RAY_ADDRESS", None)
-    cmd = [
-        _ray_binary(), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
-        "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
-        "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
-        "--runtime-env-agent-port", str(rt_env), "--node-manager-port", str(node_mgr),
-        "--object-manager-port", str(obj_mgr), "--num-cpus", str(ncpu), "--num-gpus", str(gpus),
-        "--temp-dir", str(temp_dir), "--disable-usage-stats",
-    ]
+    env = head_env(cluster_id, token_path, ports)
+    cmd = head_command(ports, ncpu, gpus, temp_dir)
     started = time.time() - 1.0  # create_time has a coarse clock; a holder is older than this by far
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)

@@ -86,5 +86,8 @@ class OnPremRayTarget(Target):
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
         down(handle)
 
+    def serves(self, site) -> bool:
+        return site.scheduler == "ray"
+
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)

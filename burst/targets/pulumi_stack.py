@@ -11,12 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from abc import abstractmethod
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -27,6 +23,7 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from .base import QUIET, Lease, Reporter, Target
+from .tunnel import tunnel
 
 if TYPE_CHECKING:
     from ..placement.layout import Layout
@@ -67,14 +64,6 @@ def _mask(value, key: str = ""):
     if isinstance(value, list):
         return [_mask(v) for v in value]
     return value
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class PulumiTarget(Target):
@@ -258,33 +247,10 @@ class PulumiTarget(Target):
             fd, kubeconfig_file = tempfile.mkstemp(prefix="kubeconfig-", dir=state.home())
             with os.fdopen(fd, "w") as f:  # mkstemp: readable by the user only
                 f.write(config)
-        port = _free_port()
-        proc = subprocess.Popen(self.tunnel_command(handle, port, kubeconfig_file), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
         try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.time() + 60
-            while True:
-                if proc.poll() is not None:
-                    err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
-                    raise BurstError(f"the tunnel to cluster {handle.name!r} closed: {(err or ['no output'])[-1]}", exit_code=1)
-                try:
-                    with urllib.request.urlopen(url + "/api/version", timeout=2):
-                        break
-                except urllib.error.HTTPError:
-                    break  # the head answered (e.g. 401 without a token): the tunnel is up
-                except (urllib.error.URLError, OSError):
-                    if time.time() > deadline:
-                        raise BurstError(f"the Ray head of {handle.name!r} did not answer through the tunnel within 60 s; "
-                                         f"{self.head_hint}", exit_code=1) from None
-                    time.sleep(1)
-            yield handle.model_copy(update={"dashboard_url": url})
+            with tunnel(lambda port: self.tunnel_command(handle, port, kubeconfig_file), handle.name, self.head_hint) as url:
+                yield handle.model_copy(update={"dashboard_url": url})
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
             if kubeconfig_file:
                 Path(kubeconfig_file).unlink(missing_ok=True)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from burst import state
+
 from burst.runtime import budget
 from burst.runtime.budget import CHECKPOINT_RESERVE_S, BudgetGuard
 from burst.errors import BurstError

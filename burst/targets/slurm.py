@@ -1,0 +1,363 @@
+"""The Slurm target: burst's Ray cluster inside one batch allocation on the site's own nodes.
+
+``up`` submits one job with ``sbatch`` (never an interactive ``salloc``); the job starts Ray on
+its nodes (``slurm_job.py``) and writes where the head is into the cluster directory, which
+must be on storage this machine and the nodes share (the state directory normally is: a home
+directory). ``down`` cancels exactly that job and verifies that none of its processes are left.
+The plan asks the same scheduler how long a job of each size would wait (``sbatch --test-only``).
+
+Slurm commands run here, or on the policy's ``login`` host through ssh. The head is reached
+directly when it runs on this machine, else through an ssh port forward (``-J login``) to the
+head node's loopback, where its dashboard listens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from .. import state
+from ..errors import BurstError
+from ..state import ClusterHandle
+from . import local
+from .base import QUIET, Lease, QueueWait, Reporter, Target
+from .tunnel import tunnel
+
+if TYPE_CHECKING:
+    from ..placement.planner import Placement
+    from ..placement.policy import OnPrem
+
+COMMAND_TIMEOUT_S = 15.0
+HEAD_TIMEOUT_S = 120.0      # from the job running to its Ray head answering
+CANCEL_TIMEOUT_S = 90.0     # Slurm's KillWait (30 s by default) and a margin
+PENDING_GRACE_S = 10.0      # a free partition starts a job within the scheduler's next pass
+DEFAULT_WALLTIME_H = 24.0
+START_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
+
+
+@dataclass(frozen=True)
+class JobState:
+    state: str            # PENDING, RUNNING, COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, ..., UNKNOWN
+    reason: str = ""      # why pending, or how it ended ("CANCELLED by 0", ...)
+    start: str = ""       # expected start of a pending job
+
+    @property
+    def ended(self) -> bool:
+        return self.state not in WAITING and self.state != "RUNNING"
+
+
+def run_slurm(site: "OnPrem", args: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """One Slurm command, here or on the login host; one line when the tools or the controller are missing."""
+    command = ["ssh", "-o", "BatchMode=yes", site.login, shlex.join(args)] if site.login else args
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise BurstError(f"no Slurm tools here: `{command[0]}` is not on PATH; install the Slurm client commands, "
+                         "or set onprem.login in the policy to a login node that has them") from None
+    except subprocess.TimeoutExpired:
+        raise BurstError(f"the Slurm controller does not answer (`{args[0]}` gave no answer within {timeout:.0f} s); "
+                         "check that slurmctld is up (`sinfo`)", exit_code=1) from None
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [line.strip() for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit code {proc.returncode}"
+
+
+def _walltime(hours: float) -> str:
+    minutes = max(1, math.ceil(hours * 60))
+    return f"{minutes // 60}:{minutes % 60:02d}:00"
+
+
+def _this_host(host: str) -> bool:
+    return host in (socket.gethostname(), socket.getfqdn(), "localhost")
+
+
+class SlurmTarget(Target):
+    provider = "slurm"
+    kind = "onprem"
+    is_scheduler = True
+    default_cluster_name = "slurm"
+
+    def __init__(self):
+        self._waits: dict[tuple, QueueWait] = {}
+
+    def serves(self, site) -> bool:
+        return site.scheduler == "slurm"
+
+    # ------------------------------------------------------------------ asking Slurm
+
+    def _site(self, handle: ClusterHandle) -> "OnPrem":
+        from ..placement.policy import OnPrem
+
+        return OnPrem.model_validate(handle.outputs["site"])
+
+    def partition(self, site: "OnPrem") -> dict:
+        """The partition burst submits to: name, nodes and CPUs per node (the default one when the policy names none)."""
+        proc = run_slurm(site, ["sinfo", "-h", "-o", "%P|%D|%c|%a"])
+        if proc.returncode != 0:
+            raise BurstError(f"the Slurm controller does not answer: {_last_line(proc)}", exit_code=1)
+        rows = [line.split("|") for line in proc.stdout.splitlines() if line.count("|") == 3]
+        names = [r[0].rstrip("*") for r in rows]
+        wanted = site.partition or next((r[0].rstrip("*") for r in rows if r[0].endswith("*")), None)
+        if wanted is None or wanted not in names:
+            raise BurstError(f"partition {wanted!r} does not exist on this Slurm cluster (partitions: {', '.join(names) or 'none'}); "
+                             "fix onprem.partition or --partition")
+        row = rows[names.index(wanted)]
+        return {"name": wanted, "nodes": int(row[1]), "cpus_per_node": int(row[2].rstrip("+")), "up": row[3] == "up"}
+
+    def job_state(self, site: "OnPrem", job_id: str) -> JobState:
+        proc = run_slurm(site, ["squeue", "-h", "-j", job_id, "-o", "%T|%r|%S"])
+        line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+        if line:
+            st, reason, start = (line.split("|") + ["", ""])[:3]
+            return JobState(st, reason if reason not in ("None", "(null)") else "", start if start not in ("N/A", "Unknown") else "")
+        return self._final_state(site, job_id)
+
+    def _final_state(self, site: "OnPrem", job_id: str) -> JobState:
+        """How a job that left the queue ended: from accounting, else from the controller's memory of it."""
+        proc = run_slurm(site, ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
+        if proc.returncode == 0 and proc.stdout.strip():
+            how = proc.stdout.strip().splitlines()[0]
+            return JobState(how.split()[0], how)
+        proc = run_slurm(site, ["scontrol", "show", "job", job_id, "-o"])
+        if proc.returncode == 0 and "JobState=" in proc.stdout:
+            fields = dict(f.split("=", 1) for f in proc.stdout.split() if "=" in f)
+            st = fields.get("JobState", "UNKNOWN")
+            reason = fields.get("Reason", "")
+            return JobState(st, f"{st}" + (f" ({reason})" if reason and reason != "None" else "") + f", exit code {fields.get('ExitCode', '?')}")
+        return JobState("UNKNOWN", "Slurm no longer knows the job")
+
+    def queue_estimate(self, site, nodes: int, hours: float) -> QueueWait:
+        """``sbatch --test-only`` with the real request: when Slurm would start it (one ask per size)."""
+        key = (site.login, site.partition, nodes, math.ceil(hours * 60))
+        if key not in self._waits:
+            self._waits[key] = self._ask_wait(site, nodes, hours)
+        return self._waits[key]
+
+    def _ask_wait(self, site, nodes: int, hours: float) -> QueueWait:
+        try:
+            proc = run_slurm(site, ["sbatch", "--test-only", *self._request(site, nodes, hours), "--wrap", "true"], timeout=5.0)
+        except BurstError as exc:
+            return QueueWait(None, f"Slurm not asked: {exc}")
+        found = START_AT.search(proc.stderr + proc.stdout)
+        if proc.returncode != 0 or not found:
+            return QueueWait(None, f"Slurm would not take the job: {_last_line(proc)}")
+        start = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S")
+        return QueueWait(max(0.0, (start - datetime.now()).total_seconds() / 3600))
+
+    @staticmethod
+    def _request(site, nodes: int, hours: float) -> list[str]:
+        args = [f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive", f"--time={_walltime(hours)}"]
+        if site.partition:
+            args.append(f"--partition={site.partition}")
+        if site.account:
+            args.append(f"--account={site.account}")
+        if site.qos:
+            args.append(f"--qos={site.qos}")
+        if site.gpus_per_node:
+            args.append(f"--gpus-per-node={site.gpus_per_node}")
+        return args
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def check_site(self, site: "OnPrem") -> dict:
+        """The tools are there, the controller answers, the partition exists: its facts."""
+        return self.partition(site)
+
+    def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        site = placement.site
+        with state.locked():
+            existing = state.load(ClusterHandle, name)
+        if existing is not None:
+            if existing.provider != self.provider:
+                raise BurstError(f"cluster {name!r} is a {existing.provider} cluster; pick another --name")
+            return self._wait_for_head(existing, lease.wait, report), False
+        part = self.check_site(site)
+        site = site.model_copy(update={"partition": part["name"]})
+        nodes = placement.nodes or 1
+        if nodes > part["nodes"]:
+            raise BurstError(f"{nodes} nodes is more than partition {part['name']} has ({part['nodes']}); ask for fewer with --nodes")
+        hours = lease.hours or DEFAULT_WALLTIME_H
+        cluster_id = uuid.uuid4().hex[:12]
+        cdir = state.home() / "clusters" / name
+        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (cdir / "head.json").unlink(missing_ok=True)
+        local.new_token(cdir / "auth_token")
+        storage = site.storage or str(cdir / "storage")
+        script = cdir / "job.sh"
+        script.write_text(f"#!/bin/bash\n# burst cluster {name}: Ray inside this allocation\n"
+                          f"exec {shlex.quote(sys.executable)} -m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id}\n")
+        script.chmod(0o700)
+        handle = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id, state="starting", expires=time.time() + hours * 3600,
+                               token_path=str(cdir / "auth_token"), storage_uri=storage,
+                               layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,
+                                       "accelerator": placement.accelerator, "description": f"{nodes} node(s) of partition {part['name']}"},
+                               accelerator=placement.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+                               region=site.name, outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir)})
+        args = ["sbatch", "--parsable", f"--job-name=burst-{name}", *self._request(site, nodes, hours),
+                f"--output={cdir}/slurm-%j.out", f"--chdir={cdir}", str(script)]
+        with state.locked():
+            state.save(handle)  # before sbatch: `burst down` can always find what was submitted
+        try:
+            proc = run_slurm(site, args)
+        except BurstError:
+            self._forget(handle)
+            raise
+        if proc.returncode != 0:
+            self._forget(handle)
+            raise BurstError(f"Slurm refused the job: {_last_line(proc)}; nothing was submitted")
+        handle.outputs["job_id"] = proc.stdout.strip().split(";")[0]
+        with state.locked():
+            state.save(handle)
+        report.say(f"Slurm job {handle.outputs['job_id']} submitted to partition {part['name']} ({nodes} node(s), walltime {_walltime(hours)})")
+        return self._wait_for_head(handle, lease.wait, report), True
+
+    def _wait_for_head(self, handle: ClusterHandle, wait: bool, report: Reporter) -> ClusterHandle:
+        """Until the head answers; or, for a queued job without ``wait``, say so and return."""
+        site, job_id = self._site(handle), handle.outputs.get("job_id")
+        head_file = Path(handle.outputs["cluster_dir"]) / "head.json"
+        running_since = None
+        said_pending = False
+        asked = time.time()
+        while True:
+            js = self.job_state(site, job_id)
+            if js.state in WAITING:
+                if not wait and time.time() - asked > PENDING_GRACE_S:
+                    report.say(f"Slurm job {job_id} is pending ({js.reason or 'queued'}); expected start {js.start or 'unknown'}; "
+                               f"`burst up --provider slurm --name {handle.name} --wait` waits for it")
+                    return handle
+                if wait and not said_pending:
+                    report.say(f"waiting for Slurm job {job_id} ({js.reason or 'queued'}; expected start {js.start or 'unknown'})")
+                    said_pending = True
+            elif js.ended:
+                detail = self._job_output(handle)
+                self._cancel_and_forget(handle)
+                raise BurstError(f"Slurm job {job_id} ended ({js.reason or js.state}) before Ray answered"
+                                 + (f": {detail}" if detail else "") + "; nothing was left", exit_code=1)
+            else:
+                running_since = running_since or time.time()
+                head = self._head(handle, head_file)
+                if head is not None and local.is_alive(handle):
+                    with state.locked():
+                        handle.state = "running"
+                        state.save(handle)
+                    return handle
+                if time.time() - running_since > HEAD_TIMEOUT_S:
+                    self._cancel_and_forget(handle)
+                    raise BurstError(f"the Ray head of Slurm job {job_id} did not answer within {HEAD_TIMEOUT_S:.0f} s; "
+                                     "the job was cancelled", exit_code=1)
+            time.sleep(1.0)
+
+    def _head(self, handle: ClusterHandle, head_file: Path) -> Optional[dict]:
+        """Where the job's head is (its ``head.json``), recorded in the handle; None until it is written."""
+        try:
+            head = json.loads(head_file.read_text())
+        except (OSError, ValueError):
+            return None
+        if str(head.get("job_id")) != str(handle.outputs.get("job_id")):
+            return None  # left by an earlier allocation
+        handle.temp_dir = head["temp_dir"]
+        handle.outputs.update(head_host=head["host"], dashboard_port=head["dashboard_port"])
+        handle.layout.update(nodes=head["nodes"], cpus=head["cpus"], gpus=head["gpus"])
+        handle.gcs_address = f"{head['node_ip']}:{head['gcs_port']}"
+        handle.dashboard_url = f"http://127.0.0.1:{head['dashboard_port']}" if _this_host(head["host"]) else None
+        return head
+
+    def _job_output(self, handle: ClusterHandle) -> str:
+        out = Path(handle.outputs["cluster_dir"]) / f"slurm-{handle.outputs.get('job_id')}.out"
+        try:
+            lines = [line.strip() for line in out.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        return lines[-1][:300] if lines else ""
+
+    def _cancel_and_forget(self, handle: ClusterHandle) -> None:
+        self._cancel(handle)
+        self._forget(handle)
+
+    def _cancel(self, handle: ClusterHandle) -> None:
+        """scancel the job and wait until Slurm no longer runs it; then no process of it may be left here."""
+        site, job_id = self._site(handle), handle.outputs.get("job_id")
+        if job_id:
+            proc = run_slurm(site, ["scancel", job_id])
+            if proc.returncode != 0 and "Invalid job id" not in _last_line(proc):
+                raise BurstError(f"scancel {job_id} failed: {_last_line(proc)}", exit_code=1)
+            deadline = time.time() + CANCEL_TIMEOUT_S
+            while not self.job_state(site, job_id).ended:
+                if time.time() > deadline:
+                    raise BurstError(f"Slurm job {job_id} did not end within {CANCEL_TIMEOUT_S:.0f} s of scancel; "
+                                     f"check `squeue -j {job_id}` and run `burst down {handle.name}` again", exit_code=1)
+                time.sleep(0.5)
+        survivors = local.stop_processes(handle.cluster_id, handle.temp_dir)  # this machine's share, if any
+        if survivors:
+            raise BurstError(f"cluster {handle.name!r}: processes {survivors} of Slurm job {job_id} did not stop; kill them and "
+                             f"run `burst down {handle.name}` again", exit_code=1)
+
+    def _forget(self, handle: ClusterHandle) -> None:
+        with state.locked():
+            state.delete(ClusterHandle, handle.name)
+        cdir = Path(handle.outputs.get("cluster_dir", ""))
+        for leftover in ("head.json", "auth_token", "job.sh"):
+            (cdir / leftover).unlink(missing_ok=True)
+
+    def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
+        with state.locked():
+            handle.state = "stopping"
+            state.save(handle)
+        self._cancel(handle)
+        self._forget(handle)
+
+    def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
+        if handle.state != "running" or not handle.outputs.get("job_id"):
+            return False
+        if self.job_state(self._site(handle), handle.outputs["job_id"]).state != "RUNNING":
+            return False
+        return local.is_alive(handle, timeout) if handle.dashboard_url else True
+
+    def answers_here(self, handle: ClusterHandle) -> bool:
+        return bool(handle.dashboard_url)
+
+    def not_ready(self, handle: ClusterHandle) -> str:
+        js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))
+        if js.state in WAITING:
+            return (f"Slurm job {handle.outputs.get('job_id')} of cluster {handle.name!r} is pending ({js.reason or 'queued'}; expected "
+                    f"start {js.start or 'unknown'}); `burst up --provider slurm --name {handle.name} --wait` waits for it")
+        if js.ended:
+            return (f"Slurm job {handle.outputs.get('job_id')} of cluster {handle.name!r} has ended: {js.reason or js.state}; "
+                    f"run `burst down {handle.name}`, `burst up` for a new allocation, and `burst train --resume RUN` to go on")
+        return super().not_ready(handle)
+
+    def describe_state(self, handle: ClusterHandle) -> str:
+        js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))
+        if js.state == "RUNNING":
+            return "running" if handle.state == "running" else "starting"
+        return js.state.lower() + (f" ({js.reason})" if js.reason and js.reason != js.state else "")
+
+    @contextmanager
+    def reach(self, handle: ClusterHandle) -> Iterator[ClusterHandle]:
+        if handle.dashboard_url:
+            yield handle
+            return
+        site = self._site(handle)
+        host, port = handle.outputs["head_host"], handle.outputs["dashboard_port"]
+        jump = ["-J", site.login] if site.login else []
+
+        def command(local_port: int) -> list[str]:
+            return ["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", *jump, "-L", f"{local_port}:127.0.0.1:{port}", host]
+
+        with tunnel(command, handle.name, f"check that ssh reaches {host}" + (f" through {site.login}" if site.login else "")) as url:
+            yield handle.model_copy(update={"dashboard_url": url})
