@@ -18,7 +18,7 @@ from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Reporter, Target
 
 WORKLOADS = ("gan3d",)
-FINISHED = ("SUCCEEDED", "FAILED", "STOPPED", "STOPPED_BUDGET")
+FINISHED = ("SUCCEEDED", "FAILED", "STOPPED", "STOPPED_BUDGET", "LOST")  # LOST: its cluster went away under it
 
 
 class TrainRequest(TrainSettings):
@@ -34,6 +34,7 @@ class TrainRequest(TrainSettings):
     budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="stop before this many USD are spent")
     detach: bool = False                # submit and return
     cancel_on_interrupt: bool = False   # Ctrl-C cancels the job instead of detaching
+    resume: Optional[str] = Field(None, description="go on with this earlier run from its newest checkpoint, with its settings")
 
     @classmethod
     def of(cls, **fields) -> "TrainRequest":
@@ -98,25 +99,46 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
     """
     handle = cluster(request.cluster)
     target = targets.get(handle.provider)
+    earlier = load_run(request.resume) if request.resume else None
     if not target.is_alive(handle):
         raise BurstError(target.not_ready(handle), exit_code=1)
     with target.reach(handle) as reachable:
-        return _train_on(target, reachable, request, report)
+        return _train_on(target, reachable, request if earlier is None else _resumed(request, earlier), report, earlier)
 
 
-def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter) -> RunRecord:
+def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
+    """The request of an earlier run, on the cluster asked for now: same settings, same data."""
+    if earlier.state not in FINISHED:
+        earlier = refresh(earlier, {h.name: h for h in state.load_all(ClusterHandle)})
+    if earlier.state in ("SUCCEEDED", "RUNNING", "PENDING"):
+        raise BurstError(f"run {earlier.run_id} is {earlier.state.lower()}; only a run that stopped, failed or lost its cluster can be resumed")
+    if not earlier.storage_uri:
+        raise BurstError(f"run {earlier.run_id} recorded no storage; it cannot be resumed (it ran before burst recorded it)")
+    old = earlier.config
+    kept = {k: old[k] for k in TrainSettings.model_fields if k in old}
+    return request.model_copy(update={**kept, "workload": earlier.workload, "workers": old.get("workers", request.workers),
+                                      "data": old.get("data"), "synthetic": old.get("synthetic")})
+
+
+def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
+              earlier: Optional[RunRecord] = None) -> RunRecord:
     from .runtime import jobs
     from .runtime.budget import BudgetGuard
+    from .runtime.job import RunFiles
 
-    run = RunRecord(run_id=new_run_id(request.workload), workload=request.workload, cluster=handle.name, provider=handle.provider,
-                    hourly_usd=handle.hourly_usd)
+    run = RunRecord(run_id=earlier.run_id if earlier else new_run_id(request.workload), workload=request.workload, cluster=handle.name,
+                    provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
+                    attempts=earlier.attempts + 1 if earlier else 1)
     resources = target.job_resources(handle, request.workers)
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
+    resume_from = RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=handle.storage_uri, data=data,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
-                    threads=resources.threads, tpu=resources.tpu)
-    run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files"})
+                    threads=resources.threads, tpu=resources.tpu, resume_from=resume_from)
+    run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from"})
+    if earlier:
+        report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}")
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
         guard.check_can_start()
@@ -140,6 +162,17 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                 watcher.on_event(event)
 
             status = jobs.follow(handle, run, on_event, on_poll=watch_budget)
+    except BurstError as lost:  # the cluster went away under the run (a scheduler's cancel, a walltime, a failure)
+        home_handle = state.load(ClusterHandle, handle.name)
+        gone = home_handle is None or not target.is_alive(home_handle)
+        run.state = "LOST" if gone else run.state
+        run.message = (target.not_ready(home_handle) if home_handle is not None and gone else str(lost))
+        run.progress = tracker.snapshot()
+        with state.locked():
+            state.save(run)
+        if not gone:
+            raise
+        raise BurstError(f"run {run.run_id} lost its cluster at epoch {run.progress.get('epoch') or 0}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
         if request.cancel_on_interrupt:
             jobs.client(handle).stop_job(run.job_id)
@@ -193,6 +226,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
         return run
     if not target.is_alive(handle):
         run.state = "UNREACHABLE"
+        run.message = target.not_ready(handle)
         return run
     from .runtime import jobs
 

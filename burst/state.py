@@ -107,6 +107,8 @@ class RunRecord(BaseModel):
     run_dir: str | None = None
     hourly_usd: float = 0.0
     message: str | None = None
+    storage_uri: str | None = None  # the storage its checkpoints went to (where `burst train --resume` finds them)
+    attempts: int = 1  # 1 + the number of `--resume`s
 
 
 def _dir(kind: str) -> Path:

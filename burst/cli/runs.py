@@ -51,6 +51,7 @@ def train(
     seed: Seed = 0,
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
+    resume: Annotated[Optional[str], typer.Option(help="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:

@@ -49,6 +49,7 @@ class JobConfig(TrainSettings):
     threads: Optional[int] = Field(None, gt=0)
     tpu: bool = False
     max_failures: int = Field(3, ge=0)
+    resume_from: Optional[str] = None   # checkpoints of an earlier attempt of this run (another cluster's storage)
     # filled in by the job's driver once the data is ready: where every worker reads it
     train_files: tuple[str, ...] = ()
 

@@ -38,7 +38,8 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg: JobConfig, runtime: JobRu
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1")}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m burst.runtime.entry {shlex.quote(cfg.to_arg())}"
-    job_id = client(handle).submit_job(entrypoint=entry, submission_id=run.run_id, runtime_env=runtime_env)
+    submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster
+    job_id = client(handle).submit_job(entrypoint=entry, submission_id=submission, runtime_env=runtime_env)
     run.job_id = job_id
     run.state = "RUNNING"
     with state.locked():

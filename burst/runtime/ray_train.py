@@ -25,12 +25,14 @@ def _strategy(world_size: int):
 
 def checkpoints_on_storage(cfg: JobConfig) -> list[Path]:
     """The run's checkpoint directories that Ray Train wrote to a local or shared storage directory,
-    oldest first (none are listed for a bucket: there, Ray's own records are all there is)."""
+    an earlier attempt's first, oldest first (none are listed for a bucket: there, Ray's own
+    records are all there is)."""
     from . import storage
 
+    earlier = sorted(Path(cfg.resume_from).glob("checkpoint_*")) if cfg.resume_from and not storage.is_remote(cfg.resume_from) else []
     if storage.is_remote(cfg.storage):
-        return []
-    return sorted(Path(RunFiles(cfg.storage, cfg.run_id).ray_train_dir).glob("checkpoint_*"))
+        return earlier
+    return earlier + sorted(Path(RunFiles(cfg.storage, cfg.run_id).ray_train_dir).glob("checkpoint_*"))
 
 
 def train_loop_per_worker(loop_config: dict) -> None:

@@ -124,7 +124,8 @@ class SlurmTarget(Target):
         line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
         if line:
             st, reason, start = (line.split("|") + ["", ""])[:3]
-            return JobState(st, reason if reason not in ("None", "(null)") else "", start if start not in ("N/A", "Unknown") else "")
+            if st != "COMPLETING":  # ending: how it ends is the controller's to say
+                return JobState(st, reason if reason not in ("None", "(null)") else "", start if start not in ("N/A", "Unknown") else "")
         return self._final_state(site, job_id)
 
     def _final_state(self, site: "OnPrem", job_id: str) -> JobState:
@@ -138,7 +139,7 @@ class SlurmTarget(Target):
             fields = dict(f.split("=", 1) for f in proc.stdout.split() if "=" in f)
             st = fields.get("JobState", "UNKNOWN")
             reason = fields.get("Reason", "")
-            return JobState(st, f"{st}" + (f" ({reason})" if reason and reason != "None" else "") + f", exit code {fields.get('ExitCode', '?')}")
+            return JobState(st, (f"{reason}, " if reason and reason != "None" else "") + f"exit code {fields.get('ExitCode', '?')}")
         return JobState("UNKNOWN", "Slurm no longer knows the job")
 
     def queue_estimate(self, site, nodes: int, hours: float) -> QueueWait:
@@ -337,7 +338,8 @@ class SlurmTarget(Target):
             return (f"Slurm job {handle.outputs.get('job_id')} of cluster {handle.name!r} is pending ({js.reason or 'queued'}; expected "
                     f"start {js.start or 'unknown'}); `burst up --provider slurm --name {handle.name} --wait` waits for it")
         if js.ended:
-            return (f"Slurm job {handle.outputs.get('job_id')} of cluster {handle.name!r} has ended: {js.reason or js.state}; "
+            how = js.state + (f" ({js.reason})" if js.reason and not js.reason.startswith(js.state) else f" ({js.reason[len(js.state):].strip()})" if js.reason[len(js.state):].strip() else "")
+            return (f"Slurm job {handle.outputs.get('job_id')} of cluster {handle.name!r} has ended: {how}; "
                     f"run `burst down {handle.name}`, `burst up` for a new allocation, and `burst train --resume RUN` to go on")
         return super().not_ready(handle)
 
