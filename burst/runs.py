@@ -172,7 +172,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
             state.save(run)
         if not gone:
             raise
-        raise BurstError(f"run {run.run_id} lost its cluster at epoch {run.progress.get('epoch') or 0}: {run.message}", exit_code=1) from None
+        where = f"at epoch {tracker.last_step.epoch} step {tracker.last_step.step}" if tracker.last_step else "before its first step"
+        raise BurstError(f"run {run.run_id} lost its cluster {where}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
         if request.cancel_on_interrupt:
             jobs.client(handle).stop_job(run.job_id)

@@ -129,7 +129,16 @@ class SlurmTarget(Target):
         return self._final_state(site, job_id)
 
     def _final_state(self, site: "OnPrem", job_id: str) -> JobState:
-        """How a job that left the queue ended: from accounting, else from the controller's memory of it."""
+        """How a job that left the queue ended (waiting out its COMPLETING phase, Slurm's KillWait)."""
+        deadline = time.time() + CANCEL_TIMEOUT_S
+        while True:
+            found = self._ended_as(site, job_id)
+            if found.state != "COMPLETING" or time.time() > deadline:
+                return found
+            time.sleep(0.5)
+
+    def _ended_as(self, site: "OnPrem", job_id: str) -> JobState:
+        """How a job ended: from accounting, else from the controller's memory of it."""
         proc = run_slurm(site, ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"])
         if proc.returncode == 0 and proc.stdout.strip():
             how = proc.stdout.strip().splitlines()[0]

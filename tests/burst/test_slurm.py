@@ -1,0 +1,181 @@
+"""The Slurm target against a real slurmctld/slurmd on this machine (``tests/slurm_site.py``)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import census, slurm_site
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")]
+
+TRAIN = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
+
+
+@pytest.fixture(scope="module")
+def site():
+    started = slurm_site.start()
+    yield started
+    slurm_site.stop(started)
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+def burst(site, *args, home, cwd, timeout=600, env_extra=None):
+    env = {**site.env, "BURST_HOME": str(home), **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def one_line_error(proc) -> str:
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+def run_record(home, run_id) -> dict:
+    return json.loads((home / "runs" / f"{run_id}.json").read_text())
+
+
+def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp_path):
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "slurm.yaml")
+    proc = burst(site, "run", "gan3d", "--provider", "slurm", "--name", "sl-run", "--policy", str(policy), "--hours", "1",
+                 "--epochs", "2", *TRAIN, home=home, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Slurm job" in proc.stderr and "cluster sl-run stopped" in " ".join(proc.stderr.split())
+    (run_dir,) = list((tmp_path / "burst-runs").iterdir())
+    assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2]
+    assert (run_dir / "report" / "report.html").exists()
+    provenance = json.loads((run_dir / "provenance.json").read_text())
+    assert provenance["target"]["provider"] == "slurm" and provenance["timings"]["submit_to_first_step_s"] > 0
+    assert site.jobs() == []  # the allocation is gone
+    assert not (home / "clusters" / "sl-run.json").exists()
+    census.assert_none_left(before)
+
+
+def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is_full(site, home, tmp_path):
+    policy = site.policy(tmp_path / "slurm.yaml")
+
+    def plan() -> dict:
+        proc = burst(site, "plan", "--policy", str(policy), "--json", home=home, cwd=tmp_path)
+        assert proc.returncode in (0, 1), proc.stderr
+        return json.loads(proc.stdout)
+
+    idle = plan()
+    onprem = next(c for c in idle["candidates"] if c["target"] == "onprem")
+    assert onprem["queue_source"] == "slurm" and onprem["queue_wait_h"] < 0.05
+    assert idle["choice"]["target"] == "onprem" and idle["why"].startswith("on-prem first")
+    blocker = site.slurm("sbatch", "--parsable", "--exclusive", "-N1", "--time=120", "--job-name=blocker", "--wrap", "sleep 3000").stdout.strip()
+    try:
+        deadline = time.time() + 30
+        while "RUNNING" not in site.slurm("squeue", "-h", "-j", blocker, "-o", "%T").stdout:
+            assert time.time() < deadline, "the blocker did not start"
+            time.sleep(0.5)
+        full = plan()
+        onprem = next(c for c in full["candidates"] if c["target"] == "onprem")
+        assert onprem["queue_source"] == "slurm" and onprem["queue_wait_h"] > 1.5  # the blocker's two hours, less what has run
+        assert full["choice"]["target"] != "onprem"
+        assert "queue wait" in full["why"] and "over 0.5 h" in full["why"]
+    finally:
+        site.slurm("scancel", blocker)
+    deadline = time.time() + 60
+    while blocker in " ".join(site.jobs()):
+        assert time.time() < deadline
+        time.sleep(0.5)
+    again = plan()
+    assert again["choice"]["target"] == "onprem"
+
+
+def test_a_job_cancelled_by_the_site_is_reported_and_resumes_on_a_new_allocation(site, home, tmp_path):
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "slurm.yaml")
+    up = burst(site, "up", "--provider", "slurm", "--name", "first", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    env = {**site.env, "BURST_HOME": str(home)}
+    train = subprocess.Popen([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "first", "--epochs", "3", "--steps", "6", *TRAIN],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    run_id = None
+    deadline = time.time() + 300
+    while run_id is None or not list((home / "clusters" / "first" / "storage" / "ray-train" / run_id).glob("checkpoint_*")):
+        assert time.time() < deadline and train.poll() is None, "no checkpoint was written"
+        runs = list((home / "runs").glob("gan3d-*.json")) if (home / "runs").exists() else []
+        run_id = runs[0].stem if runs else None
+        time.sleep(0.5)
+    (job_id,) = [j.split("|")[0] for j in site.jobs()]
+    site.slurm("scancel", job_id)  # the site takes the allocation back in the middle of epoch 2
+    _, stderr = train.communicate(timeout=120)
+    assert train.returncode == 1
+    (error,) = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert f"run {run_id} lost its cluster" in error and f"Slurm job {job_id}" in error and "CANCELLED" in error, stderr[-2000:]
+    status = json.loads(burst(site, "status", "--json", home=home, cwd=tmp_path).stdout)
+    (cluster,) = status["clusters"]
+    assert cluster["state"].startswith("cancelled")
+    (run,) = status["runs"]
+    assert run["state"] == "LOST" and "CANCELLED" in run["message"]
+    assert burst(site, "down", "first", home=home, cwd=tmp_path).returncode == 0
+
+    assert burst(site, "up", "--provider", "slurm", "--name", "second", "--policy", str(policy), "--hours", "1", "--wait",
+                 home=home, cwd=tmp_path).returncode == 0
+    resumed = burst(site, "train", "gan3d", "--cluster", "second", "--resume", run_id, home=home, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming run {run_id} (attempt 2)" in " ".join(resumed.stderr.split())
+    record = run_record(home, run_id)
+    assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
+    history = json.loads((Path(record["run_dir"]) / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]  # every epoch once, across both allocations
+    assert burst(site, "down", "second", home=home, cwd=tmp_path).returncode == 0
+    assert site.jobs() == []
+    census.assert_none_left(before)
+
+
+def test_a_walltime_shorter_than_the_run_ends_it_and_the_checkpoint_stays_usable(site, home, tmp_path):
+    from burst.runtime.training import latest_checkpoint
+
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "slurm.yaml")
+    up = burst(site, "up", "--provider", "slurm", "--name", "short", "--policy", str(policy), "--hours", "0.016", "--wait",
+               home=home, cwd=tmp_path)  # one minute of walltime
+    assert up.returncode == 0, up.stderr
+    proc = burst(site, "train", "gan3d", "--cluster", "short", "--epochs", "100", *TRAIN, home=home, cwd=tmp_path, timeout=400)
+    error = one_line_error(proc)
+    assert "lost its cluster" in error and "TIMEOUT" in error, proc.stderr[-2000:]
+    (run_file,) = list((home / "runs").glob("gan3d-*.json"))
+    checkpoints = sorted((home / "clusters" / "short" / "storage" / "ray-train" / run_file.stem).glob("checkpoint_*"))
+    newest = latest_checkpoint(checkpoints)
+    assert newest is not None  # complete: history, index and data files
+    history = json.loads((newest / "history.json").read_text())["history"]
+    assert len(history) >= 1
+    assert burst(site, "down", "short", home=home, cwd=tmp_path).returncode == 0
+    assert site.jobs() == []
+    census.assert_none_left(before)
+
+
+def test_bad_slurm_requests_are_one_line_and_submit_nothing(site, home, tmp_path):
+    policy = site.policy(tmp_path / "slurm.yaml")
+    cases = [
+        (["--partition", "nope"], {}, "partition 'nope' does not exist on this Slurm cluster (partitions: cpu)"),
+        (["--nodes", "5"], {}, "5 nodes is more than partition cpu has (1)"),
+        ([], {"PATH": str(Path(sys.executable).parent)}, "no Slurm tools here: `sinfo` is not on PATH"),
+    ]
+    import re
+
+    from tests.slurm_site import _free_port
+
+    dead = tmp_path / "dead.conf"  # the same site, its controller on a port where nothing listens
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={_free_port()}", site.conf.read_text()))
+    cases.append(([], {"SLURM_CONF": str(dead)}, "the Slurm controller does not answer"))
+    for args, env, fragment in cases:
+        proc = burst(site, "up", "--provider", "slurm", "--name", "bad", "--policy", str(policy), *args, home=home, cwd=tmp_path,
+                     env_extra=env, timeout=120)
+        assert fragment in one_line_error(proc), proc.stderr
+        assert not list(home.glob("clusters/*.json")) and site.jobs() == []
