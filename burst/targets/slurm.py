@@ -153,7 +153,7 @@ class SlurmTarget(Target):
 
     def queue_estimate(self, site, nodes: int, hours: float) -> QueueWait:
         """``sbatch --test-only`` with the real request: when Slurm would start it (one ask per size)."""
-        key = (site.login, site.partition, nodes, math.ceil(hours * 60))
+        key = (site.login, site.partition, site.account, site.qos, nodes)  # one ask per request size
         if key not in self._waits:
             self._waits[key] = self._ask_wait(site, nodes, hours)
         return self._waits[key]
