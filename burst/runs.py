@@ -3,6 +3,7 @@ collect its results and record the run. Everything a command or a notebook does 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -162,16 +163,18 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                 watcher.on_event(event)
 
             status = jobs.follow(handle, run, on_event, on_poll=watch_budget)
-    except BurstError as lost:  # the cluster went away under the run (a scheduler's cancel, a walltime, a failure)
+    except BurstError:  # the cluster went away under the run (a scheduler's cancel, a walltime, a failure)
         home_handle = state.load(ClusterHandle, handle.name)
         gone = home_handle is None or not target.is_alive(home_handle)
-        run.state = "LOST" if gone else run.state
-        run.message = (target.not_ready(home_handle) if home_handle is not None and gone else str(lost))
+        if not gone:
+            raise
+        why = target.stopped_reason(home_handle) if home_handle is not None else "it was taken down"
+        run.state = "LOST"
+        run.message = (f"the cluster stopped ({why}); the run's last checkpoint is {last_checkpoint(handle.storage_uri, run.run_id)}; "
+                       f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` continues on a running cluster")
         run.progress = tracker.snapshot()
         with state.locked():
             state.save(run)
-        if not gone:
-            raise
         where = f"at epoch {tracker.last_step.epoch} step {tracker.last_step.step}" if tracker.last_step else "before its first step"
         raise BurstError(f"run {run.run_id} lost its cluster {where}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
@@ -210,6 +213,22 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if status != "SUCCEEDED":
         raise BurstError(f"run {run.run_id} {status.lower()}: {run.message}", exit_code=1)
     return run
+
+
+def last_checkpoint(storage_uri: str, run_id: str) -> str:
+    """The newest complete checkpoint of a run on its cluster's storage, in words for a message."""
+    from .runtime import storage
+    from .runtime.job import RunFiles
+    from .runtime.training import latest_checkpoint
+
+    where = RunFiles(storage_uri, run_id).ray_train_dir
+    if storage.is_remote(where):
+        return f"the newest complete one under {where}"
+    newest = latest_checkpoint(sorted(Path(where).glob("checkpoint_*")))
+    if newest is None:
+        return "not written yet (the run starts over)"
+    epochs = len(json.loads((newest / "history.json").read_text())["history"])
+    return f"{newest} (epoch {epochs})"
 
 
 def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:

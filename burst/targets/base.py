@@ -154,6 +154,10 @@ class Target(ABC):
             return handle.state
         return "running" if not self.answers_here(handle) or self.is_alive(handle, timeout=1.0) else "unreachable"
 
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        """Why a cluster that was running stopped, as far as the target can tell."""
+        return "its Ray head does not answer"
+
     def not_ready(self, handle: ClusterHandle) -> str:
         """Why a recorded cluster takes no jobs, and what to do (when ``is_alive`` is false)."""
         return f"cluster {handle.name!r} is not answering; run `burst down {handle.name}` then `burst up`"

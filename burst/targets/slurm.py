@@ -341,6 +341,10 @@ class SlurmTarget(Target):
     def answers_here(self, handle: ClusterHandle) -> bool:
         return bool(handle.dashboard_url)
 
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))
+        return f"Slurm job {handle.outputs.get('job_id')} {js.state}" + (f": {js.reason}" if js.reason and js.reason != js.state else "")
+
     def not_ready(self, handle: ClusterHandle) -> str:
         js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))
         if js.state in WAITING:

@@ -578,3 +578,64 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
     assert not config.exists()  # the kubeconfig never outlives the command
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(reachable.dashboard_url + "/api/version", timeout=3)  # the tunnel is closed
+
+
+def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, home, tmp_path, monkeypatch):
+    # The head of a Slurm cluster on another node is reached with `ssh -J login -L ...` to that
+    # node's loopback; a stand-in ssh forwards to this module's real Ray dashboard.
+    from burst import targets
+    from burst.state import ClusterHandle
+    from burst.targets.local import auth_headers
+    from urllib.parse import urlparse
+
+    local, _ = cluster
+    log = tmp_path / "ssh.log"
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_LOG", str(log))
+    site = {"name": "s", "accelerator": "V100", "gpus": 1, "usd_per_gpu_hour": 1.0, "scheduler": "slurm", "login": "login.example.org"}
+    handle = ClusterHandle(name="far", provider="slurm", cluster_id="x", state="running", storage_uri="/s", token_path=local["token_path"],
+                           outputs={"site": site, "job_id": "7", "head_host": "node17", "dashboard_port": urlparse(local["dashboard_url"]).port})
+    with targets.get("slurm").reach(handle) as reachable:
+        assert reachable.dashboard_url.startswith("http://127.0.0.1:") and reachable.dashboard_url != local["dashboard_url"]
+        req = urllib.request.Request(reachable.dashboard_url + "/api/version", headers=auth_headers(handle))
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+    (call,) = log.read_text().splitlines()
+    assert "-J login.example.org" in call and call.endswith(" node17") and f":127.0.0.1:{urlparse(local['dashboard_url']).port}" in call
+
+
+def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhere(cluster, home, tmp_path):
+    """The head of the cluster a run trains on dies (every process SIGKILLed, as in a machine
+    crash): `burst train` says the cluster stopped, where the last checkpoint is and how to go
+    on (exit 1, run LOST); `burst train --resume RUN` on another cluster finishes every epoch once."""
+    from burst.targets.local import cluster_processes
+
+    before = census.snapshot()
+    doomed = json.loads(burst("up", "--provider", "local", "--name", "doomed", "--cpus", "1", "--json", home=home, cwd=tmp_path).stdout)
+    runs_before = _runs(home)
+    train = popen_burst("train", "gan3d", "--cluster", "doomed", *RESUME_ARGS, home=home, cwd=tmp_path)
+    run_id = _new_run_id(home, runs_before)
+    storage = Path(doomed["storage_uri"]) / "ray-train" / run_id
+    deadline = time.monotonic() + 300
+    while not list(storage.glob("checkpoint_*/gan3d.index")):
+        assert time.monotonic() < deadline and train.poll() is None, "no checkpoint was written"
+        time.sleep(0.3)
+    for proc in cluster_processes(doomed["cluster_id"], doomed["temp_dir"]):
+        try:
+            proc.kill()
+        except Exception:
+            pass
+    _, stderr = train.communicate(timeout=120)
+    assert train.returncode == 1, stderr[-2000:]
+    (error,) = [line for line in " ".join(stderr.split()).split("error: ")[1:]]
+    assert f"run {run_id} lost its cluster" in error and "the cluster stopped (its Ray head does not answer)" in error
+    assert f"the run's last checkpoint is {storage}/checkpoint_" in error and f"--resume {run_id}` continues" in error
+    record = json.loads((home / "runs" / f"{run_id}.json").read_text())
+    assert record["state"] == "LOST"
+    burst("down", "doomed", home=home, cwd=tmp_path)
+    resumed = burst("train", "gan3d", "--cluster", "t", "--resume", run_id, home=home, cwd=tmp_path)
+    assert f"resuming run {run_id} (attempt 2)" in " ".join(resumed.stderr.split())
+    record = json.loads((home / "runs" / f"{run_id}.json").read_text())
+    assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
+    assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3]
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])

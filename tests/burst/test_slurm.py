@@ -1,7 +1,6 @@
 """The Slurm target against a real slurmctld/slurmd on this machine (``tests/slurm_site.py``)."""
 
 import json
-import os
 import subprocess
 import sys
 import time
