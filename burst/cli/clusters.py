@@ -106,5 +106,6 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         t.add_column(col)
     for r in now.runs:
         p = r.progress or {}
-        t.add_row(r.run_id, r.cluster, r.state, f"epoch {p.get('epoch', '-')}/{p.get('epochs', '-')}" if p else "-", r.run_dir or "-")
+        done = p.get("epoch") if p.get("epoch") is not None else 0
+        t.add_row(r.run_id, r.cluster, r.state, f"epoch {done}/{p.get('epochs', '-')}" if p else "-", r.run_dir or "-")
     out.print(t)
