@@ -145,7 +145,7 @@ def test_a_walltime_shorter_than_the_run_ends_it_and_the_checkpoint_stays_usable
     up = burst(site, "up", "--provider", "slurm", "--name", "short", "--policy", str(policy), "--hours", "0.016", "--wait",
                home=home, cwd=tmp_path)  # one minute of walltime
     assert up.returncode == 0, up.stderr
-    proc = burst(site, "train", "gan3d", "--cluster", "short", "--epochs", "100", *TRAIN, home=home, cwd=tmp_path, timeout=400)
+    proc = burst(site, "train", "gan3d", "--cluster", "short", "--epochs", "100", "--steps", "4", *TRAIN, home=home, cwd=tmp_path, timeout=400)
     error = one_line_error(proc)
     assert "lost its cluster" in error and "TIMEOUT" in error, proc.stderr[-2000:]
     (run_file,) = list((home / "runs").glob("gan3d-*.json"))
