@@ -234,7 +234,12 @@ class SlurmTarget(Target):
         with state.locked():
             state.save(handle)
         report.say(f"Slurm job {handle.outputs['job_id']} submitted to partition {part['name']} ({nodes} node(s), walltime {_walltime(hours)})")
-        return self._wait_for_head(handle, lease.wait, report), True
+        try:
+            return self._wait_for_head(handle, lease.wait, report), True
+        except KeyboardInterrupt:
+            report.say(f"interrupted: Slurm job {handle.outputs['job_id']} stays in the queue; `burst up --provider slurm --name {name} "
+                       f"--wait` waits for it again, `burst down {name}` cancels it")
+            raise
 
     def _wait_for_head(self, handle: ClusterHandle, wait: bool, report: Reporter) -> ClusterHandle:
         """Until the head answers; or, for a queued job without ``wait``, say so and return."""
