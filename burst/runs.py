@@ -252,12 +252,20 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
 
     c = jobs.client(handle)
     run.state = jobs.job_status(c, run.job_id)
-    tracker = jobs.RunTracker(int(run.config.get("epochs", 1)))
-    for event in parse_events(c.get_job_logs(run.job_id)):
-        tracker.record(event)
+    tracker = _replay(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None:
         run.progress = tracker.snapshot()
     return run
+
+
+def _replay(run: RunRecord, log: str):
+    """What a run's job log says, read back event by event (timings, restarts, last epoch)."""
+    from .runtime import jobs
+
+    tracker = jobs.RunTracker(int(run.config.get("epochs", 1)))
+    for event in parse_events(log):
+        tracker.record(event)
+    return tracker
 
 
 def collect_finished(record: RunRecord) -> RunRecord:
@@ -270,9 +278,7 @@ def collect_finished(record: RunRecord) -> RunRecord:
         return record
     from .runtime import jobs
 
-    tracker = jobs.RunTracker(int(record.config.get("epochs", 1)))
-    for event in parse_events(jobs.client(handle).get_job_logs(record.job_id)):
-        tracker.record(event)
+    tracker = _replay(record, jobs.client(handle).get_job_logs(record.job_id))
     record.finished = record.finished or time.time()
     run_dir = RunDirectory(record.run_id)
     run_dir.collect(handle, record)

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from burst.targets.local import free_port
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 HOW_TO_ENABLE = "Slurm tests need Debian's slurm-wlm and munge and root: apt-get install slurm-wlm munge"
 
@@ -28,14 +30,6 @@ def missing() -> str | None:
     if os.geteuid() != 0:
         return f"{HOW_TO_ENABLE} (the tests start slurmd, which must run as root)"
     return None
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @dataclass
@@ -82,7 +76,7 @@ def start() -> SlurmSite:
     memory_mb = int(psutil.virtual_memory().total / 2**20 * 0.8)
     conf = root / "slurm.conf"
     conf.write_text("\n".join([
-        "ClusterName=burst-test", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        "ClusterName=burst-test", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={root}/munge/sock",
         "SlurmUser=root", "SlurmdUser=root", f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
         f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",

@@ -72,7 +72,7 @@ def _number(text: str, where: str, field: str, kind=float, required: bool = True
     return value
 
 
-def _row(raw: dict, path: Path, lineno: int) -> Offer:
+def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
     where = f"{path}:{lineno}"
     missing = [c for c in COLUMNS if c not in raw]
     if missing:
@@ -87,7 +87,6 @@ def _row(raw: dict, path: Path, lineno: int) -> Offer:
         raise BurstError(f"{where}: spot price {spot} is above the on-demand price {od}; fix or drop the spot price")
     if count < 1:
         raise BurstError(f"{where}: accelerator_count must be at least 1")
-    clouds = targets.names_of_kind("cloud")
     if raw["provider"] not in clouds:
         raise BurstError(f"{where}: provider {raw['provider']!r} is not one of {', '.join(clouds)}")
     if raw["unit"] not in ("node", "tpu-slice"):
@@ -114,9 +113,10 @@ def load(path: Optional[Path] = None) -> list[Offer]:
         raise BurstError(f"catalog {path} has no rows")
     reader = csv.DictReader([line for _, line in numbered])
     offers = []
+    clouds = targets.names_of_kind("cloud")  # the providers a catalog prices
     try:
         for (lineno, _), raw in zip(numbered[1:], reader):
-            offers.append(_row(raw, path, lineno))
+            offers.append(_row(raw, path, lineno, clouds))
     except csv.Error as exc:
         raise BurstError(f"catalog {path} is not valid CSV: {exc}") from None
     if not offers:

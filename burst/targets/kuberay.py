@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
-from .pulumi_stack import PulumiTarget, azure_logged_in, gcp_project, missing_gcp_credentials, missing_tools, stack_errors
+from .pulumi_stack import GoogleCloudStack, PulumiTarget, azure_logged_in, missing_tools, stack_errors
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotlib>=3.8", "pydantic>=2.6", "pyyaml>=6",
@@ -42,23 +42,16 @@ class KubeRayTarget(PulumiTarget):
                 f"service/{handle.outputs.get('ray_head_service', 'burst-head-svc')}", f"{port}:8265", "--address=127.0.0.1"]
 
 
-class GkeTarget(KubeRayTarget):
+class GkeTarget(KubeRayTarget, GoogleCloudStack):
     provider = "gcp"
-    vendor = "gcp"
 
     def program(self, spec) -> Callable[[], object]:
         from infra import gke
 
         return lambda: gke.program(spec)
 
-    def stack_config(self, spec_fields: dict) -> dict[str, str]:
-        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
-
-    def project(self) -> Optional[str]:
-        return gcp_project()
-
-    def missing_access(self) -> list[str]:
-        return missing_gcp_credentials() + missing_tools(
+    def missing_tools(self) -> list[str]:
+        return missing_tools(
             ("kubectl", "gke-gcloud-auth-plugin"), "to reach the Ray head on GKE: `gcloud components install kubectl gke-gcloud-auth-plugin`")
 
 

@@ -59,6 +59,11 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
+def free_port() -> int:
+    """One port free on this machine's loopback now."""
+    return _free_ports(1)[0]
+
+
 def _ray_binary() -> str:
     candidate = Path(sys.executable).with_name("ray")
     if candidate.exists():

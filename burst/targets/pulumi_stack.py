@@ -257,6 +257,25 @@ class PulumiTarget(Target):
     head_hint: ClassVar[str] = "check the cluster's head node"
 
 
+class GoogleCloudStack(PulumiTarget):
+    """What every Google Cloud target shares: the project, the stack's config, the credentials."""
+
+    vendor = "gcp"
+
+    def stack_config(self, spec_fields: dict) -> dict[str, str]:
+        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
+
+    def project(self) -> Optional[str]:
+        return gcp_project()
+
+    def missing_access(self) -> list[str]:
+        return missing_gcp_credentials() + self.missing_tools()
+
+    @abstractmethod
+    def missing_tools(self) -> list[str]:
+        """The command-line tools this target needs besides the credentials, each with how to install it."""
+
+
 def azure_logged_in(profile: Path) -> bool:
     try:
         data = json.loads(profile.read_text(encoding="utf-8-sig"))

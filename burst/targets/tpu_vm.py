@@ -17,12 +17,11 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
-from .pulumi_stack import PulumiTarget, gcp_project, missing_gcp_credentials, missing_tools
+from .pulumi_stack import GoogleCloudStack, missing_tools
 
 
-class TpuVmTarget(PulumiTarget):
+class TpuVmTarget(GoogleCloudStack):
     provider = "gcp-tpu"
-    vendor = "gcp"
     head_hint = "check the TPU VM's startup log"
 
     def program(self, spec) -> Callable[[], object]:
@@ -30,14 +29,8 @@ class TpuVmTarget(PulumiTarget):
 
         return lambda: tpu.program(spec)
 
-    def stack_config(self, spec_fields: dict) -> dict[str, str]:
-        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
-
-    def project(self) -> Optional[str]:
-        return gcp_project()
-
-    def missing_access(self) -> list[str]:
-        return missing_gcp_credentials() + missing_tools(("gcloud",), "to tunnel to the TPU VM: install the Google Cloud CLI")
+    def missing_tools(self) -> list[str]:
+        return missing_tools(("gcloud",), "to tunnel to the TPU VM: install the Google Cloud CLI")
 
     def wheel(self) -> str:
         """Build the burst wheel the TPU hosts install (from the source tree this burst runs from)."""

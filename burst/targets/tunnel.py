@@ -3,7 +3,6 @@ and stopped (with everything it started) when the command is done."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.error
@@ -12,16 +11,9 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from ..errors import BurstError
+from .local import free_port
 
 READY_S = 60.0
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @contextmanager

@@ -168,10 +168,10 @@ def test_bad_slurm_requests_are_one_line_and_submit_nothing(site, home, tmp_path
     ]
     import re
 
-    from tests.slurm_site import _free_port
+    from burst.targets.local import free_port
 
     dead = tmp_path / "dead.conf"  # the same site, its controller on a port where nothing listens
-    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={_free_port()}", site.conf.read_text()))
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", site.conf.read_text()))
     cases.append(([], {"SLURM_CONF": str(dead)}, "the Slurm controller does not answer"))
     for args, env, fragment in cases:
         proc = burst(site, "up", "--provider", "slurm", "--name", "bad", "--policy", str(policy), *args, home=home, cwd=tmp_path,
