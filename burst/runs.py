@@ -11,7 +11,7 @@ from typing import Literal, Optional
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from . import state, targets
+from . import quality, state, targets
 from .errors import BurstError
 from .rundir import RunDirectory
 from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
@@ -19,7 +19,8 @@ from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Reporter, Target
 
 WORKLOADS = ("gan3d",)
-FINISHED = ("SUCCEEDED", "FAILED", "STOPPED", "STOPPED_BUDGET", "LOST")  # LOST: its cluster went away under it
+FINISHED = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")  # LOST: its cluster went away under it
+# FAILED_QUALITY: trained and validated, but the model missed the run's quality gate
 
 
 class TrainRequest(TrainSettings):
@@ -197,6 +198,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         run_dir.collect(handle, run)
         run.run_dir = str(run_dir.path.resolve())
         run_dir.write_summary(run, handle, tracker, submitted)
+        _judge(run, run_dir)
     else:
         run.message = tracker.failure or f"job ended {status}; see `burst logs {run.run_id}`"
     if stopped:
@@ -212,7 +214,18 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         raise BurstError(f"run {run.run_id} {run.message}; cluster {handle.name!r} torn down", exit_code=3)
     if status != "SUCCEEDED":
         raise BurstError(f"run {run.run_id} {status.lower()}: {run.message}", exit_code=1)
+    if run.state == "FAILED_QUALITY":
+        raise BurstError(f"run {run.run_id} {run.message}; report: {run.run_dir}/report/report.html", exit_code=quality.EXIT_CODE)
     return run
+
+
+def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
+    """A run whose model missed its quality gate (the job's verdict in metrics.json) is FAILED_QUALITY."""
+    metrics = run_dir.path / "metrics.json"
+    verdict = json.loads(metrics.read_text()).get("verdict") or {} if metrics.exists() else {}
+    if verdict.get("passed") is False:
+        run.state = "FAILED_QUALITY"
+        run.message = "failed its quality gate: " + ", ".join(f"{k} {v['value']:.4g} > {v['max']:.4g}" for k, v in verdict["failing"].items())
 
 
 def last_checkpoint(storage_uri: str, run_id: str) -> str:
@@ -284,6 +297,7 @@ def collect_finished(record: RunRecord) -> RunRecord:
     run_dir.collect(handle, record)
     record.run_dir = str(run_dir.path.resolve())
     run_dir.write_summary(record, handle, tracker, record.created)
+    _judge(record, run_dir)
     with state.locked():
         state.save(record)
     return record

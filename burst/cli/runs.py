@@ -6,6 +6,7 @@ plus one parameter here with the same name: ``_request`` hands every such parame
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -23,13 +24,20 @@ Workers = Annotated[int, typer.Option(help="Ray Train workers (one per node; CPU
 Seed = Annotated[int, typer.Option()]
 ValEvents = Annotated[int, typer.Option(help="held-out events used by validation")]
 Steps = Annotated[Optional[int], typer.Option("--steps", help="steps per epoch (default: events // global batch)")]
+GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: YAML of summary metric -> largest accepted value; "
+                                                                 "a run that misses it ends FAILED_QUALITY (exit 4)")]
 
 
 def _request(flags: dict):
-    """The request made of a command's parameters that are ``TrainRequest`` fields."""
+    """The request made of a command's parameters that are ``TrainRequest`` fields (the gate file
+    read into the gate it holds)."""
+    from .. import quality
     from ..runs import TrainRequest
 
-    return TrainRequest.of(**{k: v for k, v in flags.items() if k in TrainRequest.model_fields})
+    fields = {k: v for k, v in flags.items() if k in TrainRequest.model_fields}
+    if flags.get("gate_file") is not None:
+        fields["gate"] = quality.load(flags["gate_file"])
+    return TrainRequest.of(**fields)
 
 
 def _finished(run) -> None:
@@ -51,6 +59,7 @@ def train(
     seed: Seed = 0,
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
+    gate_file: GateFile = None,
     resume: Annotated[Optional[str], typer.Option(help="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -84,6 +93,7 @@ def run(
     seed: Seed = 0,
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
+    gate_file: GateFile = None,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api

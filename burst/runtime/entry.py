@@ -114,7 +114,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     emit(StatusEvent(message="validating against held-out Monte Carlo"))
     from workloads.gan3d import pipeline
 
-    metrics = pipeline.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed)
+    metrics = pipeline.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()
     provenance = {
         "timings": timings,

@@ -33,6 +33,7 @@ class TrainSettings(BaseModel):
     seed: int = 0
     steps_per_epoch: Optional[int] = Field(None, gt=0, description="steps per epoch (default: events // global batch)")
     val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
+    gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.quality)")
 
 
 class JobConfig(TrainSettings):

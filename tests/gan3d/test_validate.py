@@ -65,3 +65,71 @@ def test_report_files(mc, tmp_path):
 def test_shape_mismatch_is_an_error(mc):
     with pytest.raises(ValueError, match="differ in shape"):
         compare(mc["ECAL"], mc["ECAL"][:, :17], mc["energy"], mc["theta"])
+
+
+# ----------------------------------------------------------------- noise floor, distances, verdict
+
+
+def test_frechet_distance_matches_the_closed_form_for_commuting_covariances():
+    """b = 2·(a − mean) + shift has Σb = 4Σa exactly, so Tr(Σa Σb)^½ = 2 Tr Σa and the distance is
+    |shift|² + Tr Σa, whatever Σa's correlations."""
+    from workloads.gan3d.distances import frechet_distance
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((400, 5)) @ rng.standard_normal((5, 5))  # correlated features
+    shift = np.array([1.0, -2.0, 0.5, 0.0, 3.0])
+    b = 2 * (a - a.mean(0)) + a.mean(0) + shift
+    expected = shift @ shift + np.trace(np.cov(a, rowvar=False))
+    assert frechet_distance(a, b) == pytest.approx(expected, rel=1e-6)
+    assert frechet_distance(a, a.copy()) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_fpd_kpd_and_classifier_tell_a_shifted_sample_from_a_second_draw():
+    from workloads.gan3d.distances import distances
+
+    rng = np.random.default_rng(1)
+    cov = np.diag([1.0, 2.0, 0.5, 1.0])
+    real, again = (rng.multivariate_normal([5, 5, 5, 5], cov, 400) for _ in range(2))
+    shifted = rng.multivariate_normal([5, 6, 5, 5], cov, 400)
+    same, other = distances(real, again), distances(real, shifted)
+    # one feature shifted by 0.7 sigma: the expected AUC is 0.69; a second draw's is 0.5
+    assert other["fpd"] > 10 * (abs(same["fpd"]) + same["fpd_error"])
+    assert other["kpd"] > 10 * (abs(same["kpd"]) + same["kpd_error"])
+    assert 0.4 < same["classifier_auc"] < 0.6 and other["classifier_auc"] > 0.62
+
+
+def test_matched_halves_are_disjoint_and_paired_by_condition(mc):
+    from workloads.gan3d.validate import matched_halves
+
+    a, b = matched_halves(mc["energy"], mc["theta"])
+    assert len(a) == len(b) == 30 and not set(a) & set(b) and len(set(a) | set(b)) == 60
+    for key in ("energy", "theta"):
+        unpaired = np.abs(mc[key][:30] - mc[key][30:]).mean()  # two events taken at random differ this much
+        assert np.abs(mc[key][a] - mc[key][b]).mean() < unpaired / 3, key
+
+
+def test_report_states_the_noise_floor_the_distances_and_the_verdict(tmp_path):
+    """The report puts the GAN next to the MC-vs-MC floor at the same sample size; distorted showers stand out."""
+    mc = generate_events(200, seed=31)
+    distorted = np.roll(mc["ECAL"], 2, axis=1) * 1.15  # two cells off in x, 15 % too much energy
+    metrics = write_report(mc["ECAL"], distorted, mc["energy"], mc["theta"], tmp_path, gate={"classifier_auc": 0.7, "fpd": 1.0, "sf_rel_error": 0.1})
+    s, floor, same = metrics["summary"], metrics["noise_floor"], metrics["gan_same_size"]
+    assert floor["events"] == same["events"] == 100
+    for key in ("fpd", "kpd", "classifier_auc", "optimisation_metric"):
+        assert key in s and key in floor and key in same
+    assert same["classifier_auc"] > 0.9 and floor["classifier_auc"] < 0.75
+    assert same["fpd"] > 5 * (abs(floor["fpd"]) + floor["fpd_error"]) and same["optimisation_metric"] > floor["optimisation_metric"]
+    v = metrics["verdict"]
+    assert v["passed"] is False and set(v["failing"]) == {"classifier_auc", "sf_rel_error"}
+    assert v["line"].startswith("FAILED the quality gate: classifier_auc")
+    html = (tmp_path / "report.html").read_text()
+    assert "Verdict:</b> FAILED the quality gate" in html and "Noise floor: MC vs MC" in html
+
+
+def test_verdict_without_a_gate_and_with_one_that_passes(mc):
+    from workloads.gan3d.validate import evaluate
+
+    again = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"])
+    assert again["verdict"]["passed"] is None and again["verdict"]["line"].startswith("no quality gate; at 30 events per sample")
+    gated = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"], gate={"optimisation_metric": 0.5, "sf_rel_error": 0.01})
+    assert gated["verdict"] == {**gated["verdict"], "passed": True, "failing": {}}

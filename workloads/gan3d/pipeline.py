@@ -93,8 +93,10 @@ def prepare_training(
     return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed), steps
 
 
-def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name: str | None = None, events: int = 500, seed: int = 0, extra: dict | None = None) -> dict:
-    """Generate showers for held-out MC conditions and write the validation report."""
+def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name: str | None = None, events: int = 500, seed: int = 0,
+             extra: dict | None = None, gate: dict[str, float] | None = None) -> dict:
+    """Generate showers for held-out MC conditions and write the validation report (with its
+    verdict against ``gate``, metric → largest accepted value, when one is given)."""
     from .features import rebin
     from .train import GAN3DTrainer, generate_showers
     from .validate import write_report
@@ -113,4 +115,4 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
     gan = trainer.generate(energy, theta, seed=seed + 1)
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, seed=seed + 1)
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
-    return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info)
+    return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate)

@@ -50,10 +50,11 @@ def angle_bins(theta: np.ndarray) -> list[tuple[str, np.ndarray]]:
     return bins
 
 
-def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: np.ndarray, gan_angle: np.ndarray) -> dict:
-    """Comparison of two samples with identical conditions (images in GeV)."""
+def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: np.ndarray, gan_angle: np.ndarray,
+                 gan_energy: np.ndarray) -> dict:
+    """Comparison of two samples paired event by event with (nearly) the same conditions (images in GeV)."""
     sf_mc = mc.sum(axis=(1, 2, 3)) / energy
-    sf_gan = gan.sum(axis=(1, 2, 3)) / energy
+    sf_gan = gan.sum(axis=(1, 2, 3)) / gan_energy
     out = {
         "events": int(len(energy)),
         "sf_mc": float(sf_mc.mean()),
@@ -88,15 +89,24 @@ def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: 
     return out
 
 
-def compare(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray) -> dict:
-    """All validation metrics of GAN vs MC images (stored units, same grid, same conditions)."""
+def compare(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray,
+            gan_energy_gev: np.ndarray | None = None) -> dict:
+    """All validation metrics of GAN vs MC images (stored units, same grid), paired event by event.
+
+    The GAN's showers are generated with the MC events' conditions; ``gan_energy_gev`` is given
+    when the second sample's events only nearly share them (the MC-vs-MC noise floor)."""
     if mc_stored.shape != gan_stored.shape:
         raise ValueError(f"MC images {mc_stored.shape} and GAN images {gan_stored.shape} differ in shape")
     mc = np.asarray(mc_stored, np.float64) / STORED_PER_GEV
     gan = np.asarray(gan_stored, np.float64) / STORED_PER_GEV
+    gan_energy = energy_gev if gan_energy_gev is None else gan_energy_gev
     mc_angle, gan_angle = measured_angle(mc), measured_angle(gan)
-    by_energy = {name: _bin_metrics(mc[m], gan[m], energy_gev[m], mc_angle[m], gan_angle[m]) for name, m in energy_bins(energy_gev)}
-    by_angle = {name: _bin_metrics(mc[m], gan[m], energy_gev[m], mc_angle[m], gan_angle[m]) for name, m in angle_bins(theta_rad)}
+
+    def metrics(m: np.ndarray) -> dict:
+        return _bin_metrics(mc[m], gan[m], energy_gev[m], mc_angle[m], gan_angle[m], gan_energy[m])
+
+    by_energy = {name: metrics(m) for name, m in energy_bins(energy_gev)}
+    by_angle = {name: metrics(m) for name, m in angle_bins(theta_rad)}
     e_bins = [v for k, v in by_energy.items() if k != "all"] or [by_energy["all"]]
     metric_p = float(np.mean([b["moment_error"] for b in e_bins]))
     metric_e = float(np.mean([b["profile_error"] for b in e_bins]))
@@ -220,6 +230,13 @@ def _figures(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, theta: np.ndar
     return paths
 
 
+def _floor_table(metrics: dict) -> str:
+    floor, same = metrics["noise_floor"], metrics["gan_same_size"]
+    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{floor[k]:.4g}</td><td>{same[k]:.4g}</td></tr>"
+                   for k in floor if isinstance(floor[k], float) and k in same)
+    return f"<table><tr><th>metric</th><th>MC vs MC</th><th>GAN vs MC</th></tr>{rows}</table>"
+
+
 def _html(metrics: dict, figures: list[Path], title: str, extra: dict | None) -> str:
     def table(d: dict) -> str:
         rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{v:.4g}</td></tr>" if isinstance(v, float) else f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in d.items())
@@ -228,7 +245,12 @@ def _html(metrics: dict, figures: list[Path], title: str, extra: dict | None) ->
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}table{border-collapse:collapse;margin:1em 0}"
              "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}img{max-width:100%}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1><h2>Summary (GAN vs MC)</h2>", table(metrics["summary"])]
+             f"<h1>{html.escape(title)}</h1>",
+             f"<p class='verdict'><b>Verdict:</b> {html.escape(metrics['verdict']['line'])}</p>",
+             "<h2>Summary (GAN vs MC)</h2>", table(metrics["summary"]),
+             f"<h2>Noise floor: MC vs MC, two halves of {metrics['noise_floor']['events']} events paired by condition</h2>",
+             "<p>What sampling fluctuation alone gives; the GAN against the same half of MC, at the same sample size, beside it.</p>",
+             _floor_table(metrics)]
     if metrics.get("initial"):
         parts += ["<h2>At initialisation (untrained generator, same conditions)</h2>", table(metrics["initial"]["summary"])]
     for key, name in (("by_energy", "Per energy bin"), ("by_angle", "Per angle bin")):
@@ -245,6 +267,80 @@ def _html(metrics: dict, figures: list[Path], title: str, extra: dict | None) ->
     return "".join(parts)
 
 
+def matched_halves(energy_gev: np.ndarray, theta_rad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split events into two disjoint halves paired by condition, so that event i of one half has
+    nearly the conditions of event i of the other (as a GAN sample generated for them would).
+
+    Events are cut into about √(n/4) equal-count slices of θ, sorted by energy within a slice
+    (alternately up and down, so consecutive slices meet at similar energies), and neighbours go
+    one to each half."""
+    n = len(energy_gev)
+    slices = max(1, round(np.sqrt(n / 4)))
+    slice_of = np.argsort(np.argsort(theta_rad, kind="stable"), kind="stable") * slices // max(n, 1)
+    snake = np.where(slice_of % 2 == 0, energy_gev, -energy_gev)
+    order = np.lexsort((snake, slice_of))
+    pairs = order[: 2 * (n // 2)].reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def sample_distances(mc_gev: np.ndarray, other_gev: np.ndarray, mc_energy: np.ndarray, other_energy: np.ndarray, seed: int = 0) -> dict:
+    """FPD, KPD and classifier AUC between two sets of showers (GeV), on their high-level features."""
+    from .distances import distances, high_level_features
+
+    return distances(high_level_features(mc_gev, mc_energy, HIT_THRESHOLD_GEV),
+                     high_level_features(other_gev, other_energy, HIT_THRESHOLD_GEV), seed=seed)
+
+
+#: Summary metrics a quality gate may bound, and what each says (all "lower is better"; the AUC is best at 0.5).
+GATE_METRICS = {
+    "sf_rel_error": "relative error of the sampling fraction, averaged over energy bins",
+    "profile_abs_error": "energy-weighted absolute difference of the x, y, z profiles (0 = identical)",
+    "moment_error": "relative error of the first and second shower moments",
+    "profile_error": "the authors' per-bin relative profile error",
+    "angle_rel_error": "relative error of the measured angle, event by event",
+    "hits_rel_error": "relative error of the mean number of hits above 0.3 MeV",
+    "optimisation_metric": "the authors' model-selection metric: moment + profile + angle errors",
+    "fpd": "Fréchet physics distance of the high-level features (0 = same distribution)",
+    "kpd": "kernel physics distance of the high-level features (0 = same distribution)",
+    "classifier_auc": "AUC of a classifier telling GAN from MC showers (0.5 = indistinguishable)",
+}
+VERDICT_METRICS = ("optimisation_metric", "sf_rel_error", "hits_rel_error", "fpd", "classifier_auc")
+
+
+def verdict(metrics: dict, gate: dict[str, float] | None) -> dict:
+    """The run's physics verdict: against the gate (metric → largest accepted value) if there is
+    one, and next to the MC-vs-MC noise floor at the same sample size always."""
+    floor, same = metrics["noise_floor"], metrics["gan_same_size"]
+    against = "; ".join(f"{k} {same[k]:.4g} (MC-vs-MC {floor[k]:.4g})" for k in VERDICT_METRICS if k in floor and k in same)
+    context = f"at {floor['events']} events per sample: {against}"
+    if not gate:
+        return {"passed": None, "failing": {}, "line": f"no quality gate; {context}"}
+    failing = {k: {"value": metrics["summary"][k], "max": float(v)} for k, v in gate.items() if not metrics["summary"][k] <= v}
+    if failing:
+        line = "FAILED the quality gate: " + ", ".join(f"{k} {f['value']:.4g} > {f['max']:.4g}" for k, f in failing.items())
+    else:
+        line = "passed the quality gate (" + ", ".join(f"{k} {metrics['summary'][k]:.4g} <= {v:.4g}" for k, v in gate.items()) + ")"
+    return {"passed": not failing, "failing": failing, "line": f"{line}; {context}"}
+
+
+def evaluate(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray,
+             gate: dict[str, float] | None = None, seed: int = 0) -> dict:
+    """Every metric of the GAN against MC, the same against half of MC with the other half as the
+    noise floor, the sample distances, and the verdict."""
+    metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
+    mc, gan = np.asarray(mc_stored, np.float64) / STORED_PER_GEV, np.asarray(gan_stored, np.float64) / STORED_PER_GEV
+    metrics["summary"].update(sample_distances(mc, gan, energy_gev, energy_gev, seed))
+    # The floor: MC half A against MC half B. Like for like: the GAN against the same half A, with
+    # the showers it generated for half B's conditions.
+    a, b = matched_halves(energy_gev, theta_rad)
+    metrics["noise_floor"] = compare(mc_stored[a], mc_stored[b], energy_gev[a], theta_rad[a], gan_energy_gev=energy_gev[b])["summary"]
+    metrics["noise_floor"].update(sample_distances(mc[a], mc[b], energy_gev[a], energy_gev[b], seed))
+    metrics["gan_same_size"] = compare(mc_stored[a], gan_stored[b], energy_gev[a], theta_rad[a], gan_energy_gev=energy_gev[b])["summary"]
+    metrics["gan_same_size"].update(sample_distances(mc[a], gan[b], energy_gev[a], energy_gev[b], seed))
+    metrics["verdict"] = verdict(metrics, gate)
+    return metrics
+
+
 def write_report(
     mc_stored: np.ndarray,
     gan_stored: np.ndarray,
@@ -254,11 +350,12 @@ def write_report(
     initial_stored: np.ndarray | None = None,
     title: str = "3DGAN physics validation",
     extra: dict | None = None,
+    gate: dict[str, float] | None = None,
 ) -> dict:
     """Compute metrics, draw figures, write ``metrics.json`` and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
+    metrics = evaluate(mc_stored, gan_stored, energy_gev, theta_rad, gate)
     if initial_stored is not None:
         metrics["initial"] = {"summary": compare(mc_stored, initial_stored, energy_gev, theta_rad)["summary"]}
     figures = _figures(np.asarray(mc_stored) / STORED_PER_GEV, np.asarray(gan_stored) / STORED_PER_GEV, energy_gev, theta_rad, out_dir)
