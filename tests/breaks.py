@@ -113,7 +113,8 @@ def check(item: Break) -> tuple[str, float]:
                               cwd=copy, env=env, capture_output=True, text=True)
         took = time.monotonic() - start
         if proc.returncode == 1:
-            failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+            # a test's own failure first; an ERROR is a fixture's teardown tripping over the same break
+            failed = sorted((line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), key=lambda line: not line.startswith("FAILED"))
             return "caught: " + ("; ".join(failed)[:300] or "tests failed"), took
         if proc.returncode == 0:
             return "MISSED: the tests passed with the break in place", took
