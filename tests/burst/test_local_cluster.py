@@ -639,3 +639,25 @@ def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhe
     assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
     assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3]
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
+
+
+def test_a_run_that_misses_its_quality_gate_ends_failed_quality_with_its_report(cluster, home, tmp_path):
+    """A gate the model cannot meet (a classifier that cannot tell it from MC): the run trains and
+    validates, then ends FAILED_QUALITY, exit 4, one line naming the metric; the report says so first."""
+    gate = tmp_path / "gate.yaml"
+    gate.write_text("optimisation_metric: 1000\nclassifier_auc: 0.5\n")
+    proc = burst("train", "gan3d", "--cluster", "t", "--epochs", "1", "--steps", "2", *TRAIN_ARGS, "--gate", str(gate),
+                 home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "failed its quality gate: classifier_auc" in errors[0] and "> 0.5" in errors[0], proc.stderr[-3000:]
+    assert "optimisation_metric" not in errors[0]  # the metric that passed is not named as failing
+    (run_dir,) = list((tmp_path / "burst-runs").iterdir())
+    assert f"report: {run_dir.resolve()}/report/report.html" in " ".join(proc.stderr.split())
+    status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
+    (run,) = [r for r in status["runs"] if r["run_id"] == run_dir.name]
+    assert run["state"] == "FAILED_QUALITY" and "classifier_auc" in run["message"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["verdict"]["passed"] is False and set(metrics["verdict"]["failing"]) == {"classifier_auc"}
+    assert metrics["noise_floor"]["events"] == metrics["gan_same_size"]["events"] == 50
+    assert "<b>Verdict:</b> FAILED the quality gate" in (run_dir / "report" / "report.html").read_text()

@@ -33,6 +33,9 @@ def test_small_preset_sums_cells_and_keeps_the_energy(tiny_h5):
     small = data.load(_first(tiny_h5), SMALL)
     assert small.x.shape[1:] == (17, 17, 25)
     np.testing.assert_allclose(small.ecal, full.ecal, rtol=1e-4)
+    # each preset's own power transform: undone, the cells add up to the ECAL sum again
+    np.testing.assert_allclose(np.power(small.x, 1 / SMALL.power).sum(axis=(1, 2, 3)), small.ecal, rtol=1e-3)
+    assert SMALL.power == 0.5 and PAPER.power == 0.85
 
 
 def test_ecal_cut_drops_low_energy_events(tmp_path):
@@ -136,6 +139,10 @@ def test_tfrecords_roundtrip_matches_hdf5_pipeline(tiny_h5, tmp_path):
         data.convert_to_tfrecords(tiny_h5, tmp_path / "tfr", SMALL)
     with pytest.raises(DataError, match="made for preset 'small'"):
         data.InputSpec.discover(tmp_path / "tfr", PAPER)
+    meta = tmp_path / "tfr" / "meta.json"  # records converted before the small preset's power changed
+    meta.write_text(meta.read_text().replace(f'"power": {SMALL.power}', '"power": 0.85'))
+    with pytest.raises(DataError, match=r"records hold images \*\* 0.85, preset 'small' trains on \*\* 0.5; convert"):
+        data.InputSpec.discover(tmp_path / "tfr", SMALL)
 
 
 def test_pipeline_shards_per_worker_without_overlap(tiny_h5):

@@ -183,7 +183,7 @@ def test_generated_showers_are_in_stored_units(tiny_h5):
     images = keras.ops.convert_to_tensor(train_domain[..., None])
     replay = keras.Sequential([keras.Input((2 + NOISE_SIZE,)),
                                keras.layers.Lambda(lambda z: images[: keras.ops.shape(z)[0]])])
-    showers = generate_showers(replay, np.array([150.0, 120.0, 180.0]), np.radians([90.0, 70.0, 100.0]), batch=3)
+    showers = generate_showers(replay, np.array([150.0, 120.0, 180.0]), np.radians([90.0, 70.0, 100.0]), power=SMALL.power, batch=3)
     assert showers.shape == (3, 17, 17, 25)
     np.testing.assert_allclose(showers, stored, rtol=1e-4, atol=1e-4)
 
@@ -266,3 +266,15 @@ def test_same_loop_runs_under_multi_worker_mirrored_strategy_from_tf_config(tiny
     assert [o["replicas"] for o in outs] == [2, 2]
     assert outs[0]["hist"][0]["samples"] == 2 * 2 * 4  # steps × (per-replica batch × replicas)
     assert outs[0]["checksum"] == pytest.approx(outs[1]["checksum"], rel=1e-6)
+
+
+def test_restore_refuses_a_checkpoint_trained_on_another_power(spec, tmp_path):
+    """Small-preset checkpoints from before its power became 0.5 were trained on x ** 0.85: the
+    generator would be read with the wrong inverse transform, so the restore says so."""
+    t = _trainer()
+    meta_file = t.save(tmp_path / "c") / "history.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["power"]  # what burst wrote while every preset used the paper's power
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"trained on images \*\* 0.85; preset 'small' now trains on \*\* 0.5"):
+        _trainer().restore(tmp_path / "c")

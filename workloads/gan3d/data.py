@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .features import measured_angle, rebin
-from .presets import ECAL_CUT, FULL_GRID, POWER, Preset
+from .presets import ECAL_CUT, FULL_GRID, Preset
 
 REQUIRED_KEYS = ("ECAL", "energy")
 VECTOR_KEYS = ("energy", "theta", "mtheta", "eta", "sum")
@@ -130,7 +130,7 @@ def preprocess(raw: dict[str, np.ndarray], preset: Preset) -> Batch:
     else:
         ang = measured_angle(image).astype(np.float32)
     return Batch(
-        x=np.power(image, POWER, dtype=np.float32),
+        x=np.power(image, preset.power, dtype=np.float32),
         y=(raw["energy"][keep] / 100.0).astype(np.float32),
         ang=ang.astype(np.float32),
         ecal=ecal,
@@ -207,7 +207,7 @@ def convert_to_tfrecords(src: Path, out_dir: Path, preset: Preset, overwrite: bo
                     n += 1
         tmp.replace(target)
         counts[target.name] = n
-    meta = {"preset": preset.name, "grid": list(preset.grid), "power": POWER, "events": counts}
+    meta = {"preset": preset.name, "grid": list(preset.grid), "power": preset.power, "events": counts}
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
     return targets
 
@@ -219,6 +219,9 @@ def _tfrecord_meta(path: Path, preset: Preset) -> dict:
     meta = json.loads(meta_path.read_text())
     if meta.get("preset") != preset.name or tuple(meta.get("grid", ())) != preset.grid:
         raise DataError(f"{path}: records were made for preset {meta.get('preset')!r}, not {preset.name!r}")
+    if meta.get("power") != preset.power:
+        raise DataError(f"{path}: records hold images ** {meta.get('power')}, preset {preset.name!r} trains on ** {preset.power}; "
+                        f"convert the HDF5 files again")
     return meta
 
 

@@ -113,6 +113,6 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
     energy = raw["energy"].astype(np.float64)
     theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
     gan = trainer.generate(energy, theta, seed=seed + 1)
-    initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, seed=seed + 1)
+    initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
     return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate)

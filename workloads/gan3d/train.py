@@ -34,7 +34,7 @@ import tensorflow as tf
 import keras
 
 from .model import build_discriminator, build_generator
-from .presets import LABEL_FLIP, LEARNING_RATE, LOSS_WEIGHTS, NOISE_SIZE, POWER, Preset
+from .presets import LABEL_FLIP, LEARNING_RATE, LOSS_WEIGHTS, NOISE_SIZE, PAPER_POWER, Preset
 
 MetricsCallback = Callable[[dict], None]
 CHECKPOINT_PREFIX = "gan3d"
@@ -238,7 +238,8 @@ class GAN3DTrainer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.checkpoint.write(str(directory / CHECKPOINT_PREFIX))
-        (directory / HISTORY_FILE).write_text(json.dumps({"preset": self.preset.name, "format": CHECKPOINT_FORMAT, "history": self.history}, indent=1))
+        (directory / HISTORY_FILE).write_text(json.dumps({"preset": self.preset.name, "format": CHECKPOINT_FORMAT, "power": self.preset.power,
+                                                          "history": self.history}, indent=1))
         return directory
 
     def restore(self, directory: str | os.PathLike) -> int:
@@ -250,6 +251,9 @@ class GAN3DTrainer:
         if meta.get("format", 1) != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint {directory} is in format {meta.get('format', 1)}, this burst reads format "
                              f"{CHECKPOINT_FORMAT}; retrain, or read it with the burst version that wrote it")
+        if meta.get("power", PAPER_POWER) != self.preset.power:  # before powers were per preset, every preset used the paper's
+            raise ValueError(f"checkpoint {directory} was trained on images ** {meta.get('power', PAPER_POWER)}; preset "
+                             f"{self.preset.name!r} now trains on ** {self.preset.power}; retrain, or read it with the burst version that wrote it")
         self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
         self.history = list(meta["history"])
         return int(self.epoch.numpy())
@@ -258,13 +262,13 @@ class GAN3DTrainer:
 
     def generate(self, energy_gev: np.ndarray, theta_rad: np.ndarray, batch: int = 256, seed: int = 1) -> np.ndarray:
         """Showers in stored units (N, x, y, z) for the given conditions."""
-        return generate_showers(self.generator, energy_gev, theta_rad, batch=batch, seed=seed)
+        return generate_showers(self.generator, energy_gev, theta_rad, power=self.preset.power, batch=batch, seed=seed)
 
 
 _SHOWERS_FNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _showers_fn(generator: keras.Model):
+def _showers_fn(generator: keras.Model, power: float):
     """One traced inference function per generator: latent vectors in, showers in stored units out.
 
     Built once per model: a ``tf.function`` made anew per call would be traced again
@@ -273,21 +277,24 @@ def _showers_fn(generator: keras.Model):
     in the graph, so the showers come back ready in one host copy.
     """
     fn = _SHOWERS_FNS.get(generator)
-    if fn is None:
+    if fn is None or fn.power != power:
         @tf.function(input_signature=[tf.TensorSpec([None, generator.input_shape[-1]], tf.float32)])
         def fn(z):
             img = generator(z, training=False)[..., 0]
-            return tf.pow(tf.nn.relu(img), 1.0 / POWER)
+            return tf.pow(tf.nn.relu(img), 1.0 / power)
 
+        fn.power = power
         _SHOWERS_FNS[generator] = fn
     return fn
 
 
-def generate_showers(generator: keras.Model, energy_gev: np.ndarray, theta_rad: np.ndarray, batch: int = 256, seed: int = 1) -> np.ndarray:
-    """Run ``generator`` in inference mode and undo the power transform (showers in stored units)."""
+def generate_showers(generator: keras.Model, energy_gev: np.ndarray, theta_rad: np.ndarray, *, power: float, batch: int = 256,
+                     seed: int = 1) -> np.ndarray:
+    """Run ``generator`` in inference mode and undo its preset's power transform, x ** ``power``
+    (showers in stored units)."""
     rng = np.random.default_rng(seed)
     out = []
-    predict = _showers_fn(generator)
+    predict = _showers_fn(generator, power)
     for start in range(0, len(energy_gev), batch):
         e = np.asarray(energy_gev[start : start + batch], dtype=np.float32)
         t = np.asarray(theta_rad[start : start + batch], dtype=np.float32)
