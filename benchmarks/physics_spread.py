@@ -4,9 +4,12 @@
 
 Each seed is one `burst run gan3d --provider local --seed S` (a local cluster of its own, the
 small preset, synthetic Monte Carlo made with that seed, validation on its held-out part), one after
-the other. Prints every summary metric per seed and its mean, sample standard deviation and range,
-with the machine the runs saw (CPU, SIMD, oneDNN state from the run's provenance). A single run's
-figure means little until it is read against this spread.
+the other. Prints every summary metric per seed, then its mean, sample standard deviation and range
+next to the MC-vs-MC noise floor (two condition-paired halves of the held-out Monte Carlo, mean
+over seeds), with the machine the runs saw (CPU, SIMD, oneDNN state from the run's provenance).
+Last, the issue-17 targets on the mean of the seeds: transverse profiles (seed-averaged) within a
+factor 2 of MC down to 1e-3 of the peak cell, and hits within 10 %. A single run's figure means
+little until it is read against this spread.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 def run_seed(seed: int, epochs: int, synthetic: int, work: Path) -> tuple[dict, dict, float]:
@@ -32,9 +38,35 @@ def run_seed(seed: int, epochs: int, synthetic: int, work: Path) -> tuple[dict, 
     if proc.returncode != 0:
         raise SystemExit(f"seed {seed} failed: {proc.stderr[-2000:]}")
     (run_dir,) = list((cwd / "burst-runs").iterdir())
-    metrics = json.loads((run_dir / "metrics.json").read_text())["summary"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     machine = json.loads((run_dir / "provenance.json").read_text()).get("machine", {})
     return metrics, machine, time.perf_counter() - started
+
+
+def _row(key: str, values: list[float], floor: list[float]) -> str:
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    floor_text = f"{statistics.fmean(floor):10.4g}" if floor else " " * 10
+    return f"{key:24s} {mean:10.4g} {std:10.4g} {min(values):10.4g} {max(values):10.4g} {floor_text}"
+
+
+def targets(runs: list[dict]) -> list[str]:
+    """The issue-17 targets on the mean of the seeds (profiles and hit counts averaged first)."""
+    from workloads.gan3d.validate import TAIL_DEPTH, transverse_worst_factor
+
+    lines = []
+    mean_profile = {who: {axis: np.mean([r["profiles"][who][axis] for r in runs], axis=0)[None, :] for axis in "xy"} for who in ("mc", "gan")}
+    factor = transverse_worst_factor(mean_profile["mc"], mean_profile["gan"])
+    for axis in "xy":
+        a, b = mean_profile["mc"][axis][0], mean_profile["gan"][axis][0]
+        cells = a >= TAIL_DEPTH * a.max()
+        lines.append(f"  GAN/MC {axis} profile, cells >= {TAIL_DEPTH:g} of the peak: " + " ".join(f"{v:.2f}" for v in b[cells] / a[cells]))
+    lines.append(f"  transverse worst factor (seed-averaged profiles): {factor:.2f}  target <= 2: {'met' if factor <= 2 else 'NOT met'}")
+    hits_mc = statistics.fmean(r["by_energy"]["all"]["hits_mc"] for r in runs)
+    hits_gan = statistics.fmean(r["by_energy"]["all"]["hits_gan"] for r in runs)
+    rel = (hits_gan - hits_mc) / hits_mc
+    lines.append(f"  hits above 0.3 MeV: GAN {hits_gan:.1f} vs MC {hits_mc:.1f} ({rel:+.1%})  target within 10 %: {'met' if abs(rel) <= 0.1 else 'NOT met'}")
+    return lines
 
 
 def main() -> None:
@@ -44,22 +76,28 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=3000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="burst-spread-"))
-    results = {}
-    machine = {}
-    for seed in args.seeds:
-        metrics, machine, seconds = run_seed(seed, args.epochs, args.synthetic, work)
-        results[seed] = metrics
-        print(f"seed {seed}: {seconds:.0f} s; " + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if isinstance(v, float)), flush=True)
+    results: dict[int, dict] = {}
+    machine: dict = {}
+    seconds: dict[int, float] = {}
+    try:
+        for seed in args.seeds:
+            results[seed], machine, seconds[seed] = run_seed(seed, args.epochs, args.synthetic, work)
+            summary = results[seed]["summary"]
+            print(f"seed {seed}: {seconds[seed]:.0f} s; " + ", ".join(f"{k} {v:.4g}" for k, v in summary.items() if isinstance(v, float)), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {machine.get('cpu_model')}; SIMD {' '.join(machine.get('simd', []))}; oneDNN "
           f"{'on' if machine.get('onednn_enabled') else 'off'}; {args.epochs} epochs, {args.synthetic} synthetic events, seeds {args.seeds}")
-    print(f"{'metric':22s} {'mean':>10s} {'std':>10s} {'min':>10s} {'max':>10s}  std/mean")
-    for key in results[args.seeds[0]]:
-        values = [results[s][key] for s in args.seeds]
-        if not all(isinstance(v, (int, float)) for v in values):
+    runs = [results[s] for s in args.seeds]
+    events = runs[0]["noise_floor"]["events"]
+    print(f"{'metric (GAN vs MC)':24s} {'mean':>10s} {'std':>10s} {'min':>10s} {'max':>10s} {'MC-vs-MC':>10s}  (floor: two halves of {events} events)")
+    for key, value in runs[0]["summary"].items():
+        if not isinstance(value, (int, float)) or key == "events":
             continue
-        mean = statistics.fmean(values)
-        std = statistics.stdev(values) if len(values) > 1 else 0.0
-        print(f"{key:22s} {mean:10.4g} {std:10.4g} {min(values):10.4g} {max(values):10.4g}  {std / abs(mean) if mean else float('nan'):.2f}")
+        floor = [r["noise_floor"][key] for r in runs if key in r["noise_floor"]]
+        print(_row(key, [r["summary"][key] for r in runs], floor))
+    print("targets on the mean of the seeds:")
+    print("\n".join(targets(runs)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ tests that must fail because of it. ``python -m tests.breaks [NAME ...]`` copies
 (tracked and untracked, not ignored files) into a temporary directory once per break, applies the
 break there, runs the named tests from that copy (``PYTHONPATH`` points every subprocess, Ray's
 included, at the copy) and prints, per break, whether the tests caught it. Nothing in the working
-tree is touched. The slow ones start a real local Ray cluster: run on an otherwise idle machine.
+tree is touched. The slow ones start a real local Ray cluster: run on an otherwise idle machine (Ray
+processes a break leaves behind are killed afterwards).
 
 Not collected by pytest (the file name does not start with ``test_``).
 """
@@ -20,6 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests import census
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,6 +94,19 @@ def _copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / name.decode())
 
 
+def _kill_leftovers(before: set, copy: Path) -> None:
+    """A break in teardown leaves Ray clusters running (that is what the test caught): stop them."""
+    import psutil
+
+    for line in census.survivors(before):
+        pid, name = line.split()[:2]
+        if str(copy) in line or name.startswith(("ray", "raylet", "gcs_server")):
+            try:
+                psutil.Process(int(pid)).kill()
+            except psutil.Error:
+                pass
+
+
 def check(item: Break) -> tuple[str, float]:
     """Apply one break in a fresh copy and run its tests there; 'caught', 'MISSED' or why not run."""
     with tempfile.TemporaryDirectory(prefix="burst-break-") as tmp:
@@ -108,10 +124,12 @@ def check(item: Break) -> tuple[str, float]:
                                cwd=copy, env=env, capture_output=True, text=True)
         if not all(path.startswith(str(copy)) for path in which.stdout.split()):
             return f"not run: the copy's packages do not shadow the installed ones ({which.stdout.strip()})", 0.0
+        before = census.snapshot()
         start = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *item.tests],
                               cwd=copy, env=env, capture_output=True, text=True)
         took = time.monotonic() - start
+        _kill_leftovers(before, copy)
         if proc.returncode == 1:
             # a test's own failure first; an ERROR is a fixture's teardown tripping over the same break
             failed = sorted((line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), key=lambda line: not line.startswith("FAILED"))

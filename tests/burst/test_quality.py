@@ -44,7 +44,8 @@ def test_cli_rejects_a_bad_gate_before_touching_a_cluster(tmp_path, command):
     proc = subprocess.run([sys.executable, "-m", "burst.cli", *command, "--gate", str(gate)], capture_output=True, text=True,
                           env={**__import__("os").environ, "BURST_HOME": str(tmp_path / "home")}, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr
+    from workloads.gan3d.validate import GATE_METRICS
+
     assert proc.stderr.strip().splitlines() == [f"error: {gate}:1: unknown metric 'optimisation_metrc'; a gate can bound: "
-                                                "sf_rel_error, profile_abs_error, moment_error, profile_error, angle_rel_error, "
-                                                "hits_rel_error, optimisation_metric, fpd, kpd, classifier_auc"]
+                                                + ", ".join(GATE_METRICS)]
     assert not (tmp_path / "home" / "clusters").exists() or not list((tmp_path / "home" / "clusters").iterdir())

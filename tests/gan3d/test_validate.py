@@ -133,3 +133,16 @@ def test_verdict_without_a_gate_and_with_one_that_passes(mc):
     assert again["verdict"]["passed"] is None and again["verdict"]["line"].startswith("no quality gate; at 30 events per sample")
     gated = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"], gate={"optimisation_metric": 0.5, "sf_rel_error": 0.01})
     assert gated["verdict"] == {**gated["verdict"], "passed": True, "failing": {}}
+
+
+def test_transverse_worst_factor_finds_the_worst_cell_within_the_tail_depth():
+    from workloads.gan3d.validate import transverse_worst_factor
+
+    mc_profile = np.array([1e-5, 1e-3, 0.03, 1.0, 0.03, 1e-3, 1e-5])  # per x cell, peak 1
+    gan_profile = mc_profile * np.array([100.0, 1.0, 1.5, 1.0, 1 / 3, 1.0, 100.0])  # far tails (below 1e-3) do not count
+    p = {"x": mc_profile[None, :], "y": mc_profile[None, :]}
+    assert transverse_worst_factor(p, {"x": gan_profile[None, :], "y": mc_profile[None, :]}) == pytest.approx(3.0)
+    assert transverse_worst_factor(p, p) == 1.0
+    empty = gan_profile.copy()
+    empty[1] = 0.0  # a cell at 1e-3 of the peak that the GAN leaves empty
+    assert transverse_worst_factor(p, {"x": empty[None, :], "y": mc_profile[None, :]}) == 1e6

@@ -23,6 +23,7 @@ from .synthetic import STORED_PER_GEV
 ANGLE_BINS_DEG = (62.0, 90.0, 118.0)
 ANGLE_TOLERANCE_RAD = 0.1
 HIT_THRESHOLD_GEV = 3e-4
+TAIL_DEPTH = 1e-3  # transverse cells down to this fraction of the peak cell count as the shower's tails
 
 
 def _rel(mc: float, gan: float) -> float:
@@ -50,6 +51,21 @@ def angle_bins(theta: np.ndarray) -> list[tuple[str, np.ndarray]]:
     return bins
 
 
+def transverse_worst_factor(p_mc: dict, p_gan: dict, depth: float = TAIL_DEPTH) -> float:
+    """The largest factor between the mean GAN and MC transverse profiles (x and y) over the cells
+    where MC holds at least ``depth`` of its peak cell: 1 is perfect, 2 means some cell of the
+    core or tails is off by a factor 2 (either way); capped at 1e6 (a cell the GAN leaves empty)."""
+    worst = 1.0
+    for axis in ("x", "y"):
+        a, b = p_mc[axis].mean(0), p_gan[axis].mean(0)
+        cells = a >= depth * a.max() if a.max() > 0 else np.zeros_like(a, bool)
+        if not cells.any():
+            continue
+        ratio = np.maximum(b[cells], 1e-6 * a[cells]) / a[cells]
+        worst = max(worst, float(np.max(np.maximum(ratio, 1 / ratio))))
+    return min(worst, 1e6)
+
+
 def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: np.ndarray, gan_angle: np.ndarray,
                  gan_energy: np.ndarray) -> dict:
     """Comparison of two samples paired event by event with (nearly) the same conditions (images in GeV)."""
@@ -73,6 +89,7 @@ def _bin_metrics(mc: np.ndarray, gan: np.ndarray, energy: np.ndarray, mc_angle: 
         shape_err[axis] = float(np.abs(a - b).sum() / a.sum()) if a.sum() > 0 else 0.0
     out["profile_rel_error"] = prof_err
     out["profile_abs_error"] = shape_err
+    out["transverse_worst_factor"] = transverse_worst_factor(p_mc, p_gan)
     m_mc, m_gan = moments(mc), moments(gan)
     mom = {k: _rel(m_mc[k].mean(), m_gan[k].mean()) for k in m_mc}
     out["moment_rel_error"] = mom
@@ -123,6 +140,7 @@ def compare(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarra
             "profile_error": metric_e,
             "angle_rel_error": metric_a,
             "hits_rel_error": overall["hits_rel_error"],
+            "transverse_worst_factor": overall["transverse_worst_factor"],
             "optimisation_metric": metric_p + metric_e + metric_a,
         },
         "by_energy": by_energy,
@@ -299,12 +317,13 @@ GATE_METRICS = {
     "profile_error": "the authors' per-bin relative profile error",
     "angle_rel_error": "relative error of the measured angle, event by event",
     "hits_rel_error": "relative error of the mean number of hits above 0.3 MeV",
+    "transverse_worst_factor": "largest factor between GAN and MC transverse profiles, cells down to 1e-3 of the peak (1 = perfect)",
     "optimisation_metric": "the authors' model-selection metric: moment + profile + angle errors",
     "fpd": "Fréchet physics distance of the high-level features (0 = same distribution)",
     "kpd": "kernel physics distance of the high-level features (0 = same distribution)",
     "classifier_auc": "AUC of a classifier telling GAN from MC showers (0.5 = indistinguishable)",
 }
-VERDICT_METRICS = ("optimisation_metric", "sf_rel_error", "hits_rel_error", "fpd", "classifier_auc")
+VERDICT_METRICS = ("optimisation_metric", "sf_rel_error", "hits_rel_error", "transverse_worst_factor", "fpd", "classifier_auc")
 
 
 def verdict(metrics: dict, gate: dict[str, float] | None) -> dict:
@@ -330,6 +349,8 @@ def evaluate(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarr
     metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
     mc, gan = np.asarray(mc_stored, np.float64) / STORED_PER_GEV, np.asarray(gan_stored, np.float64) / STORED_PER_GEV
     metrics["summary"].update(sample_distances(mc, gan, energy_gev, energy_gev, seed))
+    # mean profiles (GeV per cell), so runs can be compared or averaged without their showers
+    metrics["profiles"] = {name: {axis: p.mean(0).tolist() for axis, p in profiles(img).items()} for name, img in (("mc", mc), ("gan", gan))}
     # The floor: MC half A against MC half B. Like for like: the GAN against the same half A, with
     # the showers it generated for half B's conditions.
     a, b = matched_halves(energy_gev, theta_rad)
