@@ -49,3 +49,10 @@ def test_cli_rejects_a_bad_gate_before_touching_a_cluster(tmp_path, command):
     assert proc.stderr.strip().splitlines() == [f"error: {gate}:1: unknown metric 'optimisation_metrc'; a gate can bound: "
                                                 + ", ".join(GATE_METRICS)]
     assert not (tmp_path / "home" / "clusters").exists() or not list((tmp_path / "home" / "clusters").iterdir())
+
+
+def test_the_shipped_example_gate_is_valid():
+    from pathlib import Path
+
+    gate = quality.load(Path(__file__).resolve().parents[2] / "gates" / "default.yaml")
+    assert gate["optimisation_metric"] > 0 and set(gate) <= {"optimisation_metric", "sf_rel_error", "hits_rel_error"}

@@ -146,3 +146,20 @@ def test_transverse_worst_factor_finds_the_worst_cell_within_the_tail_depth():
     empty = gan_profile.copy()
     empty[1] = 0.0  # a cell at 1e-3 of the peak that the GAN leaves empty
     assert transverse_worst_factor(p, {"x": empty[None, :], "y": mc_profile[None, :]}) == 1e6
+
+
+def test_validate_command_states_the_noise_floor_and_the_verdict(tiny_h5, tmp_path):
+    import subprocess
+    import sys
+
+    from workloads.gan3d.presets import SMALL
+    from workloads.gan3d.train import GAN3DTrainer
+
+    GAN3DTrainer(SMALL, 4, seed=0).save(tmp_path / "ckpt")
+    proc = subprocess.run([sys.executable, "-m", "workloads.gan3d", "validate", "--checkpoint", str(tmp_path / "ckpt"), "--data", str(tiny_h5),
+                           "--out", str(tmp_path / "report")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["noise_floor"]["events"] == 24 and out["summary"]["events"] == 48  # the held-out file, split in two paired halves
+    assert out["verdict"].startswith("no quality gate; at 24 events per sample: optimisation_metric")
+    assert (tmp_path / "report" / "report.html").exists()

@@ -49,7 +49,8 @@ def _cmd_train(a) -> int:
 
     trainer.fit(dataset_fn, a.epochs, steps, on_epoch_end=[log_and_save])
     metrics = pipeline.validate(trainer, test_files, Path(a.workdir) / "report", events=a.val_events, seed=a.seed)
-    print(json.dumps({"checkpoint": str(ckpt), "report": str(Path(a.workdir) / "report" / "report.html"), "summary": metrics["summary"]}, indent=1))
+    print(json.dumps({"checkpoint": str(ckpt), "report": str(Path(a.workdir) / "report" / "report.html"), "summary": metrics["summary"],
+                      "noise_floor": metrics["noise_floor"], "verdict": metrics["verdict"]["line"]}, indent=1))
     return 0
 
 
@@ -58,7 +59,7 @@ def _cmd_validate(a) -> int:
 
     _, test_files = pipeline.split_files(Path(a.data))
     metrics = pipeline.validate(Path(a.checkpoint), test_files, Path(a.out), events=a.events)
-    print(json.dumps(metrics["summary"], indent=1))
+    print(json.dumps({"summary": metrics["summary"], "noise_floor": metrics["noise_floor"], "verdict": metrics["verdict"]["line"]}, indent=1))
     return 0
 
 
