@@ -127,12 +127,13 @@ def test_report_states_the_noise_floor_the_distances_and_the_verdict(tmp_path):
 
 
 def test_verdict_without_a_gate_and_with_one_that_passes(mc):
-    from workloads.gan3d.validate import evaluate
+    from workloads.gan3d.validate import evaluate, verdict
 
     again = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"])
     assert again["verdict"]["passed"] is None and again["verdict"]["line"].startswith("no quality gate; at 30 events per sample")
-    gated = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"], gate={"optimisation_metric": 0.5, "sf_rel_error": 0.01})
-    assert gated["verdict"] == {**gated["verdict"], "passed": True, "failing": {}}
+    gated = verdict(again, {"optimisation_metric": 0.5, "sf_rel_error": 0.01})
+    assert gated["passed"] is True and gated["failing"] == {}
+    assert gated["line"].startswith("passed the quality gate (optimisation_metric 0 <= 0.5, sf_rel_error 0 <= 0.01); at 30 events")
 
 
 def test_transverse_worst_factor_finds_the_worst_cell_within_the_tail_depth():
