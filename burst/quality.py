@@ -16,7 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from .errors import BurstError
@@ -34,11 +33,7 @@ def _model():
 
 def parse(text: str, source: str) -> dict[str, float]:
     """A gate document → {metric: largest accepted value}; one-line errors with file and line."""
-    try:
-        node, raw = compose_yaml(text, source)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise BurstError(f"{source}{f':{mark.line + 1}' if mark else ''}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    node, raw = compose_yaml(text, source)
     model = _model()
     if not isinstance(raw, dict) or not raw:
         raise BurstError(f"{source}:1: a quality gate maps metrics to their largest accepted value, e.g. `optimisation_metric: 30` "

@@ -84,8 +84,7 @@ def _expanded_size(node: yaml.Node, limit: int) -> int:
 def compose_yaml(text: str, source: str) -> tuple[yaml.Node | None, object]:
     """(composed node, loaded value) of a YAML document, within the limits above.
 
-    Raises ``yaml.YAMLError`` for malformed YAML (the caller words it with its line) and a one-line
-    ``BurstError`` for a document past a limit.
+    Raises a one-line ``BurstError`` for malformed YAML (with its line) and for a document past a limit.
     """
     loader = _LimitedLoader(text)
     try:
@@ -98,5 +97,9 @@ def compose_yaml(text: str, source: str) -> tuple[yaml.Node | None, object]:
         if _expanded_size(node, MAX_NODES) > MAX_NODES:
             raise BurstError(f"{source}: the document expands to more than {MAX_NODES} YAML nodes (aliases?); write it out plainly")
         return node, loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise BurstError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     finally:
         loader.dispose()

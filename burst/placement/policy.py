@@ -181,12 +181,7 @@ def _lines(node, path=()) -> dict:
 
 def parse(text: str, source: str = "<policy>") -> Policy:
     """Validate a policy document; errors are one line: ``file:line: field: what is wrong``."""
-    try:
-        node, raw = compose_yaml(text, source)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark else source
-        raise BurstError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    node, raw = compose_yaml(text, source)
     if raw is None or raw == {}:
         raise BurstError(f"{source}: the policy is empty; give at least one field, e.g. `objective: min_cost` "
                          f"(fields: {', '.join(Policy.model_fields)}; examples in policies/)")
