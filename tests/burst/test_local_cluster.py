@@ -81,7 +81,9 @@ def home():
     path = top / ("a-long-home-directory-" * 6)[: 120 - len(str(top)) - 1]
     path.mkdir()
     assert len(str(path)) == 120
-    yield path
+    with pytest.MonkeyPatch.context() as mp:  # this process reads burst's state too; later modules must not
+        mp.setenv("BURST_HOME", str(path))
+        yield path
     env = {**os.environ, "BURST_HOME": str(path)}
     subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env=env, capture_output=True, timeout=120)
     shutil.rmtree(top, ignore_errors=True)  # mkdtemp is outside pytest's tmp_path: remove it ourselves
@@ -172,7 +174,6 @@ def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
     from burst.runtime import jobs
     from burst.state import ClusterHandle, RunRecord
 
-    os.environ["BURST_HOME"] = str(home)
     deadline = time.time() + timeout
     while time.time() < deadline:
         run = state.load(RunRecord, run_id)
@@ -289,7 +290,6 @@ def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_
     from burst.state import ClusterHandle
 
     before = census.snapshot()
-    os.environ["BURST_HOME"] = str(home)
     up = popen_burst("up", "--provider", "local", "--name", "crash", "--cpus", "1", home=home, cwd=tmp_path)
     deadline = time.monotonic() + 60
     handle = None
@@ -381,16 +381,16 @@ def test_up_that_loses_its_port_fails_in_one_line_and_leaves_nothing(cluster, ho
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
-def test_down_all_while_up_is_starting_wins_and_up_says_so(cluster, tmp_path):
+def test_down_all_while_up_is_starting_wins_and_up_says_so(cluster, tmp_path, monkeypatch):
     """`burst down --all` while another `burst up` is still starting Ray: down stops what exists,
     up notices and stops whatever it started after, says why, and nothing is left or recorded."""
     home = tmp_path / "home"  # its own state: `down --all` here must not touch the module's cluster
+    monkeypatch.setenv("BURST_HOME", str(home))
     before = census.snapshot()
     up = popen_burst("up", "--provider", "local", "--name", "racing", "--cpus", "1", home=home, cwd=tmp_path)
     from burst import state
     from burst.state import ClusterHandle
 
-    os.environ["BURST_HOME"] = str(home)
     deadline = time.monotonic() + 60
     while True:
         handle = state.load(ClusterHandle, "racing") if (home / "clusters").exists() else None
@@ -412,7 +412,6 @@ def test_ctrl_c_on_run_tears_everything_down(cluster, home, tmp_path):
     from burst.state import ClusterHandle, RunRecord
 
     before_procs = census.snapshot()
-    os.environ["BURST_HOME"] = str(home)
     before = _runs(home)
     proc = popen_burst("run", "gan3d", "--provider", "local", "--name", "ctrlc", "--cpus", "1", "--epochs", "50", *TRAIN_ARGS, home=home, cwd=tmp_path)
     run = state.load(RunRecord, _new_run_id(home, before, timeout=120))
