@@ -103,3 +103,17 @@ def compose_yaml(text: str, source: str) -> tuple[yaml.Node | None, object]:
         raise BurstError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     finally:
         loader.dispose()
+
+
+def key_lines(node, path: tuple = ()) -> dict:
+    """Map every key path of a composed YAML document to its 1-based line (for errors that name it)."""
+    lines = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = path + (key.value,)
+            lines[sub] = key.start_mark.line + 1
+            lines.update({k: v for k, v in key_lines(value, sub).items() if k != sub})
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines.update(key_lines(item, path + (i,)))
+    return lines

@@ -1,8 +1,11 @@
 """The price catalog: node shapes and their hourly prices, as data (``burst/data/catalog.csv``).
 
 One row is one node a cluster can be built from: a VM with its GPUs, or a Cloud TPU slice. The
-loader checks every row (positive prices, spot not above on-demand, no placeholder prices) so a
-user-supplied catalog with a bad row fails with its file and line instead of skewing a plan.
+loader checks every row (positive prices, spot not above on-demand, no placeholder prices) and
+holds it against the provider facts (``facts.py``: no retired shape, a zone that offers the
+accelerator), so a user-supplied catalog with a bad row fails with its file and line instead of
+skewing a plan or failing at ``burst up``. Each offer carries the zones of its region that offer
+its accelerator and whether the shape is sold on demand at all.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .. import targets
+from . import facts
 from ..errors import BurstError
 from ..userfile import read_text
 
@@ -42,12 +46,16 @@ class Offer:
     fetched_at: str
     note: str = ""
     line: int = 0
+    zones: tuple[str, ...] = ()  # zones of the region offering the accelerator (provider facts)
+    on_demand: bool = True  # False: sold as spot/flex-start only (provider facts)
 
     @property
     def is_tpu(self) -> bool:
         return self.unit == "tpu-slice"
 
     def price(self, preemptible: bool) -> float:
+        if not preemptible and not self.on_demand:
+            raise BurstError(f"{self.instance_type} is not sold on demand (spot or flex-start only)")
         if preemptible:
             if self.price_spot is None:
                 raise BurstError(f"{self.instance_type} in {self.region} has no spot price")
@@ -57,6 +65,7 @@ class Offer:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("line")
+        d["zones"] = list(self.zones)
         return d
 
 
@@ -94,6 +103,17 @@ def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
     for field in ("region", "instance_type", "accelerator", "source", "fetched_at"):
         if not raw[field]:
             raise BurstError(f"{where}: column {field} is empty")
+    known = facts.load(raw["provider"])
+    retired = known.retirement(raw["instance_type"])
+    if retired:
+        raise BurstError(f"{where}: {raw['instance_type']} was retired on {retired.retired_on} ({retired.source}); "
+                         f"remove the row (replacement: {retired.replacement})")
+    zones = known.zones_for(raw["accelerator"], raw["region"])
+    if zones is None and known.zones and (known.zones_complete or not raw["zone"]):
+        raise BurstError(f"{where}: the {raw['provider']} facts list no zone of {raw['region']} offering {raw['accelerator']}; "
+                         f"drop the row or add the zones to {facts.FACTS_DIR / (raw['provider'] + '.yaml')}")
+    if zones is not None and raw["zone"] and raw["zone"] not in zones:
+        raise BurstError(f"{where}: zone {raw['zone']} does not offer {raw['accelerator']} (zones that do: {', '.join(zones)})")
     return Offer(
         provider=raw["provider"], region=raw["region"], zone=raw["zone"], instance_type=raw["instance_type"],
         accelerator=raw["accelerator"], accelerator_count=count,
@@ -101,6 +121,7 @@ def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
         memory_gib=_number(raw["memory_gib"], where, "memory_gib", required=False),
         price_od=od, price_spot=spot, unit=raw["unit"], quality=raw["quality"] or "catalog",
         source=raw["source"], fetched_at=raw["fetched_at"], note=raw.get("note") or "", line=lineno,
+        zones=zones or ((raw["zone"],) if raw["zone"] else ()), on_demand=not known.is_spot_only(raw["instance_type"]),
     )
 
 

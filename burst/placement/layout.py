@@ -3,6 +3,11 @@
 128 V100 become 16 nodes x 8 (the measured optimum of the 3DGAN cloud study: one worker per node
 owning all its GPUs). A remainder that does not fill a node goes into one extra pool. A TPU
 request names a slice; the slice is the whole layout.
+
+Zones come from the provider facts: each pool sits in a zone that offers its accelerator, and a
+request above the provider's per-zone limit is spread over several zones of the region (one
+pool per zone), so that one zone's stock-out or quota cannot sink the whole cluster. An
+on-demand layout never uses a shape that is sold as spot only.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Iterable, Optional
 
+from . import facts
 from .catalog import Offer
 from ..errors import BurstError
 
@@ -20,6 +26,7 @@ from ..errors import BurstError
 class Pool:
     offer: Offer
     nodes: int
+    zone: str = ""
 
     @property
     def gpus_per_node(self) -> int:
@@ -27,7 +34,7 @@ class Pool:
 
     def to_dict(self) -> dict:
         return {"instance_type": self.offer.instance_type, "accelerator": self.offer.accelerator,
-                "gpus_per_node": self.gpus_per_node, "nodes": self.nodes, "zone": self.offer.zone}
+                "gpus_per_node": self.gpus_per_node, "nodes": self.nodes, "zone": self.zone}
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,14 @@ class Layout:
         return all(p.offer.price_spot is not None for p in self.pools)
 
     @property
+    def has_on_demand(self) -> bool:
+        return all(p.offer.on_demand for p in self.pools)
+
+    @property
+    def zones(self) -> list[str]:
+        return list(dict.fromkeys(p.zone for p in self.pools if p.zone))
+
+    @property
     def quality(self) -> str:
         order = ("catalog", "derived", "estimate")
         return max((p.offer.quality for p in self.pools), key=lambda q: order.index(q) if q in order else 3)
@@ -72,11 +87,13 @@ class Layout:
         return sum(p.nodes * p.offer.price(preemptible) for p in self.pools)
 
     def describe(self) -> str:
-        return " + ".join(f"{p.nodes}x {p.offer.instance_type}" + ("" if p.offer.is_tpu else f" ({p.gpus_per_node} {p.offer.accelerator})") for p in self.pools)
+        spread = len(self.zones) > 1
+        return " + ".join(f"{p.nodes}x {p.offer.instance_type}" + ("" if p.offer.is_tpu else f" ({p.gpus_per_node} {p.offer.accelerator})")
+                          + (f" in {p.zone}" if spread else "") for p in self.pools)
 
     def to_dict(self) -> dict:
         return {"provider": self.provider, "region": self.region, "accelerator": self.accelerator, "count": self.count,
-                "nodes": self.nodes, "gpus_per_worker": self.gpus_per_worker, "pools": [p.to_dict() for p in self.pools],
+                "nodes": self.nodes, "gpus_per_worker": self.gpus_per_worker, "zones": self.zones, "pools": [p.to_dict() for p in self.pools],
                 "description": self.describe()}
 
 
@@ -88,8 +105,13 @@ def normalise_accelerator(offers: list[Offer], name: str) -> str:
 
 
 def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Optional[int] = None,
-            region: Optional[str] = None, gpus_per_node: Optional[int] = None) -> Layout:
-    """The layout for ``gpus`` accelerators (TPU: one slice) of one provider and region."""
+            region: Optional[str] = None, gpus_per_node: Optional[int] = None, preemptible: Optional[bool] = None,
+            max_gpus_per_zone: Optional[int] = None) -> Layout:
+    """The layout for ``gpus`` accelerators (TPU: one slice) of one provider and region.
+
+    ``preemptible=False`` leaves out shapes not sold on demand; ``max_gpus_per_zone`` (default:
+    the provider facts') spreads a larger request over zones.
+    """
     mine = [o for o in offers if o.provider == provider]
     if not mine:
         raise BurstError(f"the catalog has no offers for provider {provider!r}")
@@ -113,12 +135,19 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
     if region not in regions:
         raise BurstError(f"{accelerator} on {provider} is offered in {', '.join(regions)}, not in {region}")
     shapes = sorted((o for o in mine if o.region == region), key=lambda o: o.accelerator_count)
+    if preemptible is False:
+        spot_only = [o.instance_type for o in shapes if not o.on_demand]
+        shapes = [o for o in shapes if o.on_demand]
+        if not shapes:
+            raise BurstError(f"{accelerator} in {region} is sold as spot only ({', '.join(spot_only)}); use --preemptible")
+    else:
+        spot_only = []
 
     if shapes[0].is_tpu:
         slice_size = shapes[0].accelerator_count
         if gpus is not None and gpus not in (1, slice_size, int(accelerator.rsplit("-", 1)[1])):
             raise BurstError(f"{accelerator} is one slice of {slice_size} chips; a TPU request names a slice size, not {gpus}")
-        return Layout(provider, region, accelerator, (Pool(shapes[0], 1),))
+        return Layout(provider, region, accelerator, (Pool(shapes[0], 1, _zones(shapes[0])[0]),))
 
     if gpus is None:
         raise BurstError("say how many accelerators with --gpus N")
@@ -128,16 +157,43 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
     largest = max(by_count)
     if gpus_per_node is not None:
         if gpus_per_node not in by_count:
-            raise BurstError(f"{accelerator} nodes on {provider} hold {', '.join(map(str, sorted(by_count)))} GPUs, not {gpus_per_node}")
+            raise BurstError(f"{accelerator} nodes on {provider} hold {', '.join(map(str, sorted(by_count)))} GPUs, not {gpus_per_node}"
+                             + (f" on demand ({', '.join(spot_only)} are spot only)" if spot_only else ""))
         largest = gpus_per_node
     full, rest = divmod(gpus, largest)
-    pools = [Pool(by_count[largest], full)] if full else []
+    pools = [(by_count[largest], full)] if full else []
     if rest:
         if rest in by_count:
-            pools.append(Pool(by_count[rest], 1))
+            pools.append((by_count[rest], 1))
         else:  # one extra pool of the smallest node that divides the remainder
             small = next(c for c in sorted(by_count) if rest % c == 0) if any(rest % c == 0 for c in by_count) else None
             if small is None:
-                raise BurstError(f"{gpus} {accelerator} cannot be laid out on {provider} nodes of {', '.join(map(str, sorted(by_count)))} GPUs")
-            pools.append(Pool(by_count[small], rest // small))
-    return Layout(provider, region, accelerator, tuple(pools))
+                raise BurstError(f"{gpus} {accelerator} cannot be laid out on {provider} nodes of {', '.join(map(str, sorted(by_count)))} GPUs"
+                                 + (f" on demand ({', '.join(spot_only)} are spot only; ask for a multiple of {largest} or use --preemptible)"
+                                    if spot_only else ""))
+            pools.append((by_count[small], rest // small))
+    if max_gpus_per_zone is None:
+        max_gpus_per_zone = facts.load(provider).max_gpus_per_zone
+    return Layout(provider, region, accelerator, spread(pools, gpus, max_gpus_per_zone))
+
+
+def _zones(offer: Offer) -> tuple[str, ...]:
+    return offer.zones or (offer.zone,)
+
+
+def spread(pools: list[tuple[Offer, int]], gpus: int, max_gpus_per_zone: Optional[int]) -> tuple[Pool, ...]:
+    """Place pools in zones: all in the first zone that offers them, or, above the per-zone limit,
+    the nodes of each shape dealt over as few zones as the limit needs (one pool per zone)."""
+    zones = _zones(pools[0][0])
+    wanted = 1 if not max_gpus_per_zone or gpus <= max_gpus_per_zone else min(len(zones), math.ceil(gpus / max_gpus_per_zone))
+    use = zones[:wanted]
+    load = dict.fromkeys(use, 0)  # GPUs placed per zone
+    out: list[Pool] = []
+    for offer, nodes in pools:
+        share = dict.fromkeys(use, 0)
+        for _ in range(nodes):  # each node to the zone holding the fewest GPUs so far
+            zone = min(use, key=lambda z: (load[z], use.index(z)))
+            share[zone] += 1
+            load[zone] += offer.accelerator_count
+        out.extend(Pool(offer, n, zone) for zone, n in share.items() if n)
+    return tuple(out)

@@ -154,20 +154,17 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
         shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)
     for (prov, reg, acc), group in sorted(shapes.items()):
         tpu = group[0].is_tpu
-        if tpu:
-            if group[0].accelerator_count > policy.max_gpus:
-                skip("over max_gpus")
-                continue
-            layouts = [resolve(group, prov, acc, region=reg)]
-        else:
+        if tpu and group[0].accelerator_count > policy.max_gpus:
+            skip("over max_gpus")
+            continue
+        for spot in spot_choices:  # spot and on-demand may differ in shapes (some are sold as spot only)
             layouts = []
-            for n in _gpu_counts(policy.max_gpus, gpus):
+            for n in [None] if tpu else _gpu_counts(policy.max_gpus, gpus):
                 try:
-                    layouts.append(resolve(group, prov, acc, n, region=reg))
+                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot))
                 except BurstError:
                     skip("no node shape for the count")
-        for lay in layouts:
-            for spot in spot_choices:
+            for lay in layouts:
                 if spot and not lay.has_spot:
                     skip("no spot offer")
                     continue
@@ -399,8 +396,10 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
                          estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
     if accelerator is None:
         return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs)
-    lay = resolve(offers, provider, accelerator, gpus, region=region)
+    lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=preemptible)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
+    if not spot and not lay.has_on_demand:
+        lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=False)
     if spot and not lay.has_spot:
         raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
     problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)

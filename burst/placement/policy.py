@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import targets
 from ..errors import BurstError
-from ..userfile import compose_yaml, read_text
+from ..userfile import compose_yaml, key_lines, read_text
 
 DATA_SITES = ("onprem", "local")  # where data lives outside any cloud: the site, or this machine
 Provider = Literal[targets.PROVIDERS]  # type: ignore[valid-type]  # the registry's names, in the JSON Schema too
@@ -165,20 +165,6 @@ def _deadline_hours(value, now: datetime) -> float:
 # ---------------------------------------------------------------------- loading with line numbers
 
 
-def _lines(node, path=()) -> dict:
-    """Map every key path of a composed YAML document to its 1-based line."""
-    lines = {path: node.start_mark.line + 1}
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = path + (key.value,)
-            lines[sub] = key.start_mark.line + 1
-            lines.update({k: v for k, v in _lines(value, sub).items() if k != sub})
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            lines.update(_lines(item, path + (i,)))
-    return lines
-
-
 def parse(text: str, source: str = "<policy>") -> Policy:
     """Validate a policy document; errors are one line: ``file:line: field: what is wrong``."""
     node, raw = compose_yaml(text, source)
@@ -187,7 +173,7 @@ def parse(text: str, source: str = "<policy>") -> Policy:
                          f"(fields: {', '.join(Policy.model_fields)}; examples in policies/)")
     if not isinstance(raw, dict):
         raise BurstError(f"{source}:1: a policy is a mapping of fields (objective, deadline, budget_usd, ...)")
-    lines = _lines(node) if node is not None else {}
+    lines = key_lines(node) if node is not None else {}
     try:
         return Policy.model_validate(raw)
     except ValidationError as exc:

@@ -8,7 +8,7 @@ from burst.errors import BurstError
 REQUIRED = {
     "gcp": ["T4", "L4", "V100", "A100-40GB", "A100-80GB", "H100"],
     "gcp-tpu": ["tpu-v2-8", "tpu-v3-8", "tpu-v4-8", "tpu-v5litepod-8", "tpu-v5p-8", "tpu-v6e-8"],
-    "azure": ["T4", "V100", "A100-80GB", "H100"],
+    "azure": ["T4", "A100-80GB", "H100"],  # Azure's V100 sizes (NCv3) were retired on 2025-09-30
 }
 EU = ("europe-", "westeurope", "northeurope")
 US = ("us-", "eastus", "westus")
@@ -67,6 +67,11 @@ GOOD = "gcp,us-central1,us-central1-a,n1-standard-8,V100,1,8,30,2.86,1.18,node,c
         ("gcp,us-central1,us-central1-a,n1-standard-8,V100,1,8,30,abc,,node,catalog,src,2026-11-22,", "not a number"),
         ("aws,us-east-1,,p3.2xlarge,V100,1,8,61,3.06,,node,catalog,src,2026-11-22,", "not one of"),
         ("gcp,us-central1,us-central1-a,n1-standard-8,V100,1,8,30,2.86,,node,catalog,,2026-11-22,", "source is empty"),
+        # provider facts: a retired size, a zone without the accelerator, a region the facts do not list
+        ("azure,eastus,,Standard_NC6s_v3,V100,1,6,112,3.06,0.39,node,catalog,src,2026-11-22,", "retired on 2025-09-30"),
+        ("gcp,europe-west4,europe-west4-a,a3-highgpu-8g,H100,8,208,1872,87.83,,node,catalog,src,2026-11-22,",
+         "zone europe-west4-a does not offer H100 (zones that do: europe-west4-b, europe-west4-c)"),
+        ("gcp-tpu,us-east1,us-east1-d,tpu-v3-32,tpu-v3-32,16,,,32.0,9.6,tpu-slice,catalog,src,2026-11-22,", "no zone of us-east1 offering tpu-v3-32"),
     ],
 )
 def test_a_bad_row_is_named_by_file_and_line(tmp_path, row, fragment):
@@ -84,3 +89,13 @@ def test_missing_columns_and_missing_file(tmp_path):
         catalog.load(path)
     with pytest.raises(BurstError, match="cannot read catalog"):
         catalog.load(tmp_path / "nope.csv")
+
+
+def test_offers_carry_the_zones_that_offer_them_and_spot_only_shapes(offers):
+    h100 = [o for o in offers if o.accelerator == "H100" and o.provider == "gcp"]
+    assert {o.zones for o in h100 if o.region == "europe-west4"} == {("europe-west4-b", "europe-west4-c")}
+    assert {o.instance_type for o in h100 if not o.on_demand} == {"a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g"}
+    small = next(o for o in h100 if o.instance_type == "a3-highgpu-1g")
+    with pytest.raises(BurstError, match="not sold on demand"):
+        small.price(preemptible=False)
+    assert not [o for o in offers if o.instance_type.startswith("Standard_NC") and o.instance_type.endswith("s_v3")]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from burst.placement import catalog, layout, policy, profile
+from burst.placement import catalog, facts, layout, policy, profile
 from burst.placement import planner as placement
 from burst.errors import BurstError
 
@@ -172,10 +172,28 @@ def test_a_bench_record_replaces_the_profile_default(tmp_path):
 # ---------------------------------------------------------------------- layouts
 
 
-def test_128_v100_is_16_full_nodes():
+def test_128_v100_is_16_full_nodes_spread_over_zones_that_offer_v100():
     lay = layout.resolve(OFFERS, "gcp", "V100", 128, region="us-central1")
-    assert [(p.nodes, p.gpus_per_node) for p in lay.pools] == [(16, 8)]
-    assert lay.hourly_usd(False) == pytest.approx(16 * (8 * 2.48 + 32 * 0.0475), rel=1e-3)
+    # above the 64-GPU per-zone limit of the provider facts: two pools of 8 full nodes, one per zone
+    assert [(p.nodes, p.gpus_per_node, p.zone) for p in lay.pools] == [(8, 8, "us-central1-a"), (8, 8, "us-central1-b")]
+    assert lay.nodes == 16 and lay.hourly_usd(False) == pytest.approx(16 * (8 * 2.48 + 32 * 0.0475), rel=1e-3)
+    assert "in us-central1-a" in lay.describe() and "in us-central1-b" in lay.describe()
+    (single,) = layout.resolve(OFFERS, "gcp", "V100", 128, region="us-central1", max_gpus_per_zone=128).pools
+    assert (single.nodes, single.zone) == (16, "us-central1-a")
+
+
+def test_pools_sit_in_zones_that_offer_the_accelerator():
+    # H100 (a3-highgpu) is offered in europe-west4-b and -c, not in zone a
+    assert layout.resolve(OFFERS, "gcp", "H100", 8, region="europe-west4").zones == ["europe-west4-b"]
+    assert layout.resolve(OFFERS, "gcp-tpu", "v3-32").to_dict()["pools"][0]["zone"] == "europe-west4-a"
+
+
+def test_on_demand_layouts_never_use_spot_only_shapes():
+    spot = layout.resolve(OFFERS, "gcp", "H100", 12, region="us-central1", preemptible=True)
+    assert [p.offer.instance_type for p in spot.pools] == ["a3-highgpu-8g", "a3-highgpu-4g"]
+    assert [p.offer.instance_type for p in layout.resolve(OFFERS, "gcp", "H100", 16, region="us-central1", preemptible=False).pools] == ["a3-highgpu-8g"]
+    with pytest.raises(BurstError, match="a3-highgpu-1g, a3-highgpu-2g, a3-highgpu-4g are spot only"):
+        layout.resolve(OFFERS, "gcp", "H100", 12, region="us-central1", preemptible=False)
 
 
 @given(n=st.integers(1, 300), acc=st.sampled_from(["V100", "A100-40GB", "H100", "L4", "T4"]), prov=st.sampled_from(["gcp", "azure"]))
@@ -189,7 +207,11 @@ def test_layouts_hold_exactly_the_request_in_few_nodes(n, acc, prov):
     assert lay.count == n
     largest = max(o.accelerator_count for o in OFFERS if o.provider == prov and o.accelerator == acc and o.region == lay.region)
     assert lay.pools[0].gpus_per_node == largest or n < largest
-    assert len(lay.pools) <= 2
+    per_zone = {z: [p for p in lay.pools if p.zone == z] for z in {p.zone for p in lay.pools}}  # Azure pools: no zone
+    assert all(len(pools) <= 2 for pools in per_zone.values())
+    limit = facts.load(prov).max_gpus_per_zone
+    assert len(per_zone) == (1 if not limit or n <= limit else min(len(lay.pools[0].offer.zones or [""]), -(-n // limit)))
+    assert all(p.zone in p.offer.zones or not p.offer.zones for p in lay.pools)
     assert all(p.gpus_per_node % lay.gpus_per_worker == 0 for p in lay.pools)
 
 

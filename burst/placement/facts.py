@@ -1,0 +1,160 @@
+"""What each cloud really offers, as data: zones per accelerator, spot-only and retired shapes,
+GPU driver branches, TPU runtime images, quota metrics (``burst/placement/data/facts/*.yaml``).
+
+Prices live in the catalog; these files hold the facts a price list cannot: which zones of a
+region have the accelerator, which shapes are not sold on demand, which sizes were retired, what
+driver and runtime a node needs. Every row names its source and the day it was checked. The
+catalog is checked against them on load, the layout takes its zones from them, and the stacks
+receive driver and runtime choices made here (``infra/`` never reads these files itself).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import BurstError
+from ..userfile import compose_yaml, key_lines, read_text
+
+FACTS_DIR = Path(__file__).with_name("data") / "facts"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str = Field(min_length=3)
+    checked: dt.date
+
+
+class ZoneRow(_Row):
+    accelerator: str
+    region: str
+    zones: tuple[str, ...] = Field(min_length=1)
+
+
+class ShapeRow(_Row):
+    instance_type: str
+
+
+class RetiredRow(_Row):
+    instance_type: str
+    retired_on: dt.date
+    replacement: str
+
+
+class DriverRow(_Row):
+    accelerator: str
+    gke_driver: Literal["DEFAULT", "LATEST"]
+    why: str
+
+
+class QuotaRow(_Row):
+    accelerator: str
+    on_demand: str
+    spot: str
+
+
+class QuotaFamilyRow(_Row):
+    instance_type: str
+    family: str
+    vcpus: int = Field(gt=0)
+
+
+class RuntimeRow(_Row):
+    tensorflow: str
+    generations: tuple[str, ...] = Field(min_length=1)
+    single_host: str
+    multi_host: str
+
+
+class DevicePlugin(_Row):
+    image: str
+
+
+class ProviderFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    provider: str
+    # True: ``zones`` lists every region offering each accelerator (a catalog row elsewhere is
+    # wrong); False: it covers the regions burst ships, and a row elsewhere keeps its own zone.
+    zones_complete: bool = False
+    max_gpus_per_zone: Optional[int] = Field(default=None, gt=0)
+    zones: tuple[ZoneRow, ...] = ()
+    spot_only: tuple[ShapeRow, ...] = ()
+    retired: tuple[RetiredRow, ...] = ()
+    drivers: tuple[DriverRow, ...] = ()
+    quotas: tuple[QuotaRow, ...] = ()
+    quota_families: tuple[QuotaFamilyRow, ...] = ()
+    runtimes: tuple[RuntimeRow, ...] = ()
+    device_plugin: Optional[DevicePlugin] = None
+
+    # ------------------------------------------------------------------ questions the code asks
+
+    def zones_for(self, accelerator: str, region: str) -> Optional[tuple[str, ...]]:
+        """Zones of ``region`` offering ``accelerator``; None when the file does not say."""
+        for row in self.zones:
+            if row.accelerator.lower() == accelerator.lower() and row.region == region:
+                return row.zones
+        return None
+
+    def is_spot_only(self, instance_type: str) -> bool:
+        return any(r.instance_type == instance_type for r in self.spot_only)
+
+    def retirement(self, instance_type: str) -> Optional[RetiredRow]:
+        return next((r for r in self.retired if r.instance_type == instance_type), None)
+
+    def gke_driver(self, accelerator: str) -> str:
+        row = next((r for r in self.drivers if r.accelerator == accelerator), None)
+        return row.gke_driver if row else "DEFAULT"
+
+    def quota_metrics(self, accelerator: str) -> Optional[QuotaRow]:
+        return next((r for r in self.quotas if r.accelerator == accelerator), None)
+
+    def quota_family(self, instance_type: str) -> Optional[QuotaFamilyRow]:
+        return next((r for r in self.quota_families if r.instance_type == instance_type), None)
+
+    def tpu_runtime(self, tensorflow: str, accelerator: str) -> str:
+        """The TPU VM image for TensorFlow ``tensorflow`` on slice ``accelerator`` (``tpu-v3-32``)."""
+        name = accelerator.removeprefix("tpu-")
+        generation, size = name.rsplit("-", 1)
+        multi_host = int(size) > 8  # slices above 8 chips/cores span several hosts
+        for row in self.runtimes:
+            if row.tensorflow == tensorflow and generation in row.generations:
+                return row.multi_host if multi_host else row.single_host
+        known = sorted({r.tensorflow for r in self.runtimes})
+        raise BurstError(f"no TPU runtime image is known for TensorFlow {tensorflow} on {name}; known TensorFlow versions: "
+                         f"{', '.join(known)} (add a row to {FACTS_DIR / (self.provider + '.yaml')})")
+
+
+def parse(text: str, source: str) -> ProviderFacts:
+    node, raw = compose_yaml(text, source)
+    if not isinstance(raw, dict):
+        raise BurstError(f"{source}:1: a facts file is a mapping (provider, zones, ...)")
+    try:
+        return ProviderFacts.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        lines = key_lines(node)
+        loc = tuple(err["loc"])
+        while loc and loc not in lines:
+            loc = loc[:-1]
+        where = ".".join(str(p) for p in err["loc"])
+        raise BurstError(f"{source}:{lines.get(loc, 1)}: {where}: {err['msg']}") from None
+
+
+@lru_cache(maxsize=None)
+def _load(path: str) -> ProviderFacts:
+    return parse(read_text(Path(path), "provider facts"), path)
+
+
+def load(provider: str) -> ProviderFacts:
+    """The facts of ``provider`` (an empty set for a provider without a file: on-prem, local)."""
+    path = FACTS_DIR / f"{provider}.yaml"
+    if not path.exists():
+        return ProviderFacts(provider=provider)
+    facts = _load(str(path))
+    if facts.provider != provider:
+        raise BurstError(f"{path}: says provider {facts.provider!r}, but is the file of {provider!r}")
+    return facts
