@@ -12,6 +12,8 @@ Pass a ``Reporter`` (``burst.targets.base``) to hear about progress; the default
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -72,7 +74,18 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
 
 
 def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-               nodes: Optional[int] = None, partition: Optional[str] = None):
+               nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None):
+    placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
+                             storage=storage, report=report, nodes=nodes, partition=partition)
+    if image is not None:
+        if not targets.get(placement.provider).runs_images:
+            raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
+        placement = dataclasses.replace(placement, image=image)
+    return placement, pol
+
+
+def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
+            nodes: Optional[int] = None, partition: Optional[str] = None):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
@@ -111,7 +124,7 @@ def _lease(pol, hours: Optional[float], wait: bool = False) -> Lease:
 def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
-       nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False,
+       nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
        report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
@@ -122,23 +135,36 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report, nodes=nodes, partition=partition)
+                                region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 
+def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, accelerator: Optional[str] = None,
+          preemptible: Optional[bool] = None, region: Optional[str] = None, report: Reporter = QUIET) -> None:
+    """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create,
+    asked of the provider's APIs (credentials needed); creates nothing. Raises on a shortfall."""
+    placement, _ = _placement(provider, policy, gpus=gpus, cpus=None, accelerator=accelerator, preemptible=preemptible,
+                              region=region, storage=None, report=report)
+    target = targets.get(placement.provider)
+    if not hasattr(target, "preflight"):
+        raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
+    target.check_prerequisites("check a cluster")
+    target.preflight(placement, report)
+
+
 def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
            accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
            hours: Optional[float] = None, cpus: Optional[int] = None, storage: Optional[str] = None,
-           report: Reporter = QUIET) -> dict:
+           image: Optional[str] = None, report: Reporter = QUIET) -> dict:
     """What ``up`` would create, rendered offline (no credentials, no network, nothing recorded)."""
     if name is not None:
         state.check_name(name)
     _lease(None, hours)
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report)
+                                region=region, storage=storage, report=report, image=image)
     target = targets.get(placement.provider)
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 

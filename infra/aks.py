@@ -4,7 +4,10 @@ Its own resource group per burst (deleting it is the backstop for anything left)
 whose only inline pool is the system pool, GPU pools as separate ``AgentPool`` resources (extra
 inline profiles trigger the re-creation bugs in pulumi-azure-native#579/#2719), Spot priority
 when asked with its automatic ``scalesetpriority=spot:NoSchedule`` taint tolerated by the Ray
-workers, and the same KubeRay module as GKE.
+workers, and the same KubeRay module as GKE. AKS installs the NVIDIA driver on GPU nodes but not
+the device plugin: without the plugin's DaemonSet no node advertises ``nvidia.com/gpu`` and
+every Ray worker stays Pending, so the stack deploys it on the GPU pools (tolerating their GPU
+and Spot taints).
 """
 
 from __future__ import annotations
@@ -67,10 +70,39 @@ def program(spec: StackSpec) -> dict:
         string_data={"key": pulumi.Output.secret(keys.keys[0].value)},
         opts=ray.object_opts,
     )
+    plugin = device_plugin(spec, tags, ray.object_opts)
     pulumi.export("kubeconfig", config)
     pulumi.export("ray_namespace", ray.namespace)
     pulumi.export("ray_head_service", ray.head_service)
     pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("resource_group", rg.name)
-    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray, "secret": secret}
+    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray, "secret": secret,
+            "device_plugin": plugin}
+
+
+def device_plugin(spec: StackSpec, tags: dict, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+    """NVIDIA's device plugin on every GPU node: it advertises ``nvidia.com/gpu`` to the scheduler."""
+    if not spec.device_plugin_image:
+        raise ValueError("an AKS GPU stack needs spec.device_plugin_image (the NVIDIA device plugin to deploy)")
+    labels = {"app": "nvidia-device-plugin", **tags}
+    tolerations = [kuberay.GPU_TOLERATION, kuberay.AKS_SPOT_TOLERATION, {"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    pod = {
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": {"burst-role": "gpu"},
+        "tolerations": tolerations,
+        "containers": [{
+            "name": "nvidia-device-plugin", "image": spec.device_plugin_image,
+            "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
+        }],
+        "volumes": [{"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
+    }
+    return k8s.apps.v1.DaemonSet(
+        "nvidia-device-plugin",
+        metadata={"name": "nvidia-device-plugin", "namespace": "kube-system", "labels": labels},
+        spec={"selector": {"matchLabels": {"app": "nvidia-device-plugin"}}, "updateStrategy": {"type": "RollingUpdate"},
+              "template": {"metadata": {"labels": labels}, "spec": pod}},
+        opts=opts,
+    )

@@ -3,8 +3,11 @@
 Zonal cluster (a regional one would triple every pool's node count), default pool removed,
 deletion protection off so ``burst down`` can delete it, workload identity for the Ray pods'
 access to the bucket, one small system pool for the Ray head and the operator, and one GPU pool
-per layout pool: machine type matched to the accelerator, spot when asked, the GPU taint and
-the driver installed by GKE.
+per layout pool, each in the zone the layout gave it (a zone that offers its GPU; a large
+request spans several zones of the region, which makes the cluster multi-zonal): machine type
+matched to the accelerator, spot when asked, the driver branch the caller chose for the GPU
+generation. No explicit GPU taint: GKE puts ``nvidia.com/gpu=present:NoSchedule`` on GPU nodes
+itself and rejects a second taint with that key.
 """
 
 from __future__ import annotations
@@ -52,15 +55,16 @@ users:
 def program(spec: StackSpec) -> dict:
     labels = spec.labels()
     zone = spec.pools[0].zone
+    other_zones = sorted({p.zone for p in spec.pools} - {zone})
     cluster = gcp.container.Cluster(
-        spec.slug, name=spec.slug, project=spec.project, location=zone,
+        spec.slug, name=spec.slug, project=spec.project, location=zone, node_locations=other_zones or None,
         remove_default_node_pool=True, initial_node_count=1, deletion_protection=False,
         release_channel=gcp.container.ClusterReleaseChannelArgs(channel="REGULAR"),
         workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(workload_pool=f"{spec.project}.svc.id.goog"),
         resource_labels=labels, opts=pulumi.ResourceOptions(custom_timeouts=TIMEOUTS),
     )
     system = gcp.container.NodePool(
-        "system", name="system", project=spec.project, cluster=cluster.name, location=zone, node_count=1,
+        "system", name="system", project=spec.project, cluster=cluster.name, location=zone, node_locations=[zone], node_count=1,
         node_config=gcp.container.NodePoolNodeConfigArgs(
             machine_type=SYSTEM_MACHINE, oauth_scopes=SCOPES, labels={"burst-role": "system"}, resource_labels=labels,
             workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")),
@@ -72,15 +76,15 @@ def program(spec: StackSpec) -> dict:
             raise ValueError(f"GKE has no accelerator type for {pool.accelerator}")
         # One GKE operation per cluster at a time: pools are created one after the other.
         previous = gcp.container.NodePool(
-            pool.name, name=pool.name, project=spec.project, cluster=cluster.name, location=zone, node_count=pool.nodes,
+            pool.name, name=pool.name, project=spec.project, cluster=cluster.name, location=zone, node_locations=[pool.zone],
+            node_count=pool.nodes,
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.instance_type, spot=spec.preemptible, oauth_scopes=SCOPES,
                 guest_accelerators=[gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                     type=GKE_ACCELERATORS[pool.accelerator], count=pool.gpus_per_node,
                     gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
-                        gpu_driver_version="LATEST"))],
-                taints=[gcp.container.NodePoolNodeConfigTaintArgs(key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE")],
+                        gpu_driver_version=pool.gpu_driver))],
                 labels={"burst-role": "gpu", "burst-pool": pool.name}, resource_labels=labels,
                 workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")),
             opts=pulumi.ResourceOptions(custom_timeouts=TIMEOUTS, depends_on=[previous]),
@@ -99,8 +103,12 @@ def program(spec: StackSpec) -> dict:
                                      description=" ".join(f"{k}={v}" for k, v in labels.items()))
     gcp.storage.BucketIAMMember("ray-bucket-access", bucket=bucket.name, role="roles/storage.objectAdmin",
                                 member=gsa.email.apply(lambda e: f"serviceAccount:{e}"))
+    # The workload pool exists once the cluster does (a project's first GKE cluster creates it):
+    # the member is taken from the cluster's output, so the binding waits for the cluster.
+    pool_name = cluster.workload_identity_config.apply(lambda c: c["workload_pool"] if isinstance(c, dict) else c.workload_pool)
     gcp.serviceaccount.IAMMember("ray-workload-identity", service_account_id=gsa.name, role="roles/iam.workloadIdentityUser",
-                                 member=f"serviceAccount:{spec.project}.svc.id.goog[{RAY_NAMESPACE}/{KSA}]")
+                                 member=pool_name.apply(lambda p: f"serviceAccount:{p}[{RAY_NAMESPACE}/{KSA}]"),
+                                 opts=pulumi.ResourceOptions(depends_on=[cluster]))
     config = kubeconfig(cluster)
     ray = kuberay.KubeRay(
         "ray", spec, config, cluster, pools,

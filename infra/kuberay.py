@@ -26,7 +26,7 @@ def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, toleratio
         "tolerations": tolerations,
         "nodeSelector": node_selector,
         "containers": [{
-            "name": "ray-worker", "image": f"rayproject/ray:{spec.ray_version}-py311-gpu",
+            "name": "ray-worker", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311-gpu",
             "resources": {"limits": resources, "requests": resources}, "env": env,
         }],
     }
@@ -40,7 +40,7 @@ def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict],
     head_pod = {
         "nodeSelector": system_selector,
         "containers": [{
-            "name": "ray-head", "image": f"rayproject/ray:{spec.ray_version}-py311",
+            "name": "ray-head", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311",
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
             "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
             "env": env,

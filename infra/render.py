@@ -11,6 +11,7 @@ import base64
 from typing import Callable
 
 import pulumi
+from pulumi.runtime.mocks import MockMonitor
 
 SUMMARY_KEYS = ("machineType", "accelerator", "count", "nodeCount", "spot", "preemptible", "location", "zone", "region",
                 "vmSize", "scaleSetPriority", "acceleratorType", "runtimeVersion", "version", "chart")
@@ -63,10 +64,22 @@ def _plain(value):
     return value
 
 
+class RecordingMonitor(MockMonitor):
+    """The mock engine, also noting what each resource waits for: Pulumi sends the URNs of its
+    explicit ``depends_on`` and of every resource whose outputs its inputs use."""
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        for r in self.mocks.resources:
+            if r["name"] == request.name and r["type"] == request.type:
+                r["dependsOn"] = sorted({urn.rsplit("::", 1)[-1] for urn in request.dependencies})
+        return response
+
+
 def render(program: Callable[[], dict], stack: str = "dry-run") -> list[dict]:
-    """Resources the program registers, in registration order."""
+    """Resources the program registers, in registration order, each with the names it depends on."""
     mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="burst", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(mocks, project="burst", stack=stack, preview=False, monitor=RecordingMonitor(mocks))
 
     @pulumi.runtime.test
     def run():

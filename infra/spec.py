@@ -32,6 +32,7 @@ class PoolSpec:
     zone: str
     vcpus: Optional[int] = None
     memory_gib: Optional[float] = None
+    gpu_driver: str = "DEFAULT"  # GKE gpu_driver_version, chosen per GPU generation by the caller
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,10 @@ class StackSpec:
     project: Optional[str] = None  # GCP project
     external_ip: bool = False  # TPU VMs: no external IP unless asked
     tf_version: str = "2.18.0"
+    tpu_runtime: Optional[str] = None  # TPU VM image for tf_version on this slice's generation (caller's facts)
     wheel_path: Optional[str] = None  # the burst wheel the TPU hosts install
+    image: Optional[str] = None  # prebuilt Ray + TensorFlow + burst image for the pods (None: stock Ray image)
+    device_plugin_image: Optional[str] = None  # NVIDIA device plugin, where the provider does not install one
     config: dict = field(default_factory=dict)  # the stack's Pulumi configuration, e.g. {"gcp:region": ...}
     extra: dict = field(default_factory=dict)
 

@@ -4,7 +4,10 @@
 ``TPUStrategy`` on the TPU host. Every host of the slice runs a startup
 script that installs burst from the wheel in the bucket and starts Ray: the head on host 0
 (dashboard on 127.0.0.1 only, reached through an SSH tunnel), the others join it. No external
-IP unless asked: the tunnel goes through Identity-Aware Proxy.
+IP unless asked: the tunnel goes through Identity-Aware Proxy (a firewall rule lets IAP's range
+reach port 22 on the slice's network tag), and the hosts reach the bucket and PyPI through a
+Cloud Router with Cloud NAT of their own (without it the startup script cannot download
+anything, Ray never starts, and `pulumi up` still reports success).
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ import pulumi_gcp as gcp
 from .spec import StackSpec
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes"
+NETWORK = "default"
+IAP_RANGE = "35.235.240.0/20"  # where Identity-Aware Proxy's TCP forwarding connects from
 
 
-def runtime_version(spec: StackSpec, accelerator: str) -> str:
-    """TensorFlow TPU VM runtime (cloud.google.com/tpu/docs/runtimes): tpu-vm-tf-x.y.z[-pod]-pjrt."""
-    if "runtime_version" in spec.extra:
-        return spec.extra["runtime_version"]
-    multi_host = int(accelerator.rsplit("-", 1)[1]) > 8
-    return f"tpu-vm-tf-{spec.tf_version}{'-pod' if multi_host else ''}-pjrt"
+def runtime_version(spec: StackSpec) -> str:
+    """The TPU VM image: chosen by the caller for the TensorFlow version and TPU generation
+    (names differ per generation from TF 2.18 on); there is no safe default to guess."""
+    if not spec.tpu_runtime:
+        raise ValueError("a TPU stack needs spec.tpu_runtime (the TPU VM image for its TensorFlow version and generation)")
+    return spec.tpu_runtime
 
 
 def startup_script(spec: StackSpec, wheel_uri: str) -> str:
@@ -53,17 +58,35 @@ def program(spec: StackSpec) -> dict:
                                      source=pulumi.FileAsset(spec.wheel_path) if spec.wheel_path else pulumi.StringAsset(""),
                                      metadata=labels)
     wheel_uri = pulumi.Output.concat("gs://", bucket.name, "/", wheel.name)
+    network: list = []
+    if not spec.external_ip:
+        router = gcp.compute.Router("nat-router", name=f"{spec.slug}-router", project=spec.project, region=spec.region,
+                                    network=NETWORK, description=_describe(labels))
+        network.append(router)
+        network.append(gcp.compute.RouterNat(
+            "nat", name=f"{spec.slug}-nat", project=spec.project, region=spec.region, router=router.name,
+            nat_ip_allocate_option="AUTO_ONLY", source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES"))
+        network.append(gcp.compute.Firewall(
+            "iap-ssh", name=f"{spec.slug}-iap-ssh", project=spec.project, network=NETWORK, direction="INGRESS",
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])], source_ranges=[IAP_RANGE],
+            target_tags=[spec.slug], description=_describe(labels)))
     tpu = gcp.tpu.V2Vm(
-        "tpu", name=spec.slug, project=spec.project, zone=pool.zone,
-        accelerator_type=accelerator, runtime_version=runtime_version(spec, accelerator),
+        "tpu", name=spec.slug, project=spec.project, zone=pool.zone, tags=[spec.slug],
+        accelerator_type=accelerator, runtime_version=runtime_version(spec),
         scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=True) if spec.preemptible else None,
         network_config=gcp.tpu.V2VmNetworkConfigArgs(network="default", enable_external_ips=spec.external_ip),
         labels=labels, metadata={"startup-script": wheel_uri.apply(lambda uri: startup_script(spec, uri))},
-        opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m")),
+        # the hosts download at boot: the NAT must exist before they start
+        opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m"), depends_on=network),
     )
     hosts = tpu.network_endpoints.apply(lambda eps: [e.ip_address for e in eps])
     pulumi.export("tpu_name", tpu.name)
     pulumi.export("zone", pool.zone)
     pulumi.export("tpu_hosts", hosts)
     pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
-    return {"tpu": tpu, "bucket": bucket, "wheel": wheel}
+    return {"tpu": tpu, "bucket": bucket, "wheel": wheel, "network": network}
+
+
+def _describe(labels: dict) -> str:
+    """Routers and firewall rules take no labels: the lease goes in the description."""
+    return " ".join(f"{k}={v}" for k, v in labels.items())

@@ -36,6 +36,8 @@ def up(
     partition: Annotated[Optional[str], typer.Option(help="slurm: the partition (default: the policy's, else the cluster's default)")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="slurm: wait for a queued allocation to start")] = False,
     storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
+    image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run, built from docker/Dockerfile (default: stock Ray image, packages installed at every job start)")] = None,
+    check: Annotated[bool, typer.Option("--check", help="cloud: only run the pre-flight (quota, zone, runtime) against the provider's APIs; create nothing")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
 ) -> None:
@@ -43,9 +45,13 @@ def up(
     from .. import api
 
     flags = dict(policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                 hours=hours, storage=storage, report=ConsoleReporter())
+                 hours=hours, storage=storage, image=image, report=ConsoleReporter())
     if dry_run:
         _print_dry_run(api.render(provider, name, **flags), as_json)
+        return
+    if check:
+        api.check(provider, policy=policy_file, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
+                  report=flags["report"])
         return
     result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, **flags)
     handle = result.handle

@@ -303,6 +303,7 @@ class Placement:
     site: Optional[OnPrem] = None       # on-prem: the policy's description of the site
     estimate: Optional[est_mod.Estimate] = None
     notes: tuple[str, ...] = ()         # what the user should know (a pinned choice the plan would not make)
+    image: Optional[str] = None         # cloud: a prebuilt runtime image the nodes run (None: stock Ray image)
 
     def describe(self) -> str:
         e = self.estimate

@@ -109,6 +109,7 @@ class Target(ABC):
     renders_offline: ClassVar[bool] = False  # `up --dry-run` can show what it would create
     reads_local_paths: ClassVar[bool] = True  # the job's nodes can read this machine's files
     takes_storage: ClassVar[bool] = False   # `up --storage` chooses where results go
+    runs_images: ClassVar[bool] = False     # `up --image` chooses the container image its nodes run
 
     # ------------------------------------------------------------------ lifecycle
 

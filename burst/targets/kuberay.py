@@ -1,8 +1,10 @@
 """Cloud Kubernetes targets: a managed cluster with GPU node pools running KubeRay.
 
-``gcp`` is GKE and ``azure`` is AKS; both run the stock Ray image in pods, so a job ships burst's
-source and the workload's packages in its runtime env, and its head is reached with
-``kubectl port-forward`` (the head's service is ClusterIP only).
+``gcp`` is GKE and ``azure`` is AKS. Given ``--image`` (built from ``docker/Dockerfile``: Ray's GPU
+image, pinned TensorFlow, burst's wheel) the pods run it and a job needs nothing installed at
+start; without one they run the stock Ray image, and every job pip-installs TensorFlow and ships
+burst's source in its runtime env on every node (minutes per start, and the network from every
+node). The head is reached with ``kubectl port-forward`` (its service is ClusterIP only).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotli
 
 class KubeRayTarget(PulumiTarget):
     head_hint = "see `kubectl get pods -n burst`"
+    runs_images = True
 
     def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
         """One Ray Train worker per GPU group of a node (a whole node when the pools are uniform)."""
@@ -29,6 +32,8 @@ class KubeRayTarget(PulumiTarget):
         return JobResources(workers=int(handle.layout["count"]) // per_worker, gpus_per_worker=per_worker, cpus_per_worker=1)
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        if handle.outputs.get("image"):  # burst, TensorFlow and the workload are in the image
+            return JobRuntime(python="python")
         return JobRuntime(python="python", runtime_env={
             "working_dir": str(SOURCE_ROOT), "pip": list(CLUSTER_PACKAGES),
             "excludes": [".git", ".venv", "burst-runs", "tests", "*.h5", "*.tfrecord"]})
@@ -50,6 +55,11 @@ class GkeTarget(KubeRayTarget, GoogleCloudStack):
 
         return lambda: gke.program(spec)
 
+    def preflight_problems(self, lay, preemptible: bool) -> list[str]:
+        from . import preflight
+
+        return preflight.gke_problems(self.preflight_session(), self.project() or "", lay, preemptible)
+
     def missing_tools(self) -> list[str]:
         return missing_tools(
             ("kubectl", "gke-gcloud-auth-plugin"), "to reach the Ray head on GKE: `gcloud components install kubectl gke-gcloud-auth-plugin`")
@@ -66,6 +76,12 @@ class AksTarget(KubeRayTarget):
 
     def stack_config(self, spec_fields: dict) -> dict[str, str]:
         return {"azure-native:location": spec_fields["region"]}
+
+    def preflight_problems(self, lay, preemptible: bool) -> list[str]:
+        from . import preflight
+
+        subscription = preflight.azure_subscription()  # before any token is asked for
+        return preflight.aks_problems(preflight.azure_session(), subscription, lay, preemptible)
 
     def missing_access(self) -> list[str]:
         problems = []

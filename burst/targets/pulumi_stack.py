@@ -102,6 +102,16 @@ class PulumiTarget(Target):
     def project(self) -> Optional[str]:
         return None
 
+    @abstractmethod
+    def preflight_problems(self, lay: "Layout", preemptible: bool) -> list[str]:
+        """Shortfalls the provider's APIs report for this layout (quota, zone, image), one line each."""
+
+    def preflight(self, placement: "Placement", report: Reporter = QUIET) -> None:
+        """Ask the provider before anything is created; one error listing every shortfall."""
+        from . import preflight
+
+        preflight.run(lambda: self.preflight_problems(placement.layout, placement.preemptible), self.provider, report.say)
+
     def wheel(self) -> Optional[str]:
         """A burst wheel the nodes install at boot (None: the nodes get burst another way)."""
         return None
@@ -109,20 +119,26 @@ class PulumiTarget(Target):
     # ------------------------------------------------------------------ spec and rendering
 
     def build_spec(self, name: str, lay: "Layout", preemptible: bool, hours: float, lease_id: Optional[str] = None,
-                   project: Optional[str] = None, wheel_path: Optional[str] = None):
+                   project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None):
         import uuid
 
         from infra.spec import PoolSpec, StackSpec, safe_name
 
+        from ..placement import facts
+
+        known = facts.load(self.provider)
         pools = []
         for i, pool in enumerate(lay.pools):
             o = pool.offer
             pools.append(PoolSpec(name="tpu" if o.is_tpu else f"gpu{i}-{safe_name(o.accelerator, 12)}", instance_type=o.instance_type,
-                                  accelerator=o.accelerator, gpus_per_node=o.accelerator_count, nodes=pool.nodes, zone=o.zone,
-                                  vcpus=o.vcpus, memory_gib=o.memory_gib))
+                                  accelerator=o.accelerator, gpus_per_node=o.accelerator_count, nodes=pool.nodes, zone=pool.zone,
+                                  vcpus=o.vcpus, memory_gib=o.memory_gib, gpu_driver=known.gke_driver(o.accelerator)))
         fields = dict(provider=self.provider, cluster=name, lease_id=lease_id or uuid.uuid4().hex[:12],
                       expires=int(time.time() + hours * 3600), region=lay.region, pools=tuple(pools), preemptible=preemptible,
-                      ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path)
+                      ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path,
+                      image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None)
+        if lay.is_tpu:
+            fields["tpu_runtime"] = known.tpu_runtime(StackSpec.__dataclass_fields__["tf_version"].default, lay.accelerator)
         return StackSpec(**fields, config=self.stack_config(fields))
 
     def rendering(self, spec, lay: "Layout") -> dict:
@@ -132,13 +148,15 @@ class PulumiTarget(Target):
         return {
             "provider": spec.provider, "stack": spec.stack_name, "region": spec.region, "preemptible": spec.preemptible,
             "lease_id": spec.lease_id, "expires": spec.expires, "labels": spec.labels(), "layout": lay.to_dict(),
-            "hourly_usd": round(lay.hourly_usd(spec.preemptible), 4),
-            "resources": [{"type": r["type"], "name": r["name"], "inputs": _mask(r["inputs"]), "summary": render.summary(r)} for r in resources],
+            "hourly_usd": round(lay.hourly_usd(spec.preemptible), 4), "image": spec.image,
+            "resources": [{"type": r["type"], "name": r["name"], "inputs": _mask(r["inputs"]), "summary": render.summary(r),
+                           "dependsOn": r.get("dependsOn", [])} for r in resources],
         }
 
     def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
         """The resources the stack would create, rendered offline under Pulumi's mocks."""
-        spec = self.build_spec(name, placement.layout, placement.preemptible, lease.hours or DEFAULT_LEASE_HOURS, lease_id="dryrun000000")
+        spec = self.build_spec(name, placement.layout, placement.preemptible, lease.hours or DEFAULT_LEASE_HOURS, lease_id="dryrun000000",
+                               image=placement.image)
         return self.rendering(spec, placement.layout)
 
     # ------------------------------------------------------------------ checks before Pulumi
@@ -173,14 +191,15 @@ class PulumiTarget(Target):
                 if existing.state == "running":
                     return existing, False
                 raise BurstError(f"cluster {name!r} is recorded in state {existing.state}; run `burst down {name}` first")
+        self.preflight(placement, report)
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
                    f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
-        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=self.wheel())
+        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=self.wheel(), image=placement.image)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
                                storage_uri="", layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
                                preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name,
-                               outputs={"project": spec.project, "zone": spec.pools[0].zone})
+                               outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
         with state.locked():
             state.save(handle)  # before Pulumi runs: `burst down` can always find and destroy the stack
         # No end for the bar: counting resources would mean rendering under the mock runtime, which
@@ -259,6 +278,11 @@ class PulumiTarget(Target):
 
 class GoogleCloudStack(PulumiTarget):
     """What every Google Cloud target shares: the project, the stack's config, the credentials."""
+
+    def preflight_session(self):
+        from . import preflight
+
+        return preflight.google_session()
 
     vendor = "gcp"
 

@@ -29,6 +29,15 @@ class TpuVmTarget(GoogleCloudStack):
 
         return lambda: tpu.program(spec)
 
+    def preflight_problems(self, lay, preemptible: bool) -> list[str]:
+        from infra.spec import StackSpec
+
+        from ..placement import facts
+        from . import preflight
+
+        runtime = facts.load(self.provider).tpu_runtime(StackSpec.__dataclass_fields__["tf_version"].default, lay.accelerator)
+        return preflight.tpu_problems(self.preflight_session(), self.project() or "", lay, runtime)
+
     def missing_tools(self) -> list[str]:
         return missing_tools(("gcloud",), "to tunnel to the TPU VM: install the Google Cloud CLI")
 

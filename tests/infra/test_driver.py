@@ -22,7 +22,9 @@ from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
 from burst.state import ClusterHandle
 from burst.targets.base import Lease
+from burst.targets import preflight
 from infra.driver import BurstPulumiCommand, StackDriver
+from tests import cloud_api
 
 URN = "urn:pulumi:t::burst::gcp:container/cluster:Cluster::burst-t"
 
@@ -89,6 +91,8 @@ def home(tmp_path, monkeypatch):
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     for provider in targets.names_of_kind("cloud"):  # CLI and credentials: tested below
         monkeypatch.setattr(targets.get(provider), "missing_prerequisites", lambda: [])
+    monkeypatch.setattr(preflight, "google_session", lambda: cloud_api.session()[0])  # the pre-flight: tests/burst/test_preflight.py
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     return tmp_path
 
 
@@ -234,7 +238,8 @@ def test_missing_cli_and_credentials_are_named_with_the_fix(tmp_path, provider, 
 
     root = Path(__file__).resolve().parents[2]
     clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BURST_HOME": str(tmp_path / "b"), **env}
-    args = ["--provider", provider, "--gpus", "8", "--accelerator", "V100", "--region", "us-central1" if provider == "gcp" else "eastus"]
+    args = ["--provider", provider, "--gpus", "8", "--accelerator", "V100" if provider == "gcp" else "A100-80GB",
+            "--region", "us-central1" if provider == "gcp" else "eastus"]
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", *args], capture_output=True, text=True, env=clean, cwd=root, timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from burst.placement import catalog, layout
+from burst.placement import catalog, facts, layout
 from burst import targets
 
 OFFERS = catalog.load()
 ROOT = Path(__file__).resolve().parents[2]
-UNLABELLED = {"gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember"}  # bindings take no labels
+UNLABELLED = {"gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember",  # bindings take no labels
+              "gcp:compute/routerNat:RouterNat"}  # a NAT is part of its router (which carries the lease)
 
 
 def catalog_price(provider, region, instance_type, accelerator, count, spot) -> float:
@@ -27,10 +28,10 @@ def catalog_price(provider, region, instance_type, accelerator, count, spot) -> 
     return float(row["price_spot" if spot else "price_od"])
 
 
-def render(provider, accelerator, gpus, preemptible, region=None):
-    lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region)
+def render(provider, accelerator, gpus, preemptible, region=None, image=None):
+    lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region, preemptible=preemptible)
     target = targets.get(provider)
-    spec = target.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj")
+    spec = target.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj", image=image)
     result = target.rendering(spec, lay)
     return lay, spec, result["resources"], result
 
@@ -45,8 +46,8 @@ def lease_labels(r) -> dict:
                    (i.get("nodeConfig") or {}).get("resourceLabels"), (i.get("values") or {}).get("labels"), i.get("metadata")):
         if isinstance(holder, dict) and "burst-lease" in holder:
             return holder
-    if r["type"] == "gcp:serviceaccount/account:Account":  # service accounts take no labels
-        return dict(kv.split("=") for kv in i["description"].split())
+    if r["type"] in ("gcp:serviceaccount/account:Account", "gcp:compute/router:Router", "gcp:compute/firewall:Firewall"):
+        return dict(kv.split("=") for kv in i["description"].split())  # these take no labels: the lease is in the description
     return {}
 
 
@@ -65,12 +66,12 @@ def ray_groups(resources):
 
 
 @pytest.mark.parametrize("accelerator, gpus, preemptible, expect", [
-    ("V100", 128, True, [("n1-standard-32", "nvidia-tesla-v100", 8, 16)]),
-    ("V100", 12, False, [("n1-standard-32", "nvidia-tesla-v100", 8, 1), ("n1-standard-32", "nvidia-tesla-v100", 4, 1)]),
-    ("A100-40GB", 16, True, [("a2-highgpu-8g", "nvidia-tesla-a100", 8, 2)]),
-    ("H100", 8, False, [("a3-highgpu-8g", "nvidia-h100-80gb", 8, 1)]),
-    ("L4", 2, True, [("g2-standard-24", "nvidia-l4", 2, 1)]),
-    ("T4", 4, True, [("n1-standard-32", "nvidia-tesla-t4", 4, 1)]),
+    ("V100", 128, True, [("n1-standard-32", "nvidia-tesla-v100", 8, 8, "us-central1-a"), ("n1-standard-32", "nvidia-tesla-v100", 8, 8, "us-central1-b")]),
+    ("V100", 12, False, [("n1-standard-32", "nvidia-tesla-v100", 8, 1, "us-central1-a"), ("n1-standard-32", "nvidia-tesla-v100", 4, 1, "us-central1-a")]),
+    ("A100-40GB", 16, True, [("a2-highgpu-8g", "nvidia-tesla-a100", 8, 2, "us-central1-a")]),
+    ("H100", 8, False, [("a3-highgpu-8g", "nvidia-h100-80gb", 8, 1, "us-central1-a")]),
+    ("L4", 2, True, [("g2-standard-24", "nvidia-l4", 2, 1, "us-central1-a")]),
+    ("T4", 4, True, [("n1-standard-32", "nvidia-tesla-t4", 4, 1, "us-central1-a")]),
 ])
 def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, expect):
     lay, spec, resources, result = render("gcp", accelerator, gpus, preemptible, region="us-central1")
@@ -79,20 +80,21 @@ def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, ex
     assert cluster["inputs"]["removeDefaultNodePool"] is True
     assert cluster["inputs"]["workloadIdentityConfig"]["workloadPool"] == "proj.svc.id.goog"
     assert cluster["inputs"]["location"] == "us-central1-a"  # zonal: node counts are per zone
+    extra_zones = sorted({z for *_, z in expect} - {"us-central1-a"})
+    assert cluster["inputs"].get("nodeLocations") == (extra_zones or None)  # a spread layout makes it multi-zonal
     pools = sorted((p for p in of_type(resources, "nodePool:NodePool") if p["name"] != "system"), key=lambda p: p["name"])
     got = []
     for p in pools:
         nc = p["inputs"]["nodeConfig"]
         acc = nc["guestAccelerators"][0]
-        got.append((nc["machineType"], acc["type"], acc["count"], p["inputs"]["nodeCount"]))
+        (zone,) = p["inputs"]["nodeLocations"]
+        got.append((nc["machineType"], acc["type"], acc["count"], p["inputs"]["nodeCount"], zone))
         assert nc.get("spot", False) is preemptible and "preemptible" not in nc
-        assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in nc["taints"]
-        assert acc["gpuDriverInstallationConfig"]["gpuDriverVersion"] == "LATEST"
     assert got == expect
     spec_rc = ray_groups(resources)
     assert spec_rc["headGroupSpec"]["serviceType"] == "ClusterIP"
     groups = spec_rc["workerGroupSpecs"]
-    assert [(g["replicas"], g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for g in groups] == [(n, c) for *_, c, n in expect]
+    assert [(g["replicas"], g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for g in groups] == [(n, c) for *_, c, n, _ in expect]
     for g, p in zip(groups, pools):
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in g["template"]["spec"]["tolerations"]
         assert g["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": p["name"]}
@@ -102,12 +104,12 @@ def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, ex
     assert_every_resource_is_labelled(resources, spec)
     # The price comes from the catalog's own rows for the pools the stack creates (read here with
     # the csv module, not through the code that priced the layout), plus nothing else.
-    expected = sum(nodes * catalog_price("gcp", "us-central1", machine, accelerator, count, preemptible) for machine, _, count, nodes in expect)
+    expected = sum(nodes * catalog_price("gcp", "us-central1", machine, accelerator, count, preemptible) for machine, _, count, nodes, _ in expect)
     assert result["hourly_usd"] == pytest.approx(expected, abs=1e-3)
 
 
 @pytest.mark.parametrize("accelerator, gpus, preemptible, expect", [
-    ("V100", 6, True, [("Standard_NC24s_v3", 1), ("Standard_NC12s_v3", 1)]),
+    ("T4", 5, True, [("Standard_NC64as_T4_v3", 1), ("Standard_NC4as_T4_v3", 1)]),
     ("A100-80GB", 16, False, [("Standard_ND96amsr_A100_v4", 2)]),
     ("T4", 1, True, [("Standard_NC4as_T4_v3", 1)]),
 ])
@@ -133,7 +135,9 @@ def test_aks_agent_pools_spot_taints_and_tags(accelerator, gpus, preemptible, ex
 
 
 @pytest.mark.parametrize("accelerator, preemptible, runtime", [
-    ("v3-8", True, "tpu-vm-tf-2.18.0-pjrt"), ("v5litepod-8", False, "tpu-vm-tf-2.18.0-pjrt"), ("v3-32", True, "tpu-vm-tf-2.18.0-pod-pjrt"),
+    # from TF 2.18 the runtime image is per TPU generation group: the names Google publishes
+    ("v3-8", True, "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"), ("v5litepod-8", False, "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"),
+    ("v3-32", True, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"),
 ])
 def test_tpu_vm_slice(accelerator, preemptible, runtime):
     lay, spec, resources, _ = render("gcp-tpu", accelerator, None, preemptible)
@@ -188,5 +192,9 @@ def test_dry_run_cli_json_for_every_provider(tmp_path):
     gcp = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "gcp", "--gpus", "128", "--accelerator", "V100",
                                      "--preemptible", "--region", "us-central1", "--dry-run", "--json"], capture_output=True, text=True,
                                     env=env, cwd=ROOT, timeout=120).stdout)
-    assert gcp["layout"]["pools"] == [{"instance_type": "n1-standard-32", "accelerator": "V100", "gpus_per_node": 8, "nodes": 16, "zone": "us-central1-a"}]
+    # 128 GPUs are above the 64-per-zone limit: two pools in two zones that offer V100 (provider facts)
+    assert gcp["layout"]["pools"] == [{"instance_type": "n1-standard-32", "accelerator": "V100", "gpus_per_node": 8, "nodes": 8, "zone": z}
+                                      for z in ("us-central1-a", "us-central1-b")]
+    v100_zones = facts.load("gcp").zones_for("V100", "us-central1")
+    assert gcp["layout"]["zones"] and set(gcp["layout"]["zones"]) <= set(v100_zones)
     assert gcp["hourly_usd"] == pytest.approx(16 * (8 * 1.0885 + 32 * 0.0963 / 8), rel=1e-3)

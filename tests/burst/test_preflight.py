@@ -1,0 +1,154 @@
+"""The cloud pre-flight: quotas, zones and runtime images asked of the providers before anything
+is created, against the providers' HTTP APIs answered from files (``tests/cloud_api.py``)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burst import state, targets
+from burst.errors import BurstError
+from burst.placement import catalog, layout, planner, policy, profile
+from burst.targets import preflight
+from burst.targets.base import Lease
+from tests import cloud_api
+from tests.infra.test_driver import RecordingPulumi, pulumi_command
+
+OFFERS = catalog.load()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def recorded(overrides=None):
+    return cloud_api.session(overrides)
+
+
+def lay(provider, accelerator, gpus, region=None, preemptible=True):
+    return layout.resolve(OFFERS, provider, accelerator, gpus, region=region, preemptible=preemptible)
+
+
+def test_gke_quota_shortfalls_are_one_line_each_with_need_limit_and_where_to_raise_them():
+    session, api = recorded()
+    problems = preflight.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
+    assert problems == [
+        "quota PREEMPTIBLE_NVIDIA_V100_GPUS in us-central1: the layout needs 128, the limit is 16 with 0 in use; "
+        "raise it at https://console.cloud.google.com/iam-admin/quotas?project=proj",
+        # Spot N1 VMs count against CPUS when the project has no PREEMPTIBLE_CPUS quota
+        "quota CPUS in us-central1: the layout needs 512, the limit is 96 with 0 in use; "
+        "raise it at https://console.cloud.google.com/iam-admin/quotas?project=proj",
+        "quota GPUS_ALL_REGIONS in all regions: the layout needs 128, the limit is 32 with 4 in use; "
+        "raise it at https://console.cloud.google.com/iam-admin/quotas?project=proj",
+    ]
+    # both zones of the spread layout were asked for their accelerator list
+    assert sum("/zones/us-central1-a/acceleratorTypes" in u for u in api.asked) == 1
+    assert sum("/zones/us-central1-b/acceleratorTypes" in u for u in api.asked) == 1
+
+
+def test_gke_layout_within_quota_passes_and_on_demand_reads_the_on_demand_metric():
+    session, _ = recorded()
+    assert preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), preemptible=True) == []
+    (line,) = preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1", preemptible=False), preemptible=False)
+    assert line.startswith("quota NVIDIA_V100_GPUS in us-central1: the layout needs 8, the limit is 0")
+
+
+def test_a_zone_that_does_not_offer_the_accelerator_is_named():
+    zone_b = json.loads((cloud_api.FILES / "gcp-zone-us-central1-b-acceleratorTypes.json").read_text())
+    zone_b["items"] = [i for i in zone_b["items"] if i["name"] != "nvidia-tesla-v100"]
+    session, _ = recorded({"gcp-zone-us-central1-b-acceleratorTypes": zone_b})
+    problems = preflight.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
+    assert problems[0].startswith("zone us-central1-b does not offer nvidia-tesla-v100 (it offers: nvidia-h100-80gb, nvidia-l4")
+
+
+def test_tpu_slice_and_runtime_image_are_checked_in_the_zone():
+    session, _ = recorded()
+    v3 = lay("gcp-tpu", "v3-32", None)
+    assert preflight.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below") == []
+    (line,) = preflight.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt")
+    assert line.startswith("TPU runtime tpu-vm-tf-2.18.0-pod-pjrt is not offered in europe-west4-a (TensorFlow runtimes there:")
+    missing = {"acceleratorTypes": [{"type": "v2-8"}]}
+    (line,) = preflight.tpu_problems(recorded({"tpu-europe-west4-a-acceleratorTypes": missing})[0], "proj", v3,
+                                     "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below")
+    assert line == "zone europe-west4-a does not offer TPU v3-32 (it offers: v2-8)"
+
+
+def test_aks_size_restrictions_and_vcpu_family_quota():
+    session, api = recorded()
+    problems = preflight.aks_problems(session, "sub-1", lay("azure", "A100-80GB", 16, "eastus", preemptible=False), preemptible=False)
+    assert problems == [
+        "Standard_ND96amsr_A100_v4 is restricted for this subscription in eastus; request access at "
+        "https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas",
+        "quota standardNDAMSv4_A100Family (vCPUs) in eastus: the layout needs 192, the limit is 0 with 0 in use; "
+        "raise it at https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas",
+    ]
+    assert any("$filter=location" in u or "%24filter=location" in u for u in api.asked)
+    # Spot draws from lowPriorityCores (100 here): 4 T4 on one NC64as = 64 vCPUs fit
+    assert preflight.aks_problems(session, "sub-1", lay("azure", "T4", 4, "eastus"), preemptible=True) == []
+
+
+def test_an_api_that_refuses_or_is_unreachable_is_one_line():
+    import requests
+
+    class Refuse(requests.adapters.BaseAdapter):
+        def send(self, request, **kwargs):
+            r = requests.Response()
+            r.status_code, r._content, r.request, r.url = 403, b'{"error": "denied"}', request, request.url
+            return r
+
+        def close(self):
+            pass
+
+    session = requests.Session()
+    session.mount("https://", Refuse())
+    with pytest.raises(BurstError, match=r"answered 403 \(not allowed\): the account needs read access"):
+        preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), True)
+    with pytest.raises(BurstError, match="answered 404: the project, subscription or location does not exist"):
+        preflight.gke_problems(recorded()[0], "proj", lay("gcp", "V100", 8, "europe-west4"), True)
+
+
+def test_up_stops_at_the_preflight_before_anything_is_created(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+    monkeypatch.setattr(targets.get("gcp"), "missing_prerequisites", lambda: [])
+    monkeypatch.setattr(preflight, "google_session", lambda: recorded()[0])
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), OFFERS, "gcp", gpus=128, accelerator="V100",
+                            preemptible=True, region="us-central1")
+    fake = RecordingPulumi()
+    with pulumi_command(fake) as gke, pytest.raises(BurstError) as err:
+        gke.up("big", placement, Lease(hours=2))
+    assert str(err.value).startswith("pre-flight for gcp found 3 problems, nothing was created: quota PREEMPTIBLE_NVIDIA_V100_GPUS")
+    assert fake.calls == []  # Pulumi never ran
+    assert state.load(state.ClusterHandle, "big") is None  # nothing recorded
+
+
+def test_check_without_credentials_stops_at_the_credential_boundary(tmp_path):
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BURST_HOME": str(tmp_path / "b")}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "gcp", "--gpus", "128", "--preemptible", "--check"],
+                          capture_output=True, text=True, env=clean, cwd=ROOT, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "cannot check a cluster on gcp" in errors[0] and "gcloud auth application-default login" in errors[0]
+    assert not (tmp_path / "b" / "clusters").exists() or not list((tmp_path / "b" / "clusters").iterdir())
+
+
+def test_google_session_without_credentials_is_one_line(monkeypatch, tmp_path):
+    import google.auth._default
+
+    # the last link of google-auth's chain asks the GCE metadata server (off this machine): not here
+    monkeypatch.setattr(google.auth._default, "_get_gce_credentials", lambda *a, **k: (None, None))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    with pytest.raises(BurstError, match="pre-flight: no Google Cloud credentials .*run `gcloud auth application-default login`"):
+        preflight.google_session()
+
+
+def test_azure_without_a_subscription_is_one_line_before_any_token_is_asked(monkeypatch, tmp_path):
+    monkeypatch.delenv("ARM_SUBSCRIPTION_ID", raising=False)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))
+    monkeypatch.setattr(preflight, "azure_session", lambda: pytest.fail("a token was asked for"))
+    aks = targets.get("azure")
+    with pytest.raises(BurstError, match="no Azure subscription: set ARM_SUBSCRIPTION_ID"):
+        aks.preflight_problems(lay("azure", "T4", 4, "eastus"), True)
+    (tmp_path / "azureProfile.json").write_text(json.dumps({"subscriptions": [{"id": "sub-9", "isDefault": True}]}))
+    assert preflight.azure_subscription() == "sub-9"
