@@ -161,7 +161,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             layouts = []
             for n in [None] if tpu else _gpu_counts(policy.max_gpus, gpus):
                 try:
-                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot))
+                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot, max_gpus_per_zone=policy.max_gpus_per_zone))
                 except BurstError:
                     skip("no node shape for the count")
             for lay in layouts:
@@ -397,10 +397,11 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
                          estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
     if accelerator is None:
         return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs)
-    lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=preemptible)
+    per_zone = policy.max_gpus_per_zone
+    lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=preemptible, max_gpus_per_zone=per_zone)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
     if not spot and not lay.has_on_demand:
-        lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=False)
+        lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=False, max_gpus_per_zone=per_zone)
     if spot and not lay.has_spot:
         raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
     problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)

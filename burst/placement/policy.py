@@ -92,6 +92,7 @@ class Policy(_Strict):
     preemptible: Literal["never", "prefer", "only"] = Field("prefer", description="spot/preemptible capacity: never, prefer it when it wins, or only")
     accelerators: Optional[list[str]] = Field(None, description="allow-list of accelerator patterns, e.g. [V100, A100-*, tpu-v3-*]")
     max_gpus: int = Field(128, gt=0, le=100_000, description="most accelerators one run may hold at once")
+    max_gpus_per_zone: Optional[int] = Field(None, gt=0, le=100_000, description="spread a cloud request above this many GPUs over zones of the region (default: the provider facts', 64 on gcp)")
     tolerance: float = Field(0.05, ge=0, le=1, description="options within this fraction of the best objective value count as equal; the other measure (time or cost) decides")
     epochs: Optional[int] = Field(None, gt=0, le=100_000, description="default: the workload profile's")
     preemption_rate_per_hour: dict[Provider, float] = Field(default_factory=dict, description="expected preemptions per node-hour, per provider (overrides the built-in figures)")

@@ -234,3 +234,12 @@ def test_impossible_requests_are_clear_errors(args, fragment):
 def test_more_gpus_per_node_than_any_machine_holds():
     with pytest.raises(BurstError, match="hold 1, 2, 4, 8 GPUs, not 16"):
         layout.resolve(OFFERS, "gcp", "V100", 32, gpus_per_node=16)
+
+
+def test_the_policy_sets_the_per_zone_limit():
+    pol = policy.parse("providers: [gcp]\nregions: [us-central1]\naccelerators: [V100]\nmax_gpus_per_zone: 32\n")
+    pinned = placement.pin(pol, PROFILE, OFFERS, "gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1")
+    assert pinned.layout.zones == ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]
+    assert [p.nodes for p in pinned.layout.pools] == [4, 4, 4, 4]
+    chosen = placement.plan(pol, PROFILE, OFFERS, provider="gcp", gpus=64).choice
+    assert len(chosen.layout.zones) == 2  # the plan's layouts use the same limit
