@@ -43,6 +43,20 @@ class Layout:
     region: str
     accelerator: str
     pools: tuple[Pool, ...] = field(default_factory=tuple)
+    max_gpus_per_zone: Optional[int] = None  # the spreading limit it was laid out under
+
+    def without_zones(self, avoid: Iterable[str]) -> Optional["Layout"]:
+        """The same nodes laid out again over the zones offering them minus ``avoid`` (a zone out of
+        capacity); None when no zone is left. Prices are regional: cost and time do not change."""
+        avoid = set(avoid)
+        zones = [z for z in self.pools[0].offer.zones if z not in avoid]
+        if not zones:
+            return None
+        nodes: dict[str, list] = {}
+        for p in self.pools:
+            nodes.setdefault(p.offer.instance_type, [p.offer, 0])[1] += p.nodes
+        pools = spread([(o, n) for o, n in nodes.values()], self.count, self.max_gpus_per_zone, zones=tuple(zones))
+        return Layout(self.provider, self.region, self.accelerator, pools, self.max_gpus_per_zone)
 
     @property
     def count(self) -> int:
@@ -174,17 +188,18 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
             pools.append((by_count[small], rest // small))
     if max_gpus_per_zone is None:
         max_gpus_per_zone = facts.load(provider).max_gpus_per_zone
-    return Layout(provider, region, accelerator, spread(pools, gpus, max_gpus_per_zone))
+    return Layout(provider, region, accelerator, spread(pools, gpus, max_gpus_per_zone), max_gpus_per_zone)
 
 
 def _zones(offer: Offer) -> tuple[str, ...]:
     return offer.zones or (offer.zone,)
 
 
-def spread(pools: list[tuple[Offer, int]], gpus: int, max_gpus_per_zone: Optional[int]) -> tuple[Pool, ...]:
+def spread(pools: list[tuple[Offer, int]], gpus: int, max_gpus_per_zone: Optional[int],
+           zones: Optional[tuple[str, ...]] = None) -> tuple[Pool, ...]:
     """Place pools in zones: all in the first zone that offers them, or, above the per-zone limit,
     the nodes of each shape dealt over as few zones as the limit needs (one pool per zone)."""
-    zones = _zones(pools[0][0])
+    zones = zones or _zones(pools[0][0])
     wanted = 1 if not max_gpus_per_zone or gpus <= max_gpus_per_zone else min(len(zones), math.ceil(gpus / max_gpus_per_zone))
     use = zones[:wanted]
     load = dict.fromkeys(use, 0)  # GPUs placed per zone

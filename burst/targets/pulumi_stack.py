@@ -31,6 +31,18 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE_HOURS = 24.0
 SECRET_OUTPUTS = ("kubeconfig",)
+# How the providers word "this zone has no capacity for that machine right now" (GCE, GKE, Cloud
+# TPU, Azure): such a failure is retried in the region's other zones that offer the accelerator.
+STOCKOUT_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "does not have enough resources available",
+                    "no more capacity in the zone", "SkuNotAvailable", "AllocationFailed", "OverconstrainedAllocationRequest")
+
+
+class StockOut(Exception):
+    """A create that failed for want of capacity in ``zones`` (everything it created is destroyed)."""
+
+    def __init__(self, zones: list[str], reason: str):
+        super().__init__(reason)
+        self.zones, self.reason = zones, reason
 
 
 def ray_version() -> str:
@@ -182,7 +194,7 @@ class PulumiTarget(Target):
                                on_output=watcher.on_output if watcher else None, on_event=watcher.on_event if watcher else None)
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
-        lay, preemptible = placement.layout, placement.preemptible
+        lay = placement.layout
         hours = lease.hours or DEFAULT_LEASE_HOURS
         self.check_prerequisites("create a cluster")
         with state.locked():
@@ -192,9 +204,29 @@ class PulumiTarget(Target):
                     return existing, False
                 raise BurstError(f"cluster {name!r} is recorded in state {existing.state}; run `burst down {name}` first")
         self.preflight(placement, report)
+        wheel = self.wheel()
+        tried: set[str] = set()
+        while True:
+            try:
+                return self._create(name, lay, placement, lease, hours, wheel, report), True
+            except StockOut as out:
+                tried |= set(out.zones)
+                moved = lay.without_zones(tried)
+                if moved is None:
+                    raise BurstError(f"creating cluster {name!r} on {self.provider} failed: no capacity for {lay.accelerator} in "
+                                     f"{', '.join(sorted(tried))} ({out.reason}); everything it created was destroyed; try another "
+                                     f"--region or accelerator, or later", exit_code=1) from None
+                report.say(f"{', '.join(out.zones)}: no {lay.accelerator} capacity; trying {', '.join(moved.zones)} "
+                           f"(same nodes at the same regional prices: the plan's time and cost stand)")
+                lay = moved
+
+    def _create(self, name: str, lay: "Layout", placement: "Placement", lease: Lease, hours: float, wheel: Optional[str],
+                report: Reporter) -> ClusterHandle:
+        """One attempt at the stack; a failure destroys what it created (``StockOut`` when for want of capacity)."""
+        preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
                    f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
-        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=self.wheel(), image=placement.image)
+        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
                                storage_uri="", layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
@@ -219,6 +251,8 @@ class PulumiTarget(Target):
                     driver.destroy()
                 with state.locked():
                     state.delete(ClusterHandle, name)
+                if any(marker in str(exc) for marker in STOCKOUT_MARKERS):
+                    raise StockOut([z for z in lay.zones if z in str(exc)] or lay.zones, reason) from None
                 raise BurstError(f"creating cluster {name!r} on {self.provider} failed: {reason}; everything it created was destroyed",
                                  exit_code=1) from None
         handle.state = "running"
@@ -226,7 +260,7 @@ class PulumiTarget(Target):
         handle.outputs.update({k: v for k, v in outputs.items() if k not in SECRET_OUTPUTS})
         with state.locked():
             state.save(handle)
-        return handle, True
+        return handle
 
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
         """Destroy the stack, verify it holds nothing, then forget the handle (kept when anything is left)."""

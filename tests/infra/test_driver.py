@@ -157,6 +157,46 @@ def test_a_failed_up_destroys_what_it_created_and_forgets_the_cluster(home):
     assert state.load(ClusterHandle, "t") is None
 
 
+class StockedOut(RecordingPulumi):
+    """`up` fails for want of capacity in the zones listed in ``full`` (as GKE words it)."""
+
+    def __init__(self, full):
+        super().__init__()
+        self.full = full
+
+    def run(self, args, cwd, additional_env, on_output=None, on_error=None):
+        if args and args[0] == "up":
+            self.calls.append(args)
+            zone = self.spec_zone()
+            if zone in self.full:
+                raise create_command_error(auto.CommandResult("", f"error: googleapi: Error 400: GCE_STOCKOUT: The zone "
+                                                              f"'projects/proj/zones/{zone}' does not have enough resources available "
+                                                              "to fulfill the request.", 255))
+            return auto.CommandResult("", "", 0)
+        return super().run(args, cwd, additional_env, on_output, on_error)
+
+    def spec_zone(self):
+        return state.load(ClusterHandle, "t").outputs["zone"]
+
+
+def test_a_stocked_out_zone_is_retried_in_the_next_zone_offering_the_gpu(home):
+    fake = StockedOut(full={"us-central1-a"})
+    handle, created = gke_up(fake)
+    assert created and handle.state == "running"
+    assert [p["zone"] for p in handle.layout["pools"]] == ["us-central1-b"] and handle.outputs["zone"] == "us-central1-b"
+    cmds = fake.commands()
+    assert cmds.count("up") == 2 and cmds.index("destroy") < len(cmds) - 1 - cmds[::-1].index("up")  # destroyed before the retry
+
+
+def test_every_zone_stocked_out_is_one_line_and_nothing_is_left(home):
+    fake = StockedOut(full={"us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"})
+    with pytest.raises(BurstError) as err:
+        gke_up(fake)
+    assert str(err.value).startswith("creating cluster 't' on gcp failed: no capacity for V100 in us-central1-a, us-central1-b, us-central1-c, us-central1-f")
+    assert fake.commands().count("up") == 4 and fake.commands().count("destroy") == 4
+    assert state.load(ClusterHandle, "t") is None
+
+
 def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
     fake = RecordingPulumi()
     handle, created = gke_up(fake)
