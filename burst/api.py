@@ -151,8 +151,7 @@ def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = 
     target = targets.get(placement.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
-    target.check_prerequisites("check a cluster")
-    target.preflight(placement, report)
+    target.check(placement, report)
 
 
 def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,

@@ -83,7 +83,7 @@ class AksTarget(KubeRayTarget):
         subscription = preflight.azure_subscription()  # before any token is asked for
         return preflight.aks_problems(preflight.azure_session(), subscription, lay, preemptible)
 
-    def missing_access(self) -> list[str]:
+    def missing_credentials(self) -> list[str]:
         problems = []
         sp = [v for v in ("ARM_CLIENT_ID", "ARM_CLIENT_SECRET", "ARM_TENANT_ID", "ARM_SUBSCRIPTION_ID") if os.environ.get(v)]
         profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
@@ -92,4 +92,7 @@ class AksTarget(KubeRayTarget):
         elif not sp and not azure_logged_in(profile):
             problems.append("not logged in to Azure: run `az login`, or set ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID "
                             "and ARM_SUBSCRIPTION_ID for a service principal")
-        return problems + missing_tools(("kubectl",), "to reach the Ray head on AKS: `az aks install-cli`")
+        return problems
+
+    def missing_tools(self) -> list[str]:
+        return missing_tools(("kubectl",), "to reach the Ray head on AKS: `az aks install-cli`")

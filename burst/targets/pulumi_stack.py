@@ -104,8 +104,16 @@ class PulumiTarget(Target):
         """The stack's Pulumi configuration (project, region, location)."""
 
     @abstractmethod
+    def missing_credentials(self) -> list[str]:
+        """Credentials the provider's APIs need (the stacks and the pre-flight), each with how to fix it."""
+
     def missing_access(self) -> list[str]:
         """Credentials and tools the provider needs (besides the Pulumi CLI), each with how to fix it."""
+        return self.missing_credentials() + self.missing_tools()
+
+    def missing_tools(self) -> list[str]:
+        """The command-line tools this target needs besides the credentials, each with how to install it."""
+        return []
 
     @abstractmethod
     def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
@@ -123,6 +131,13 @@ class PulumiTarget(Target):
         from . import preflight
 
         preflight.run(lambda: self.preflight_problems(placement.layout, placement.preemptible), self.provider, report.say)
+
+    def check(self, placement: "Placement", report: Reporter = QUIET) -> None:
+        """``up --check``: the pre-flight alone; needs the credentials, not Pulumi or kubectl."""
+        problems = self.missing_credentials()
+        if problems:
+            raise BurstError(f"cannot check a cluster on {self.provider}: " + "; ".join(problems))
+        self.preflight(placement, report)
 
     def wheel(self) -> Optional[str]:
         """A burst wheel the nodes install at boot (None: the nodes get burst another way)."""
@@ -326,12 +341,8 @@ class GoogleCloudStack(PulumiTarget):
     def project(self) -> Optional[str]:
         return gcp_project()
 
-    def missing_access(self) -> list[str]:
-        return missing_gcp_credentials() + self.missing_tools()
-
-    @abstractmethod
-    def missing_tools(self) -> list[str]:
-        """The command-line tools this target needs besides the credentials, each with how to install it."""
+    def missing_credentials(self) -> list[str]:
+        return missing_gcp_credentials()
 
 
 def azure_logged_in(profile: Path) -> bool:

@@ -129,6 +129,7 @@ def test_check_without_credentials_stops_at_the_credential_boundary(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0 and len(errors) == 1 and "Traceback" not in proc.stderr
     assert "cannot check a cluster on gcp" in errors[0] and "gcloud auth application-default login" in errors[0]
+    assert "Pulumi" not in errors[0]  # the check asks the provider's APIs: no Pulumi CLI needed
     assert not (tmp_path / "b" / "clusters").exists() or not list((tmp_path / "b" / "clusters").iterdir())
 
 
@@ -152,3 +153,24 @@ def test_azure_without_a_subscription_is_one_line_before_any_token_is_asked(monk
         aks.preflight_problems(lay("azure", "T4", 4, "eastus"), True)
     (tmp_path / "azureProfile.json").write_text(json.dumps({"subscriptions": [{"id": "sub-9", "isDefault": True}]}))
     assert preflight.azure_subscription() == "sub-9"
+
+
+def test_api_check_asks_the_provider_and_creates_nothing(tmp_path, monkeypatch):
+    from burst import api
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
+    monkeypatch.setattr(targets.get("gcp"), "missing_credentials", lambda: [])
+    session, calls = recorded()
+    monkeypatch.setattr(preflight, "google_session", lambda: session)
+    said = []
+
+    class Report:
+        def say(self, message):
+            said.append(message)
+
+    api.check("gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1", report=Report())
+    assert said[-1] == "pre-flight: quotas, zones and images of gcp hold the layout"
+    with pytest.raises(BurstError, match="pre-flight for gcp found 3 problems"):
+        api.check("gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1")
+    assert calls.asked and not list(tmp_path.glob("clusters/*"))  # asked the APIs, recorded nothing
