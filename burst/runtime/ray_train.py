@@ -4,6 +4,7 @@ that a lost worker restarts from the newest checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,11 +55,15 @@ def train_loop_per_worker(loop_config: dict) -> None:
         configure_cpu_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
     strategy = _strategy(world)
     restored = ray.train.get_checkpoint()
-    resume_dir = latest_checkpoint(([Path(restored.to_directory())] if restored is not None else []) + checkpoints_on_storage(cfg))
-    trainer, dataset_fn, steps = pipeline.prepare_training(
-        local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
-        resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch,
-    )
+    # as_directory: Ray's own directory when the checkpoint is local, else a download removed on
+    # exit (to_directory left a /tmp/checkpoint_tmp_* copy behind per resumed worker)
+    with contextlib.ExitStack() as held:
+        restored_dirs = [Path(held.enter_context(restored.as_directory()))] if restored is not None else []
+        resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg))
+        trainer, dataset_fn, steps = pipeline.prepare_training(
+            local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
+            resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch,
+        )  # restores the weights now: the directory is not needed after this
 
     def save_epoch(metrics: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:

@@ -4,13 +4,15 @@ Starts the Ray head on the allocation's first node (the node this batch script r
 chosen free there, its dashboard on that node's loopback, token authentication on, its temp dir
 private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
 cluster directory (shared storage) so that ``burst up`` learns where the head is. On SIGTERM
-(``scancel``, the walltime, a preemption) it stops exactly this cluster's processes and ends.
+(``scancel``, the walltime, a preemption) it stops exactly this cluster's processes, removes the
+head's Ray directory and ends.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,6 +52,14 @@ def main(cluster_dir: Path, cluster_id: str) -> int:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        # the head's session logs and sockets: the node's /tmp is not burst's to fill (the other
+        # nodes' Ray dirs end with their srun step)
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
     def on_signal(signum, frame) -> None:
         cleanup()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from burst.targets import local
 from tests import census, slurm_site
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")]
@@ -47,6 +48,7 @@ def run_record(home, run_id) -> dict:
 
 def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp_path):
     before = census.snapshot()
+    ray_dirs = set(local.runtime_root().glob("*"))
     policy = site.policy(tmp_path / "slurm.yaml")
     proc = burst(site, "run", "gan3d", "--provider", "slurm", "--name", "sl-run", "--policy", str(policy), "--hours", "1",
                  "--epochs", "2", *TRAIN, home=home, cwd=tmp_path)
@@ -60,6 +62,7 @@ def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp
     assert site.jobs() == []  # the allocation is gone
     assert not (home / "clusters" / "sl-run.json").exists()
     census.assert_none_left(before)
+    assert set(local.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job
 
 
 def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is_full(site, home, tmp_path):
