@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .job import JobConfig, RunFiles
-from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir
+from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
 
 
 def _strategy(world_size: int):
@@ -65,8 +65,11 @@ def train_loop_per_worker(loop_config: dict) -> None:
             resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch,
         )  # restores the weights now: the directory is not needed after this
 
+    scratch = node_scratch_dir(cfg.run_id)
+    scratch.mkdir(parents=True, exist_ok=True)
+
     def save_epoch(metrics: dict) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
 
@@ -87,7 +90,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     if trainer.stopped:
         # Asked to stop (the budget guard): a final checkpoint of the weights as they are now. It
         # records only the whole epochs done, so a resume would redo the interrupted epoch.
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             trainer.save(tmp)
             (Path(tmp) / "stopped.json").write_text(json.dumps(trainer.stopped))
             ray.train.report({"stopped": True, **trainer.stopped}, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
@@ -113,7 +116,10 @@ def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | No
         run_config=RunConfig(name=cfg.run_id, storage_path=ray_train_storage, failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2)),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    finally:  # a worker killed while saving leaves its half-written checkpoint here, on this node
+        shutil.rmtree(node_scratch_dir(cfg.run_id), ignore_errors=True)
     bad_data = RunFiles(cfg.storage, cfg.run_id).data_error
     if storage.exists(bad_data):
         return None, storage.read_text(bad_data)

@@ -42,6 +42,11 @@ def node_data_dir(run_id: str) -> Path:
     return Path(tempfile.gettempdir()) / "burst-data" / run_id
 
 
+def node_scratch_dir(run_id: str) -> Path:
+    """Where a worker writes a checkpoint before Ray Train takes it (removed when the run ends)."""
+    return Path(tempfile.gettempdir()) / "burst-scratch" / run_id
+
+
 def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
     """Training files as local paths; files in a bucket are copied to this node's disk first."""
     from . import storage
