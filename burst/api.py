@@ -74,13 +74,20 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
 
 
 def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-               nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None):
+               nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
+               bundle: Optional[str] = None):
     placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
                              storage=storage, report=report, nodes=nodes, partition=partition)
     if image is not None:
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
         placement = dataclasses.replace(placement, image=image)
+    if bundle is not None:
+        if not targets.get(placement.provider).takes_bundle:
+            raise BurstError(f"--bundle applies to on-prem targets (slurm, ray); {placement.provider} installs burst another way")
+        from .pack import check_bundle
+
+        placement = dataclasses.replace(placement, bundle=str(check_bundle(bundle)))
     return placement, pol
 
 
@@ -125,7 +132,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
-       report: Reporter = QUIET) -> UpResult:
+       bundle: Optional[str] = None, report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
@@ -135,7 +142,8 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image)
+                                region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
+                                bundle=bundle)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
@@ -190,12 +198,13 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
 
 def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-        nodes: Optional[int] = None, hours: Optional[float] = None, report: Reporter = QUIET) -> RunRecord:
+        nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
+        report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one; the cluster (``request.cluster``) goes down on success,
     failure and interruption alike."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                nodes=nodes, hours=hours, wait=True, report=report)
+                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, report=report)
     report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
     try:
         record = runs.train(request, report)

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import BurstError
-from . import clusters, planning, runs
+from . import clusters, pack, planning, runs
 from .render import console, fail
 
 
@@ -32,15 +32,18 @@ class _Commands(TyperGroup):
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
                   help="Burst a training run from this machine to whatever hardware a policy allows.")
 for command in (planning.plan, clusters.up, runs.train, runs.run, clusters.status, runs.logs, runs.report, clusters.down,
-                planning.catalog, planning.bench):
+                planning.catalog, planning.bench, pack.pack):
     app.command()(command)
 app.add_typer(planning.policy_app, name="policy")
 
 
-@app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", help="print the version")] = False) -> None:
+@app.callback(invoke_without_command=True)
+def _main(ctx: typer.Context, version: Annotated[bool, typer.Option("--version", help="print the version")] = False) -> None:
     if version:
         typer.echo(__version__)
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
         raise typer.Exit(0)
 
 

@@ -94,12 +94,14 @@ def run(
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
+    bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on shared storage the nodes install burst from")] = None,
+    image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run (docker/Dockerfile)")] = None,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api
 
     _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                      preemptible=preemptible, nodes=nodes, hours=hours, report=ConsoleReporter()))
+                      preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, report=ConsoleReporter()))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

@@ -304,6 +304,7 @@ class Placement:
     estimate: Optional[est_mod.Estimate] = None
     notes: tuple[str, ...] = ()         # what the user should know (a pinned choice the plan would not make)
     image: Optional[str] = None         # cloud: a prebuilt runtime image the nodes run (None: stock Ray image)
+    bundle: Optional[str] = None        # on-prem: a `burst pack` bundle on shared storage the nodes install from
 
     def describe(self) -> str:
         e = self.estimate

@@ -22,7 +22,7 @@ from ..userfile import compose_yaml, key_lines, read_text
 DATA_SITES = ("onprem", "local")  # where data lives outside any cloud: the site, or this machine
 Provider = Literal[targets.PROVIDERS]  # type: ignore[valid-type]  # the registry's names, in the JSON Schema too
 
-DEFAULT_POLICY = Path(__file__).resolve().parents[2] / "policies" / "default.yaml"
+DEFAULT_POLICY = Path(__file__).resolve().parents[1] / "policies" / "default.yaml"  # installed with the package
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(m|min|h|d|w)\s*$")
 _UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
 MAX_PREEMPTIONS_PER_HOUR = 2.0  # spot capacity reclaimed more often than this is not worth planning on
@@ -52,6 +52,7 @@ class OnPrem(_Strict):
     qos: Optional[str] = Field(None, description="Slurm quality of service, if the site uses them")
     login: Optional[str] = Field(None, description="Slurm: login host to run the Slurm commands on with ssh (absent: this machine has them)")
     gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
+    container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
 
 
 class LocalMachine(_Strict):

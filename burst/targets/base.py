@@ -110,6 +110,7 @@ class Target(ABC):
     reads_local_paths: ClassVar[bool] = True  # the job's nodes can read this machine's files
     takes_storage: ClassVar[bool] = False   # `up --storage` chooses where results go
     runs_images: ClassVar[bool] = False     # `up --image` chooses the container image its nodes run
+    takes_bundle: ClassVar[bool] = False    # `up --bundle` installs burst on its nodes from a `burst pack` bundle
 
     # ------------------------------------------------------------------ lifecycle
 

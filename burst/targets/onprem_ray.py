@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from .base import QUIET, Lease, Reporter, Target
+from .base import QUIET, JobRuntime, Lease, Reporter, Target
 from .local import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
 
 if TYPE_CHECKING:
@@ -40,7 +40,8 @@ def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:
 
 
 def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_usd: float,
-       storage_uri: Optional[str] = None, token_path: Optional[str] = None, budget_usd: Optional[float] = None) -> tuple[ClusterHandle, bool]:
+       storage_uri: Optional[str] = None, token_path: Optional[str] = None, budget_usd: Optional[float] = None,
+       python: Optional[str] = None) -> tuple[ClusterHandle, bool]:
     if not address:
         raise BurstError("the policy's onprem section has no ray_address; add the dashboard URL of your Ray cluster, e.g. http://ray-head:8265")
     if not address.startswith(("http://", "https://")):
@@ -55,7 +56,8 @@ def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_us
                                dashboard_url=address.rstrip("/"), token_path=token_path,
                                storage_uri=storage_uri or str(state.home() / "clusters" / name / "storage"),
                                layout={"nodes": None, "gpus": gpus, "accelerator": accelerator, "cpus": 1},
-                               accelerator=accelerator, hourly_usd=hourly_usd, budget_usd=budget_usd)
+                               accelerator=accelerator, hourly_usd=hourly_usd, budget_usd=budget_usd,
+                               outputs={"python": python} if python else {})
         if not is_alive(handle):
             raise BurstError(f"the on-prem Ray cluster at {address} does not answer; check the address and that its dashboard is reachable from here", exit_code=1)
         found = cluster_resources(handle)
@@ -77,11 +79,19 @@ class OnPremRayTarget(Target):
     provider = "ray"
     kind = "onprem"
     default_cluster_name = "onprem"
+    takes_bundle = True
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
+        from ..pack import bundle_python
+
         site = placement.site
         return up(name, site.ray_address, placement.count, site.accelerator, placement.hourly_usd,
-                  storage_uri=site.storage, token_path=site.token_file, budget_usd=lease.budget_usd)
+                  storage_uri=site.storage, token_path=site.token_file, budget_usd=lease.budget_usd,
+                  python=bundle_python(placement.bundle) if placement.bundle else None)
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        """The cluster's nodes run burst from the site's bundle install when one was named (no runtime env)."""
+        return JobRuntime(python=handle.outputs["python"]) if handle.outputs.get("python") else super().job_runtime(handle)
 
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
         down(handle)

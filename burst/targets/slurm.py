@@ -6,7 +6,9 @@ must be on storage this machine and the nodes share (the state directory normall
 directory). ``down`` cancels exactly that job and verifies that none of its processes are left.
 The plan asks the same scheduler how long a job of each size would wait (``sbatch --test-only``).
 
-Slurm commands run here, or on the policy's ``login`` host through ssh. The head is reached
+With ``--bundle`` (a ``burst pack`` bundle on shared storage) the nodes install burst from it and
+run that installation; with the policy's ``onprem.container`` the job runs inside a Charliecloud
+image with ``ch-run``. Slurm commands run here, or on the policy's ``login`` host through ssh. The head is reached
 directly when it runs on this machine, else through an ssh port forward (``-J login``) to the
 head node's loopback, where its dashboard listens.
 """
@@ -32,7 +34,7 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from . import local
-from .base import QUIET, Lease, QueueWait, Reporter, Target
+from .base import QUIET, JobRuntime, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
@@ -86,10 +88,45 @@ def _this_host(host: str) -> bool:
     return host in (socket.gethostname(), socket.getfqdn(), "localhost")
 
 
+CONTAINER_PYTHON = "/opt/burst/venv/bin/python"  # where docker/Dockerfile.charliecloud installs the bundle
+
+
+def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Optional[str], container: Optional[str]) -> tuple[str, str]:
+    """The batch script, and the Python the cluster's jobs run.
+
+    Plain: this machine's Python (the nodes share its installation). ``bundle``: the nodes install
+    burst from the bundle into BUNDLE/venv the first time (under flock: several jobs may start
+    together) and run that. ``container``: the job runs inside the Charliecloud image directory with
+    ``ch-run``, binding the cluster directory and a path storage at the same paths.
+    """
+    from ..pack import bundle_python, install_command
+
+    lines = ["#!/bin/bash", f"# burst cluster {name}: Ray inside this allocation", "set -e"]
+    args = f"-m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id}"
+    if container:
+        binds = [str(cdir)] + ([storage] if "://" not in storage and not Path(storage).is_relative_to(cdir) else [])
+        for path in binds:  # ch-run binds onto existing directories of the image
+            try:
+                (Path(container) / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise BurstError(f"cannot make the mount point {path} in the Charliecloud image {container} ({exc.strerror}); "
+                                 f"create it there (mkdir -p {container}{path}) or give a writable image directory") from None
+        bind_args = " ".join(f"-b {shlex.quote(p)}" for p in binds)
+        lines.append(f"exec ch-run {bind_args} {shlex.quote(container)} -- {CONTAINER_PYTHON} {args}")
+        return "\n".join(lines) + "\n", CONTAINER_PYTHON
+    python = sys.executable
+    if bundle:
+        lines.append(install_command(Path(bundle)).rstrip())
+        python = bundle_python(bundle)
+    lines.append(f"exec {shlex.quote(python)} {args}")
+    return "\n".join(lines) + "\n", python
+
+
 class SlurmTarget(Target):
     provider = "slurm"
     kind = "onprem"
     is_scheduler = True
+    takes_bundle = True
     default_cluster_name = "slurm"
 
     def __init__(self):
@@ -97,6 +134,10 @@ class SlurmTarget(Target):
 
     def serves(self, site) -> bool:
         return site.scheduler == "slurm"
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        """The Python the allocation runs: this machine's, the bundle's venv, or the container's."""
+        return JobRuntime(python=handle.outputs.get("python") or sys.executable)
 
     # ------------------------------------------------------------------ asking Slurm
 
@@ -209,15 +250,15 @@ class SlurmTarget(Target):
         local.new_token(cdir / "auth_token")
         storage = site.storage or str(cdir / "storage")
         script = cdir / "job.sh"
-        script.write_text(f"#!/bin/bash\n# burst cluster {name}: Ray inside this allocation\n"
-                          f"exec {shlex.quote(sys.executable)} -m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id}\n")
+        body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container)
+        script.write_text(body)
         script.chmod(0o700)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id, state="starting", expires=time.time() + hours * 3600,
                                token_path=str(cdir / "auth_token"), storage_uri=storage,
                                layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,
                                        "accelerator": placement.accelerator, "description": f"{nodes} node(s) of partition {part['name']}"},
                                accelerator=placement.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
-                               region=site.name, outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir)})
+                               region=site.name, outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir), "python": python})
         args = ["sbatch", "--parsable", f"--job-name=burst-{name}", *self._request(site, nodes, hours),
                 f"--output={cdir}/slurm-%j.out", f"--chdir={cdir}", str(script)]
         with state.locked():

@@ -64,7 +64,8 @@ def machine_facts() -> dict:
     facts = {"cpu_model": info["model"], "cores": info["cores"], "simd": info["simd"], "avx512": info["avx512"],
              "onednn_requested": os.environ.get(ONEDNN_VAR), "onednn_enabled": onednn_enabled(),
              # set to emulate an older CPU (e.g. AVX2 on an AVX-512 machine): oneDNN's kernels stop at that ISA
-             "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA")}
+             "onednn_max_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+             "python": sys.executable}  # which installation ran (a site bundle's venv, a container's)
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 

@@ -1,0 +1,61 @@
+"""What `--bundle` and `onprem.container` make a Slurm job run (the scripts, checked as written;
+tests/test_pack.py runs a real job from a real bundle)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burst import api
+from burst.errors import BurstError
+from burst.state import ClusterHandle
+from burst import targets
+from burst.pack import check_bundle
+from burst.targets.slurm import CONTAINER_PYTHON, job_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def fake_bundle(path: Path) -> Path:
+    (path / "wheels").mkdir(parents=True)
+    for name in ("install.sh", "SHA256SUMS", "requirements.lock"):
+        (path / name).write_text("")
+    return path
+
+
+def test_a_bundle_job_installs_once_under_a_lock_then_runs_the_bundles_python(tmp_path):
+    bundle = fake_bundle(tmp_path / "b")
+    script, python = job_script("c", tmp_path / "cl", "id1", str(tmp_path / "cl" / "storage"), str(bundle), None)
+    lines = script.splitlines()
+    assert lines[-2] == f"flock {bundle}/.install.lock sh -c '[ -x {bundle}/venv/bin/python ] || {bundle}/install.sh {bundle}/venv'"
+    assert lines[-1] == f"exec {bundle}/venv/bin/python -m burst.targets.slurm_job {tmp_path}/cl id1"
+    assert python == f"{bundle}/venv/bin/python"
+    handle = ClusterHandle(name="c", provider="slurm", cluster_id="id1", storage_uri="x", outputs={"python": python})
+    assert targets.get("slurm").job_runtime(handle).python == python and not targets.get("slurm").job_runtime(handle).runtime_env
+
+
+def test_a_container_job_runs_ch_run_with_the_cluster_dir_and_storage_bound(tmp_path):
+    image = tmp_path / "img"
+    image.mkdir()
+    script, python = job_script("c", tmp_path / "cl", "id1", "/scratch/s", None, str(image))
+    assert script.splitlines()[-1] == (f"exec ch-run -b {tmp_path}/cl -b /scratch/s {image} -- {CONTAINER_PYTHON} "
+                                       f"-m burst.targets.slurm_job {tmp_path}/cl id1")
+    assert python == CONTAINER_PYTHON
+    assert (image / str(tmp_path / "cl").lstrip("/")).is_dir() and (image / "scratch" / "s").is_dir()  # mount points
+    (image / "elsewhere").write_text("")  # a file where a mount point must go: mkdir cannot make it
+    with pytest.raises(BurstError, match="cannot make the mount point /elsewhere/s in the Charliecloud image"):
+        job_script("c", tmp_path / "cl", "id1", "/elsewhere/s", None, str(image))
+
+
+def test_bundle_flag_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    with pytest.raises(BurstError, match="no install.sh there; give a directory made by `burst pack`"):
+        check_bundle(str(tmp_path))
+    with pytest.raises(BurstError, match="--bundle applies to on-prem targets"):
+        api.up("local", "x", bundle=str(fake_bundle(tmp_path / "b")))
+
+
+def test_version():
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0.1.0"
