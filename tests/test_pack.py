@@ -110,3 +110,49 @@ def test_a_slurm_allocation_runs_burst_from_the_bundle(bundle, tmp_path):
     finally:
         slurm_site.stop(site)
     census.assert_none_left(before)
+
+
+def image_from_this_root(image: Path, venv: Path) -> Path:
+    """An image directory assembled from this machine's root file system (hard links, seconds),
+    with the bundle's installation at /opt/burst/venv, as docker/Dockerfile.charliecloud makes it."""
+    image.mkdir()
+    subprocess.run(["cp", "-al", "/usr", str(image / "usr")], check=True)
+    for link, target in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")):
+        if (Path("/") / link).is_symlink():
+            (image / link).symlink_to(target)
+    subprocess.run(["cp", "-a", "/etc", str(image / "etc")], check=True)
+    for d in ("proc", "sys", "dev", "tmp", "home", "root", "opt/burst", "var/tmp", "run"):
+        (image / d).mkdir(parents=True, exist_ok=True)
+    base = Path(os.path.realpath(venv / "bin" / "python")).parents[1]  # the interpreter the venv was made from
+    if not str(base).startswith("/usr/"):
+        (image / base.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-al", str(base), str(image / base.relative_to("/"))], check=True)
+    subprocess.run(["cp", "-al", str(venv), str(image / "opt" / "burst" / "venv")], check=True)
+    return image
+
+
+@pytest.mark.skipif(shutil.which("ch-run") is None, reason="Charliecloud (ch-run) is not installed")
+@pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")
+def test_a_slurm_job_runs_inside_a_charliecloud_image(bundle, tmp_path):
+    venv = bundle / "venv"
+    if not (venv / "bin" / "python").exists():  # this test alone: install the bundle first
+        subprocess.run([*NO_NET, str(bundle / "install.sh")], check=True, capture_output=True, env=clean_env(), timeout=1200)
+    image = image_from_this_root(tmp_path / "image", venv)
+    site = slurm_site.start()
+    before = census.snapshot()
+    try:
+        home = tmp_path / "home"
+        env = {**site.env, "BURST_HOME": str(home)}
+        env.pop("USER", None)  # the job script sets it for ch-run
+        policy = site.policy(tmp_path / "slurm.yaml", container=str(image))
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "boxed",
+                               "--policy", str(policy), "--hours", "1", "--epochs", "1", "--steps", "2", "--synthetic", "200",
+                               "--val-events", "60", "--batch-per-replica", "8"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "exec ch-run -b " in (home / "clusters" / "boxed" / "job.sh").read_text()
+        (run_dir,) = list((tmp_path / "burst-runs").iterdir())
+        assert json.loads((run_dir / "provenance.json").read_text())["machine"]["python"] == "/opt/burst/venv/bin/python"
+    finally:
+        slurm_site.stop(site)
+    census.assert_none_left(before)

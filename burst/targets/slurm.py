@@ -112,6 +112,7 @@ def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Opt
                 raise BurstError(f"cannot make the mount point {path} in the Charliecloud image {container} ({exc.strerror}); "
                                  f"create it there (mkdir -p {container}{path}) or give a writable image directory") from None
         bind_args = " ".join(f"-b {shlex.quote(p)}" for p in binds)
+        lines.append('export USER="${USER:-$(id -un)}"')  # ch-run refuses to start without it
         lines.append(f"exec ch-run {bind_args} {shlex.quote(container)} -- {CONTAINER_PYTHON} {args}")
         return "\n".join(lines) + "\n", CONTAINER_PYTHON
     python = sys.executable
