@@ -59,3 +59,31 @@ def test_bundle_flag_checks(tmp_path, monkeypatch):
 def test_version():
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "0.1.0"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--extras", "aws"], "unknown extra aws; choose from gcp, azure"),
+    (["--python", "three"], "--python wants a version like 3.11, got 'three'"),
+])
+def test_pack_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, fragment):
+    out = tmp_path / "bundle"
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "pack", "--out", str(out), *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(errors) == 1 and fragment in errors[0], proc.stderr
+    assert not out.exists()
+
+
+def test_pack_refuses_a_directory_with_files(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "pack", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "is not empty; give a new directory with --out" in proc.stderr
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_cross_platform_packs_ask_pip_for_wheels_of_the_target():
+    from burst.pack import target_flags
+
+    assert target_flags(None, None) == []
+    assert target_flags("3.10", "manylinux2014_x86_64") == ["--python-version", "3.10", "--implementation", "cp", "--abi", "cp310",
+                                                             "--platform", "manylinux2014_x86_64", "--only-binary=:all:"]
