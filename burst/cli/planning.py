@@ -71,6 +71,8 @@ def plan(
     events: Annotated[Optional[int], typer.Option(help="training events (default: the workload profile's dataset)")] = None,
     provider: Annotated[Optional[str], typer.Option(help="only this provider")] = None,
     accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
+    preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="only spot/preemptible, or only on-demand capacity (default: the policy's preference)")] = None,
+    region: Annotated[Optional[str], typer.Option(help="only this cloud region")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -81,7 +83,8 @@ def plan(
     for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events)):
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
-    p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator)
+    p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
+                 preemptible=preemptible, region=region)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -122,3 +122,14 @@ def test_up_without_provider_on_prem_choice_needs_its_address(tmp_path):
     assert proc.returncode == 2
     assert "plan: ray site-gpu V100 x8" in proc.stderr
     assert "onprem section has no ray_address" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_plan_takes_the_same_capacity_and_region_flags_as_up(tmp_path):
+    spot = json.loads(burst("plan", "--preemptible", "--provider", "gcp", "--accelerator", "H100", "--gpus", "12", "--region", "europe-west4",
+                            "--json", home=tmp_path).stdout)
+    choice = spot["choice"]
+    assert (choice["region"], choice["preemptible"]) == ("europe-west4", True)
+    assert choice["layout"]["zones"] == ["europe-west4-b"]  # a zone that offers H100
+    on_demand = burst("plan", "--on-demand", "--provider", "gcp", "--accelerator", "H100", "--gpus", "12", "--json", home=tmp_path)
+    assert on_demand.returncode == 1  # a3-highgpu-4g is sold as spot only: 12 H100 cannot be bought on demand
+    assert "no node shape for the count" in json.loads(on_demand.stdout)["why"]
