@@ -102,8 +102,6 @@ def test_a_slurm_allocation_runs_burst_from_the_bundle(bundle, tmp_path):
                                "--val-events", "60", "--batch-per-replica", "8", "--bundle", str(bundle)],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        script = (home / "clusters" / "packed" / "job.sh").read_text()
-        assert f"exec {bundle / 'venv' / 'bin' / 'python'} -m burst.targets.slurm_job" in script
         (run_dir,) = list((tmp_path / "burst-runs").iterdir())
         provenance = json.loads((run_dir / "provenance.json").read_text())
         assert provenance["machine"]["python"] == str(bundle / "venv" / "bin" / "python")  # the job ran the bundle's install
@@ -150,7 +148,6 @@ def test_a_slurm_job_runs_inside_a_charliecloud_image(bundle, tmp_path):
                                "--val-events", "60", "--batch-per-replica", "8"],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "exec ch-run -b " in (home / "clusters" / "boxed" / "job.sh").read_text()
         (run_dir,) = list((tmp_path / "burst-runs").iterdir())
         assert json.loads((run_dir / "provenance.json").read_text())["machine"]["python"] == "/opt/burst/venv/bin/python"
     finally:

@@ -64,14 +64,15 @@ def free_port() -> int:
     return _free_ports(1)[0]
 
 
-def _ray_binary() -> str:
-    candidate = Path(sys.executable).with_name("ray")
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("ray")
-    if not found:
-        raise BurstError("the `ray` command is not installed; install burst with `pip install -e .` in this environment")
-    return found
+def ray_command() -> list[str]:
+    """The ``ray`` CLI of this interpreter: ``python -m ray.scripts.scripts``, not the ``ray``
+    script, whose shebang names the path the venv was created at (a venv copied elsewhere, into a
+    container image or to a site, would start Ray, and every Ray worker, with another Python)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise BurstError("Ray is not installed in this environment; install burst with `pip install -e .` here")
+    return [sys.executable, "-m", "ray.scripts.scripts"]
 
 
 def detect_gpus() -> int:
@@ -211,7 +212,7 @@ def head_command(ports: dict[str, int], cpus: int, gpus: int, temp_dir: Path | s
     """``ray start --head`` on the chosen ports, the dashboard on this node's loopback only."""
     p = ports
     return [
-        _ray_binary(), "start", "--head", "--node-ip-address", node_ip, "--port", str(p["GCS server"]),
+        *ray_command(), "start", "--head", "--node-ip-address", node_ip, "--port", str(p["GCS server"]),
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(p["dashboard"]), "--include-dashboard", "true",
         "--ray-client-server-port", str(p["client server"]), "--dashboard-agent-listen-port", str(p["dashboard agent (HTTP)"]),
         "--dashboard-agent-grpc-port", str(p["dashboard agent (gRPC)"]), "--metrics-export-port", str(p["metrics exporter"]),

@@ -44,7 +44,7 @@ def main(cluster_dir: Path, cluster_id: str) -> int:
     if multi:
         # One Ray worker per other node; srun runs them as a step of this job, so Slurm tracks them.
         procs.append(subprocess.Popen(["srun", f"--nodes={nodes - 1}", "--ntasks-per-node=1", f"--exclude={host}", "--kill-on-bad-exit=1",
-                                       local._ray_binary(), "start", f"--address={node_ip}:{ports['GCS server']}", "--block",
+                                       *local.ray_command(), "start", f"--address={node_ip}:{ports['GCS server']}", "--block",
                                        f"--temp-dir={temp_dir}", "--disable-usage-stats"], env=env))
 
     def cleanup() -> None:
