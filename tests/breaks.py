@@ -94,7 +94,10 @@ def _copy_tree(dest: Path) -> None:
                            capture_output=True, check=True).stdout.split(b"\0")
     for name in filter(None, files):
         src = ROOT / name.decode()
-        if src.is_file():
+        if src.is_symlink():  # `policies` links to burst/policies
+            (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name.decode()).symlink_to(os.readlink(src))
+        elif src.is_file():
             (dest / name.decode()).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name.decode())
 
