@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,9 @@ def test_install_and_run_with_no_network(bundle, tmp_path):
     print(f"no network: {HOW}")
     env = clean_env(BURST_HOME=str(tmp_path / "home"))
     venv = bundle / "venv"  # where `burst up --bundle` expects it (the Slurm test below uses it)
+    started = time.perf_counter()
     install = subprocess.run([*NO_NET, str(bundle / "install.sh")], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1200)
+    print(f"install.sh with no network: {time.perf_counter() - started:.0f} s")
     assert install.returncode == 0, install.stderr[-3000:]
     assert install.stdout.strip().endswith(f"installed in {venv}")
     run = lambda *args, timeout=600: subprocess.run([*NO_NET, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)  # noqa: E731

@@ -52,14 +52,15 @@ def main(cluster_dir: Path, cluster_id: str) -> int:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+        # The head's session logs and sockets: the node's /tmp is not burst's to fill (the other
+        # nodes' Ray dirs end with their srun step). Removed before waiting on anything: Slurm
+        # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
+        shutil.rmtree(temp_dir, ignore_errors=True)
         for p in procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        # the head's session logs and sockets: the node's /tmp is not burst's to fill (the other
-        # nodes' Ray dirs end with their srun step)
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
     def on_signal(signum, frame) -> None:
         cleanup()
