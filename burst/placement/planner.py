@@ -157,6 +157,9 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
         if tpu and group[0].accelerator_count > policy.max_gpus:
             skip("over max_gpus")
             continue
+        if tpu and gpus is not None and group[0].accelerator_count != gpus:  # for a TPU, --gpus counts chips
+            skip("TPU slice of another chip count")
+            continue
         for spot in spot_choices:  # spot and on-demand may differ in shapes (some are sold as spot only)
             layouts = []
             for n in [None] if tpu else _gpu_counts(policy.max_gpus, gpus):

@@ -133,3 +133,10 @@ def test_plan_takes_the_same_capacity_and_region_flags_as_up(tmp_path):
     on_demand = burst("plan", "--on-demand", "--provider", "gcp", "--accelerator", "H100", "--gpus", "12", "--json", home=tmp_path)
     assert on_demand.returncode == 1  # a3-highgpu-4g is sold as spot only: 12 H100 cannot be bought on demand
     assert "no node shape for the count" in json.loads(on_demand.stdout)["why"]
+
+
+def test_for_tpus_gpus_counts_chips(tmp_path):
+    plan = json.loads(burst("plan", "--provider", "gcp-tpu", "--gpus", "16", "--json", home=tmp_path).stdout)
+    assert {(c["accelerator"], c["count"]) for c in plan["candidates"]} == {("tpu-v3-32", 16)}  # v3-32: 16 chips
+    none = burst("plan", "--provider", "gcp-tpu", "--gpus", "32", "--json", home=tmp_path)
+    assert none.returncode == 1 and "TPU slice of another chip count" in json.loads(none.stdout)["why"]
