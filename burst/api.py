@@ -75,9 +75,9 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
 
 def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
                nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
-               bundle: Optional[str] = None):
+               bundle: Optional[str] = None, gpus_per_node: Optional[int] = None):
     placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                             storage=storage, report=report, nodes=nodes, partition=partition)
+                             storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node)
     if image is not None:
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
@@ -92,7 +92,7 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
 
 
 def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-            nodes: Optional[int] = None, partition: Optional[str] = None):
+            nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
@@ -108,13 +108,14 @@ def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preempt
     if provider is None:
         if storage is not None:
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
-        chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region)
+        chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
+                                gpus_per_node=gpus_per_node)
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and cpus is not None:
             chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
         return chosen, pol
     placement = planner.pin(pol, prof, offers, provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                            cpus=cpus, storage=storage, nodes=nodes, partition=partition)
+                            cpus=cpus, storage=storage, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node)
     if accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
@@ -132,7 +133,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
-       bundle: Optional[str] = None, report: Reporter = QUIET) -> UpResult:
+       bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
@@ -143,7 +144,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                                 region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
-                                bundle=bundle)
+                                bundle=bundle, gpus_per_node=gpus_per_node)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
@@ -151,11 +152,12 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
 
 
 def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, accelerator: Optional[str] = None,
-          preemptible: Optional[bool] = None, region: Optional[str] = None, report: Reporter = QUIET) -> None:
+          preemptible: Optional[bool] = None, region: Optional[str] = None, gpus_per_node: Optional[int] = None,
+          report: Reporter = QUIET) -> None:
     """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create,
     asked of the provider's APIs (credentials needed); creates nothing. Raises on a shortfall."""
     placement, _ = _placement(provider, policy, gpus=gpus, cpus=None, accelerator=accelerator, preemptible=preemptible,
-                              region=region, storage=None, report=report)
+                              region=region, storage=None, report=report, gpus_per_node=gpus_per_node)
     target = targets.get(placement.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
@@ -165,13 +167,13 @@ def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = 
 def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
            accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
            hours: Optional[float] = None, cpus: Optional[int] = None, storage: Optional[str] = None,
-           image: Optional[str] = None, report: Reporter = QUIET) -> dict:
+           image: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> dict:
     """What ``up`` would create, rendered offline (no credentials, no network, nothing recorded)."""
     if name is not None:
         state.check_name(name)
     _lease(None, hours)
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report, image=image)
+                                region=region, storage=storage, report=report, image=image, gpus_per_node=gpus_per_node)
     target = targets.get(placement.provider)
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 
@@ -199,12 +201,13 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
 def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
         nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
-        report: Reporter = QUIET) -> RunRecord:
+        region: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one; the cluster (``request.cluster``) goes down on success,
     failure and interruption alike."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, report=report)
+                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,
+                report=report)
     report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
     try:
         record = runs.train(request, report)

@@ -16,6 +16,8 @@ Provider = Annotated[Optional[str], typer.Option(help="local | ray | slurm | gcp
 Nodes = Annotated[Optional[int], typer.Option(help="slurm: nodes to allocate (default: enough for --gpus, else 1)")]
 Hours = Annotated[Optional[float], typer.Option(help="lease: cloud resources are labelled to expire after this many hours; slurm: the walltime")]
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")]
+Region = Annotated[Optional[str], typer.Option(help="cloud region (default: the plan's choice)")]
+GpusPerNode = Annotated[Optional[int], typer.Option(help="cloud: one node shape holding this many GPUs (default: the fullest nodes)")]
 Preemptible = Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="spot/preemptible capacity (default: the policy's preference)")]
 Gpus = Annotated[Optional[int], typer.Option(help="GPUs (local: GPUs of this machine to offer)")]
 Cpus = Annotated[Optional[int], typer.Option(help="CPUs for the local Ray head (default: all)")]
@@ -28,8 +30,9 @@ def up(
     cpus: Cpus = None,
     gpus: Gpus = None,
     accelerator: Accelerator = None,
+    gpus_per_node: GpusPerNode = None,
     preemptible: Preemptible = None,
-    region: Annotated[Optional[str], typer.Option(help="cloud region (default: the plan's choice)")] = None,
+    region: Region = None,
     policy_file: PolicyFile = None,
     hours: Hours = None,
     nodes: Nodes = None,
@@ -46,13 +49,13 @@ def up(
     from .. import api
 
     flags = dict(policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                 hours=hours, storage=storage, image=image, report=ConsoleReporter())
+                 hours=hours, storage=storage, image=image, gpus_per_node=gpus_per_node, report=ConsoleReporter())
     if dry_run:
         _print_dry_run(api.render(provider, name, **flags), as_json)
         return
     if check:
         api.check(provider, policy=policy_file, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                  report=flags["report"])
+                  gpus_per_node=gpus_per_node, report=flags["report"])
         return
     result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, bundle=bundle, **flags)
     handle = result.handle

@@ -73,6 +73,7 @@ def plan(
     accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="only spot/preemptible, or only on-demand capacity (default: the policy's preference)")] = None,
     region: Annotated[Optional[str], typer.Option(help="only this cloud region")] = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="only layouts of one node shape holding this many GPUs")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -84,7 +85,7 @@ def plan(
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
     p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
-                 preemptible=preemptible, region=region)
+                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .clusters import Accelerator, Cpus, Gpus, Hours, Nodes, PolicyFile, Preemptible, Provider
+from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
 from .render import ConsoleReporter, console, emit_json
 
 Workload = Annotated[str, typer.Argument(help="workload to train (gan3d)")]
@@ -80,7 +80,9 @@ def run(
     cpus: Cpus = None,
     gpus: Gpus = None,
     accelerator: Accelerator = None,
+    gpus_per_node: GpusPerNode = None,
     preemptible: Preemptible = None,
+    region: Region = None,
     nodes: Nodes = None,
     hours: Hours = None,
     policy_file: PolicyFile = None,
@@ -101,7 +103,8 @@ def run(
     from .. import api
 
     _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                      preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, report=ConsoleReporter()))
+                      preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
+                      gpus_per_node=gpus_per_node, report=ConsoleReporter()))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

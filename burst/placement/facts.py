@@ -88,6 +88,7 @@ class ProviderFacts(BaseModel):
     quotas: tuple[QuotaRow, ...] = ()
     quota_families: tuple[QuotaFamilyRow, ...] = ()
     runtimes: tuple[RuntimeRow, ...] = ()
+    infiniband: tuple[ShapeRow, ...] = ()
     device_plugin: Optional[DevicePlugin] = None
 
     # ------------------------------------------------------------------ questions the code asks
@@ -101,6 +102,9 @@ class ProviderFacts(BaseModel):
 
     def is_spot_only(self, instance_type: str) -> bool:
         return any(r.instance_type == instance_type for r in self.spot_only)
+
+    def has_infiniband(self, instance_type: str) -> bool:
+        return any(r.instance_type == instance_type for r in self.infiniband)
 
     def retirement(self, instance_type: str) -> Optional[RetiredRow]:
         return next((r for r in self.retired if r.instance_type == instance_type), None)

@@ -111,6 +111,10 @@ class Layout:
                 "description": self.describe()}
 
 
+class MixedInterconnect(BurstError):
+    """A layout that would put InfiniBand and Ethernet-only nodes in one synchronous job."""
+
+
 def normalise_accelerator(offers: list[Offer], name: str) -> str:
     """``v3-8`` and ``tpu-v3-8`` name the same TPU slice; GPU names are case-insensitive."""
     if offers and all(o.is_tpu for o in offers) and not name.startswith("tpu-"):
@@ -186,8 +190,15 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
                                  + (f" on demand ({', '.join(spot_only)} are spot only; ask for a multiple of {largest} or use --preemptible)"
                                     if spot_only else ""))
             pools.append((by_count[small], rest // small))
+    known = facts.load(provider)
+    fast = sorted({o.instance_type for o, _ in pools if known.has_infiniband(o.instance_type)})
+    slow = sorted({o.instance_type for o, _ in pools} - set(fast))
+    if fast and slow:  # every all-reduce would wait on the Ethernet-only nodes
+        raise MixedInterconnect(f"{gpus} {accelerator} on {provider} would mix InfiniBand nodes ({', '.join(fast)}) with Ethernet-only "
+                                f"nodes ({', '.join(slow)}) in one synchronous job; ask for a multiple of {largest} GPUs, or one node "
+                                f"shape with --gpus-per-node {', '.join(str(c) for c in sorted(by_count) if gpus % c == 0)}")
     if max_gpus_per_zone is None:
-        max_gpus_per_zone = facts.load(provider).max_gpus_per_zone
+        max_gpus_per_zone = known.max_gpus_per_zone
     return Layout(provider, region, accelerator, spread(pools, gpus, max_gpus_per_zone), max_gpus_per_zone)
 
 

@@ -16,7 +16,7 @@ from . import estimate as est_mod
 from .. import targets
 from ..errors import BurstError
 from .catalog import Offer
-from .layout import Layout, resolve
+from .layout import Layout, MixedInterconnect, resolve
 from .policy import OnPrem, Policy
 from .profile import Profile, local_throughput
 
@@ -96,7 +96,7 @@ def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
 def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int] = None,
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-               region: Optional[str] = None) -> tuple[list[Candidate], dict[str, int]]:
+               region: Optional[str] = None, gpus_per_node: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate."""
     epochs = _epochs(policy, profile, epochs)
     excluded: dict[str, int] = {}
@@ -164,7 +164,10 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             layouts = []
             for n in [None] if tpu else _gpu_counts(policy.max_gpus, gpus):
                 try:
-                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot, max_gpus_per_zone=policy.max_gpus_per_zone))
+                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot, max_gpus_per_zone=policy.max_gpus_per_zone,
+                                           gpus_per_node=None if tpu else gpus_per_node))
+                except MixedInterconnect:
+                    skip("would mix InfiniBand and Ethernet-only nodes")
                 except BurstError:
                     skip("no node shape for the count")
             for lay in layouts:
@@ -353,7 +356,7 @@ def scope_problem(policy: Policy, provider: str, region: Optional[str], accelera
 def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provider: str, *, gpus: Optional[int] = None,
         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
         cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None,
-        nodes: Optional[int] = None, partition: Optional[str] = None) -> Placement:
+        nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None) -> Placement:
     """The placement on ``provider`` that the command line's flags fix, under the policy's guard rails.
 
     Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
@@ -400,12 +403,13 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         return Placement(provider, site.name, site.accelerator, count, False, site.usd_per_gpu_hour * count, gpus=count, site=site,
                          estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
     if accelerator is None:
-        return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs)
-    per_zone = policy.max_gpus_per_zone
-    lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=preemptible, max_gpus_per_zone=per_zone)
+        return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
+                      gpus_per_node=gpus_per_node)
+    shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=gpus_per_node)
+    lay = resolve(offers, provider, accelerator, gpus, preemptible=preemptible, **shape)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
     if not spot and not lay.has_on_demand:
-        lay = resolve(offers, provider, accelerator, gpus, region=region, preemptible=False, max_gpus_per_zone=per_zone)
+        lay = resolve(offers, provider, accelerator, gpus, preemptible=False, **shape)
     if spot and not lay.has_spot:
         raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
     problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)

@@ -202,7 +202,7 @@ def test_layouts_hold_exactly_the_request_in_few_nodes(n, acc, prov):
     try:
         lay = layout.resolve(OFFERS, prov, acc, n)
     except BurstError as exc:
-        assert "cannot be laid out" in str(exc) or "has no accelerator" in str(exc)
+        assert "cannot be laid out" in str(exc) or "has no accelerator" in str(exc) or "would mix InfiniBand" in str(exc)
         return
     assert lay.count == n
     largest = max(o.accelerator_count for o in OFFERS if o.provider == prov and o.accelerator == acc and o.region == lay.region)
@@ -212,6 +212,7 @@ def test_layouts_hold_exactly_the_request_in_few_nodes(n, acc, prov):
     limit = facts.load(prov).max_gpus_per_zone
     assert len(per_zone) == (1 if not limit or n <= limit else min(len(lay.pools[0].offer.zones or [""]), -(-n // limit)))
     assert all(p.zone in p.offer.zones or not p.offer.zones for p in lay.pools)
+    assert len({facts.load(prov).has_infiniband(p.offer.instance_type) for p in lay.pools}) == 1  # one interconnect per job
     assert all(p.gpus_per_node % lay.gpus_per_worker == 0 for p in lay.pools)
 
 

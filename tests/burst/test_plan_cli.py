@@ -140,3 +140,18 @@ def test_for_tpus_gpus_counts_chips(tmp_path):
     assert {(c["accelerator"], c["count"]) for c in plan["candidates"]} == {("tpu-v3-32", 16)}  # v3-32: 16 chips
     none = burst("plan", "--provider", "gcp-tpu", "--gpus", "32", "--json", home=tmp_path)
     assert none.returncode == 1 and "TPU slice of another chip count" in json.loads(none.stdout)["why"]
+
+
+def test_a_layout_mixing_infiniband_and_ethernet_nodes_is_refused_with_the_way_out(tmp_path):
+    args = ("--provider", "azure", "--gpus", "100", "--accelerator", "A100-80GB")
+    mixed = burst("plan", *args, "--json", home=tmp_path)
+    assert mixed.returncode == 1 and "would mix InfiniBand and Ethernet-only nodes" in json.loads(mixed.stdout)["why"]
+    up = burst("up", *args, "--dry-run", home=tmp_path)
+    errors = [line for line in up.stderr.splitlines() if line.startswith("error:")]
+    assert up.returncode == 2 and len(errors) == 1
+    assert "would mix InfiniBand nodes (Standard_ND96amsr_A100_v4) with Ethernet-only nodes (Standard_NC96ads_A100_v4)" in errors[0]
+    assert "--gpus-per-node 1, 2, 4" in errors[0]
+    one_shape = json.loads(burst("plan", *args, "--gpus-per-node", "4", "--json", home=tmp_path).stdout)["choice"]["layout"]
+    assert [(p["instance_type"], p["nodes"]) for p in one_shape["pools"]] == [("Standard_NC96ads_A100_v4", 25)]
+    rendered = json.loads(burst("up", *args, "--gpus-per-node", "4", "--dry-run", "--json", home=tmp_path).stdout)
+    assert rendered["layout"]["pools"][0]["nodes"] == 25
