@@ -218,7 +218,16 @@ def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
     assert state.load(ClusterHandle, "t") is None
 
 
-def test_ctrl_c_is_forwarded_to_pulumi_and_followed_by_a_refresh(home):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as burst's CLI makes sure it does (``burst.cli.main``); a test
+    process started in the background by a shell inherits SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_is_forwarded_to_pulumi_and_followed_by_a_refresh(home, ctrl_c_raises):
     fake = RecordingPulumi(block_up=True)
     driver = StackDriver(spec_for(), state.home(), command=fake)
     def ctrl_c_once_up_runs():  # Ctrl-C while `pulumi up` is running, not before it started
