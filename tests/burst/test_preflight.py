@@ -2,7 +2,6 @@
 is created, against the providers' HTTP APIs answered from files (``tests/cloud_api.py``)."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
