@@ -19,6 +19,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -363,6 +364,8 @@ class SlurmTarget(Target):
         if survivors:
             raise BurstError(f"cluster {handle.name!r}: processes {survivors} of Slurm job {job_id} did not stop; kill them and "
                              f"run `burst down {handle.name}` again", exit_code=1)
+        if handle.temp_dir:  # the head's Ray directory, when the head ran here: the job removes it itself unless
+            shutil.rmtree(handle.temp_dir, ignore_errors=True)  # Slurm's SIGKILL (after KillWait) came first
 
     def _forget(self, handle: ClusterHandle) -> None:
         with state.locked():
