@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
-from .pulumi_stack import GoogleCloudStack, PulumiTarget, azure_logged_in, missing_tools, stack_errors
+from .pulumi_stack import GoogleCloudStack, PulumiTarget, azure_subscriptions, missing_tools, stack_errors
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotlib>=3.8", "pydantic>=2.6", "pyyaml>=6",
@@ -86,10 +86,9 @@ class AksTarget(KubeRayTarget):
     def missing_credentials(self) -> list[str]:
         problems = []
         sp = [v for v in ("ARM_CLIENT_ID", "ARM_CLIENT_SECRET", "ARM_TENANT_ID", "ARM_SUBSCRIPTION_ID") if os.environ.get(v)]
-        profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
         if 0 < len(sp) < 4:
             problems.append("incomplete Azure service principal: set all of ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID, ARM_SUBSCRIPTION_ID")
-        elif not sp and not azure_logged_in(profile):
+        elif not sp and not azure_subscriptions():
             problems.append("not logged in to Azure: run `az login`, or set ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID "
                             "and ARM_SUBSCRIPTION_ID for a service principal")
         return problems

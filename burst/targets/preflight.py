@@ -12,9 +12,7 @@ responses through ``Session.mount``, the seam ``requests`` documents for transpo
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 from ..errors import BurstError
@@ -30,8 +28,6 @@ TPU_API = "https://tpu.googleapis.com/v2"
 ARM = "https://management.azure.com"
 GCP_QUOTA_PAGE = "https://console.cloud.google.com/iam-admin/quotas?project={project}"
 AZURE_QUOTA_PAGE = "https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas"
-GKE_ACCELERATOR_TYPES = {"T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "L4": "nvidia-l4",
-                         "A100-40GB": "nvidia-tesla-a100", "A100-80GB": "nvidia-a100-80gb", "H100": "nvidia-h100-80gb"}
 
 
 def _get(session: "requests.Session", url: str, what: str) -> dict:
@@ -82,8 +78,10 @@ def _quota_line(metric: str, where: str, need: float, limit: float, usage: float
 
 def gke_problems(session: "requests.Session", project: str, lay: "Layout", preemptible: bool) -> list[str]:
     """Zone accelerator lists, the region's GPU (and N1 CPU) quota, and the project's global GPU quota."""
+    from infra.spec import GKE_ACCELERATORS  # the GKE stack's own map (plain data, no Pulumi)
+
     problems = []
-    gpu_type = GKE_ACCELERATOR_TYPES.get(lay.accelerator, lay.accelerator)
+    gpu_type = GKE_ACCELERATORS.get(lay.accelerator, lay.accelerator)
     for zone in lay.zones:
         offered = {a["name"] for a in _get(session, f"{COMPUTE}/projects/{project}/zones/{zone}/acceleratorTypes",
                                            f"Compute Engine (accelerator types of {zone})").get("items", [])}
@@ -134,12 +132,9 @@ def tpu_problems(session: "requests.Session", project: str, lay: "Layout", runti
 def azure_subscription() -> str:
     if os.environ.get("ARM_SUBSCRIPTION_ID"):
         return os.environ["ARM_SUBSCRIPTION_ID"]
-    profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
-    try:
-        subs = json.loads(profile.read_text(encoding="utf-8-sig")).get("subscriptions", [])
-    except (OSError, ValueError):
-        subs = []
-    default = next((s["id"] for s in subs if s.get("isDefault")), None)
+    from .pulumi_stack import azure_subscriptions
+
+    default = next((s["id"] for s in azure_subscriptions() if s.get("isDefault")), None)
     if default is None:
         raise BurstError("pre-flight: no Azure subscription: set ARM_SUBSCRIPTION_ID or run `az account set --subscription ID`", exit_code=1)
     return default

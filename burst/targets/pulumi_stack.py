@@ -345,12 +345,13 @@ class GoogleCloudStack(PulumiTarget):
         return missing_gcp_credentials()
 
 
-def azure_logged_in(profile: Path) -> bool:
+def azure_subscriptions() -> list[dict]:
+    """The subscriptions `az login` recorded (``AZURE_CONFIG_DIR``/azureProfile.json); [] when none."""
+    profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
     try:
-        data = json.loads(profile.read_text(encoding="utf-8-sig"))
+        return json.loads(profile.read_text(encoding="utf-8-sig")).get("subscriptions") or []
     except (OSError, ValueError):
-        return False
-    return bool(data.get("subscriptions"))
+        return []
 
 
 def gcp_project() -> Optional[str]:
