@@ -13,6 +13,7 @@ KUBERAY_CHART_VERSION = "1.5.1"  # pinned: KubeRay operator Helm chart
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 RAY_NAMESPACE = "burst"
 RAY_CLUSTER_NAME = "burst"
+TPU_TENSORFLOW = "2.18.0"  # the TensorFlow the TPU VM runtime image carries (its image name follows from it)
 
 GKE_ACCELERATORS = {  # catalog name -> GKE guest accelerator type
     "T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100", "L4": "nvidia-l4",
@@ -47,7 +48,7 @@ class StackSpec:
     ray_version: str
     project: Optional[str] = None  # GCP project
     external_ip: bool = False  # TPU VMs: no external IP unless asked
-    tf_version: str = "2.18.0"
+    tf_version: str = TPU_TENSORFLOW
     tpu_runtime: Optional[str] = None  # TPU VM image for tf_version on this slice's generation (caller's facts)
     wheel_path: Optional[str] = None  # the burst wheel the TPU hosts install
     image: Optional[str] = None  # prebuilt Ray + TensorFlow + burst image for the pods (None: stock Ray image)

@@ -149,7 +149,7 @@ class PulumiTarget(Target):
                    project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None):
         import uuid
 
-        from infra.spec import PoolSpec, StackSpec, safe_name
+        from infra.spec import TPU_TENSORFLOW, PoolSpec, StackSpec, safe_name
 
         from ..placement import facts
 
@@ -165,7 +165,7 @@ class PulumiTarget(Target):
                       ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path,
                       image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None)
         if lay.is_tpu:
-            fields["tpu_runtime"] = known.tpu_runtime(StackSpec.__dataclass_fields__["tf_version"].default, lay.accelerator)
+            fields["tpu_runtime"] = known.tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return StackSpec(**fields, config=self.stack_config(fields))
 
     def rendering(self, spec, lay: "Layout") -> dict:

@@ -30,12 +30,12 @@ class TpuVmTarget(GoogleCloudStack):
         return lambda: tpu.program(spec)
 
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
-        from infra.spec import StackSpec
+        from infra.spec import TPU_TENSORFLOW
 
         from ..placement import facts
         from . import preflight
 
-        runtime = facts.load(self.provider).tpu_runtime(StackSpec.__dataclass_fields__["tf_version"].default, lay.accelerator)
+        runtime = facts.load(self.provider).tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return preflight.tpu_problems(self.preflight_session(), self.project() or "", lay, runtime)
 
     def missing_tools(self) -> list[str]:
