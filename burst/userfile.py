@@ -105,6 +105,16 @@ def compose_yaml(text: str, source: str) -> tuple[yaml.Node | None, object]:
         loader.dispose()
 
 
+def key_path(lines: dict, loc) -> tuple:
+    """The parts of a pydantic error location that are keys of the document (pydantic adds union
+    branches and literal tags to it), to find the error's line in ``key_lines``."""
+    path: tuple = ()
+    for part in loc:
+        if path + (part,) in lines:
+            path += (part,)
+    return path
+
+
 def key_lines(node, path: tuple = ()) -> dict:
     """Map every key path of a composed YAML document to its 1-based line (for errors that name it)."""
     lines = {path: node.start_mark.line + 1}

@@ -18,7 +18,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import BurstError
-from ..userfile import compose_yaml, key_lines, read_text
+from ..userfile import compose_yaml, key_lines, key_path, read_text
 
 FACTS_DIR = Path(__file__).with_name("data") / "facts"
 
@@ -141,11 +141,8 @@ def parse(text: str, source: str) -> ProviderFacts:
     except ValidationError as exc:
         err = exc.errors()[0]
         lines = key_lines(node)
-        loc = tuple(err["loc"])
-        while loc and loc not in lines:
-            loc = loc[:-1]
         where = ".".join(str(p) for p in err["loc"])
-        raise BurstError(f"{source}:{lines.get(loc, 1)}: {where}: {err['msg']}") from None
+        raise BurstError(f"{source}:{lines.get(key_path(lines, err['loc']), 1)}: {where}: {err['msg']}") from None
 
 
 @lru_cache(maxsize=None)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .. import targets
 from ..errors import BurstError
-from ..userfile import compose_yaml, key_lines, read_text
+from ..userfile import compose_yaml, key_lines, key_path, read_text
 
 DATA_SITES = ("onprem", "local")  # where data lives outside any cloud: the site, or this machine
 Provider = Literal[targets.PROVIDERS]  # type: ignore[valid-type]  # the registry's names, in the JSON Schema too
@@ -180,25 +180,20 @@ def parse(text: str, source: str = "<policy>") -> Policy:
     except ValidationError as exc:
         errors = exc.errors()
         err = errors[0]
-        loc = tuple(err["loc"])
-        # pydantic adds the union branch or literal tag to loc; keep the parts that are real keys
-        key_path = []
-        for part in loc:
-            if tuple(key_path + [part]) in lines:
-                key_path.append(part)
-        line = lines.get(tuple(key_path)) or lines.get((), 1)
-        field = ".".join(str(p) for p in key_path) or "(top level)"
+        path = key_path(lines, err["loc"])
+        line = lines.get(path) or lines.get((), 1)
+        field = ".".join(str(p) for p in path) or "(top level)"
         if err["type"] == "extra_forbidden":
-            msg = f"unknown field {field!r}; allowed here: {', '.join(_allowed(key_path))}"
+            msg = f"unknown field {field!r}; allowed here: {', '.join(_allowed(path))}"
         else:
             msg = f"{field}: {err['msg']}"
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise BurstError(f"{source}:{line}: {msg}{more}") from None
 
 
-def _allowed(key_path: list) -> list[str]:
+def _allowed(path: tuple) -> list[str]:
     model: type[BaseModel] = Policy
-    for part in key_path[:-1]:
+    for part in path[:-1]:
         field = model.model_fields.get(str(part))
         ann = getattr(field, "annotation", None)
         inner = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
