@@ -28,19 +28,20 @@ def _row_style(c, choice) -> str:
 
 
 def print_plan(p, limit: Optional[int]) -> None:
-    t = Table(title=f"burst plan: {p.epochs} epochs" + (f", deadline {p.deadline_h:.1f} h" if p.deadline_h is not None else "")
+    t = Table(title=f"burst plan: {p.epochs} epochs" + (f", batch {p.candidates[0].estimate.batch}/replica" if p.candidates else "") + (f", deadline {p.deadline_h:.1f} h" if p.deadline_h is not None else "")
               + (f", budget ${p.budget_usd:,.0f}" if p.budget_usd is not None else ""))
     for col, just in (("#", "right"), ("provider", "left"), ("region", "left"), ("accel", "left"), ("n", "right"),
-                      ("spot", "left"), ("epoch s", "right"), ("hours", "right"), ("cost $", "right"), ("why not", "left")):
+                      ("spot", "left"), ("epoch s", "right"), ("hours", "right"), ("cost $", "right"), ("kgCO2e", "right"), ("why not", "left")):
         t.add_column(col, justify=just, overflow="fold")
     shown = p.candidates if limit is None else p.candidates[:limit]
     if p.nearest is not None and p.nearest not in shown:
         shown = shown + [p.nearest]
     for i, c in enumerate(shown, 1):
         e = c.estimate
-        blocking = [r for r in c.reasons if r.startswith(("misses", "over budget", "the deadline", "preemptions"))]
+        blocking = [r for r in c.reasons if r.startswith(("misses", "over budget", "the deadline", "preemptions", "too slow", "over the emissions", "emissions unknown"))]
+        kg = "?" if e.kgco2e is None else f"{e.kgco2e:,.1f}"
         t.add_row(str(p.candidates.index(c) + 1), "onprem" if c.target == "onprem" else c.provider, c.region, c.accelerator,
-                  str(c.count), "yes" if c.preemptible else "no", f"{e.epoch_s:,.0f}", f"{e.hours:,.2f}", f"{e.cost_usd:,.2f}",
+                  str(c.count), "yes" if c.preemptible else "no", f"{e.epoch_s:,.0f}", f"{e.hours:,.2f}", f"{e.cost_usd:,.2f}", kg,
                   "; ".join(blocking) if not c.feasible else ("chosen" if c is p.choice else ""), style=_row_style(c, p.choice))
     out.print(t)
     hidden = len(p.candidates) - len(shown)
@@ -57,6 +58,9 @@ def print_plan(p, limit: Optional[int]) -> None:
         out.print(f"  time: queue {e.queue_h:.2f} h + provisioning {e.provision_h:.2f} h + staging {e.staging_h:.2f} h"
                   f" + training {e.training_h:.2f} h + preemption {e.preemption_h:.2f} h")
         out.print(f"  cost: compute ${e.compute_usd:,.2f} (${e.hourly_usd:,.2f}/h) + storage ${e.storage_usd:,.2f} + egress ${e.egress_usd:,.2f}")
+        if e.kgco2e is not None:
+            out.print(f"  carbon: {e.energy_kwh:,.1f} kWh x {e.grid_g_per_kwh:g} gCO2e/kWh = {e.kgco2e:,.1f} kgCO2e (rated power x PUE over the training hours)")
+        out.print(f"  batch per replica: {e.batch} (as `burst run` launches it)")
         for r in c.reasons:
             out.print(f"  note: {r}")
     else:
@@ -74,6 +78,7 @@ def plan(
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="only spot/preemptible, or only on-demand capacity (default: the policy's preference)")] = None,
     region: Annotated[Optional[str], typer.Option(help="only this cloud region")] = None,
     gpus_per_node: Annotated[Optional[int], typer.Option(help="only layouts of one node shape holding this many GPUs")] = None,
+    batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica to predict (default: what `burst run` uses for the profile's preset)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -81,11 +86,11 @@ def plan(
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
     from .. import api
 
-    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events)):
+    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica)):
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
     p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
-                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node)
+                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica)
     if as_json:
         _emit_json(p.to_dict())
     else:
@@ -114,7 +119,8 @@ def policy_check(file: Annotated[Path, typer.Argument(help="policy YAML")]) -> N
     if p.budget_usd is not None:
         parts.append(f"budget ${p.budget_usd:,.2f}")
     if p.onprem:
-        parts.append(f"on-prem {p.onprem.gpus} {p.onprem.accelerator} at ${p.onprem.usd_per_gpu_hour}/GPU-h")
+        price = f"${p.onprem.usd_per_gpu_hour}/GPU-h" if p.onprem.usd_per_gpu_hour is not None else "a price derived from hardware and power"
+        parts.append(f"on-prem {p.onprem.gpus} {p.onprem.accelerator} at {price}")
     out.print(f"{file}: valid ({'; '.join(parts)})")
 
 

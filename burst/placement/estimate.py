@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from .. import targets
+from . import carbon
 from ..errors import BurstError
 from .layout import Layout
 from .policy import Policy
@@ -38,6 +39,7 @@ class ProviderFacts(BaseModel):
     max_preemptible_hours: Optional[float] = None
     egress_usd_per_gb: float
     storage_usd_per_gb_month: float
+    pue: float
 
 
 @lru_cache(maxsize=1)
@@ -63,6 +65,14 @@ class Estimate:
     egress_usd: float = 0.0
     notes: list[str] = field(default_factory=list)
     feasible: bool = True
+    batch: int = 0                      # batch per replica the estimate is for
+    energy_kwh: float = 0.0             # accelerators x PUE over the training (and re-training) hours
+    grid_g_per_kwh: Optional[float] = None  # None: no figure for where the run draws its power
+    price_basis: str = ""               # where the hourly price comes from (local/on-prem)
+
+    @property
+    def kgco2e(self) -> Optional[float]:
+        return None if self.grid_g_per_kwh is None else carbon.kg_co2e(self.energy_kwh, self.grid_g_per_kwh)
 
     @property
     def hours(self) -> float:
@@ -94,10 +104,12 @@ def _staging(cloud: Optional[str], region: Optional[str], profile: Profile, poli
             f"copy {size:.0f} GB out of {where} (egress {facts.egress_usd_per_gb} $/GB)")
 
 
-def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
+          batch: Optional[int] = None) -> Estimate:
     facts = provider_facts()[layout.provider]
-    epoch_s = profile.epoch_seconds(layout.accelerator, layout.devices, events)
-    est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=epochs * epoch_s / 3600)
+    batch = batch or profile.default_batch()
+    epoch_s = profile.epoch_seconds(layout.accelerator, layout.count, layout.nodes, batch, events)
+    est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=epochs * epoch_s / 3600, batch=batch)
     est.staging_h, est.egress_usd, note = _staging(targets.get(layout.provider).vendor, layout.region, profile, policy, events)
     if note:
         est.notes.append(note)
@@ -125,24 +137,45 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
         est.notes.append(f"price is {layout.quality} (see the catalog header)")
     if not profile.measured_accelerator(layout.accelerator):
         est.notes.append(f"{layout.accelerator} speed is derived, not measured (±30 %)")
+    est.energy_kwh = profile.watts(layout.accelerator) * layout.count / 1000 * facts.pue * (est.training_h + est.preemption_h)
+    grid = carbon.intensity(layout.provider, layout.region)
+    if grid is None:
+        est.notes.append(f"no grid carbon figure for {layout.provider} {layout.region}: emissions unknown")
+    else:
+        est.grid_g_per_kwh = grid[0]
     return est
 
 
+def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:
+    """Nodes ``count`` devices of the site span: CPU nodes are the devices; GPUs fill nodes of gpus_per_node."""
+    site = policy.onprem
+    if profile.accelerators[profile.family(site.accelerator)].kind == "cpu-node":
+        return count
+    return -(-count // site.gpus_per_node) if site.gpus_per_node else 1
+
+
 def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-           queue_h: Optional[float] = None, queue_note: str = "") -> Estimate:
+           queue_h: Optional[float] = None, queue_note: str = "", batch: Optional[int] = None) -> Estimate:
     """On the policy's site; ``queue_h``: the scheduler's live wait (None: the policy's figure)."""
     site = policy.onprem
     if site is None:
         raise BurstError("the policy has no onprem section")
-    epoch_s = profile.epoch_seconds(site.accelerator, gpus, events)
+    batch = batch or profile.default_batch()
+    epoch_s = profile.epoch_seconds(site.accelerator, gpus, onprem_nodes(profile, policy, gpus), batch, events)
     live = queue_h is not None
     est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=epochs * epoch_s / 3600,
-                   queue_source="slurm" if live else "policy")
+                   queue_source="slurm" if live else "policy", batch=batch)
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
-    est.hourly_usd = site.usd_per_gpu_hour * gpus
+    watts = profile.watts(site.accelerator)
+    est.hourly_usd = site.hourly_usd_per_device(watts) * gpus
+    est.price_basis = site.price_basis(watts)
     est.compute_usd = est.hourly_usd * est.training_h
+    est.energy_kwh = watts * gpus / 1000 * site.pue * est.training_h
+    est.grid_g_per_kwh = site.grid_gco2_per_kwh
+    if site.usd_per_gpu_hour is None:
+        est.notes.append(f"on-prem price {est.price_basis}")
     if live:
         est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now")
     elif site.queue_wait_hours or queue_note:
@@ -152,11 +185,14 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
 
 def local(events_per_s: float, basis: str, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
     epoch_s = (events or profile.events) / events_per_s
-    est = Estimate(epoch_s=epoch_s, training_h=epochs * epoch_s / 3600)
+    est = Estimate(epoch_s=epoch_s, training_h=epochs * epoch_s / 3600, batch=profile.default_batch())
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
-    est.hourly_usd = policy.local.usd_per_hour
+    est.hourly_usd = policy.local.hourly_usd()
+    est.price_basis = policy.local.price_basis()
     est.compute_usd = est.hourly_usd * est.training_h
-    est.notes.append(f"this machine: {events_per_s:.2f} events/s, {basis}")
+    est.energy_kwh = policy.local.watts / 1000 * est.training_h
+    est.grid_g_per_kwh = policy.local.grid_gco2_per_kwh
+    est.notes.append(f"this machine: {events_per_s:.2f} events/s, {basis}; {est.price_basis}")
     return est

@@ -71,11 +71,6 @@ class Layout:
         return self.pools[0].offer.is_tpu
 
     @property
-    def devices(self) -> int:
-        """Devices in the time model: GPUs, or slices for a TPU."""
-        return self.nodes if self.is_tpu else self.count
-
-    @property
     def gpus_per_worker(self) -> int:
         """Ray Train gives every worker the same GPUs: the largest count that divides every node."""
         return reduce(math.gcd, (p.gpus_per_node for p in self.pools))

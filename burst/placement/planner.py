@@ -46,8 +46,10 @@ class Candidate:
         return {
             "target": self.target, "provider": self.provider, "region": self.region, "accelerator": self.accelerator,
             "count": self.count, "layout": self.layout.to_dict() if self.layout else {"description": self.layout_text},
-            "preemptible": self.preemptible, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
-            "est_cost_usd": round(e.cost_usd, 2), "hourly_usd": round(e.hourly_usd, 4), "feasible": self.feasible,
+            "preemptible": self.preemptible, "batch_per_replica": e.batch, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
+            "est_cost_usd": round(e.cost_usd, 2), "hourly_usd": round(e.hourly_usd, 4),
+            "est_kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3), "energy_kwh": round(e.energy_kwh, 3),
+            "grid_gco2_per_kwh": e.grid_g_per_kwh, "feasible": self.feasible,
             "reasons": self.reasons,
             "queue_wait_h": round(e.queue_h, 3) if self.target == "onprem" else None,
             "queue_source": e.queue_source if self.target == "onprem" else None,
@@ -67,11 +69,13 @@ class Plan:
     epochs: int
     deadline_h: Optional[float]
     budget_usd: Optional[float]
+    max_kgco2e: Optional[float] = None
 
     def to_dict(self) -> dict:
         return {"choice": self.choice.to_dict() if self.choice else None,
                 "nearest": self.nearest.to_dict() if self.nearest and not self.choice else None,
                 "why": self.why, "epochs": self.epochs, "deadline_hours": self.deadline_h, "budget_usd": self.budget_usd,
+                "max_kgco2e": self.max_kgco2e,
                 "excluded": self.excluded, "candidates": [c.to_dict() for c in self.candidates]}
 
 
@@ -96,9 +100,11 @@ def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
 def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int] = None,
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-               region: Optional[str] = None, gpus_per_node: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
+               region: Optional[str] = None, gpus_per_node: Optional[int] = None,
+               batch_per_replica: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate."""
     epochs = _epochs(policy, profile, epochs)
+    batch = batch_per_replica or profile.default_batch()
     excluded: dict[str, int] = {}
 
     def skip(why: str) -> None:
@@ -137,7 +143,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             counts = []
         for n in counts:
             out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
-                                 onprem_estimate(prov, n, profile, policy, epochs, events)))
+                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch)))
 
     clouds = [p for p in providers if kinds[p] == "cloud"]
     shapes: dict[tuple[str, str, str], list[Offer]] = {}
@@ -174,7 +180,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                 if spot and not lay.has_spot:
                     skip("no spot offer")
                     continue
-                e = est_mod.cloud(lay, spot, profile, policy, epochs, events)
+                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch)
                 out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay))
     return out, excluded
 
@@ -184,17 +190,18 @@ def site_nodes(site: OnPrem, gpus: int) -> int:
     return -(-gpus // site.gpus_per_node) if site.gpus_per_node else 1
 
 
-def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> est_mod.Estimate:
+def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
+                    batch: Optional[int] = None) -> est_mod.Estimate:
     """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be asked."""
     target = targets.get(provider)
     if not target.is_scheduler:
-        return est_mod.onprem(gpus, profile, policy, epochs, events)
-    first = est_mod.onprem(gpus, profile, policy, epochs, events)
+        return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
+    first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
     wait = target.queue_estimate(policy.onprem, site_nodes(policy.onprem, gpus), first.training_h)
-    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note)
+    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note, batch=batch)
 
 
-def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float]) -> None:
+def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float], max_kg: Optional[float] = None) -> None:
     e = c.estimate
     c.reasons = list(e.notes)
     c.feasible = e.feasible
@@ -215,7 +222,41 @@ def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float]) -
             c.feasible = False
             c.reasons.insert(0, f"over budget: ${e.cost_usd:,.2f} > ${budget:,.2f}")
         ratios.append(e.cost_usd / budget)
+    if max_kg is not None:
+        if e.kgco2e is None:
+            c.feasible = False
+            c.reasons.insert(0, "emissions unknown under a kgCO2e cap")
+            ratios.append(float("inf"))
+        else:
+            if e.kgco2e > max_kg:
+                c.feasible = False
+                c.reasons.insert(0, f"over the emissions cap: {e.kgco2e:,.1f} kgCO2e > {max_kg:,.1f}")
+            ratios.append(e.kgco2e / max_kg)
     c.violation = max(ratios)
+
+
+def _too_slow(cands: list[Candidate], max_slowdown: float, onprem_first: bool) -> None:
+    """No free lunch: an option more than ``max_slowdown`` times slower than the fastest feasible one is out.
+
+    The on-prem site is exempt when the policy says to stay on-prem until a burst condition holds
+    (``burst_when``): that preference is the policy's own, and the deadline already bounds it."""
+    feasible = [c.estimate.hours for c in cands if c.feasible]
+    if not feasible:
+        return
+    fastest = min(feasible)
+    for c in cands:
+        if onprem_first and c.target == "onprem":
+            continue
+        if c.feasible and c.estimate.hours > max_slowdown * fastest:
+            c.feasible = False
+            c.reasons.insert(0, f"too slow: {c.estimate.hours / fastest:,.0f}x the fastest feasible option "
+                                f"({c.estimate.hours:,.1f} h vs {fastest:,.2f} h; the policy's max_slowdown is {max_slowdown:g})")
+            c.violation = max(c.violation, c.estimate.hours / (max_slowdown * fastest))
+
+
+def _kg(c: Candidate) -> float:
+    kg = c.estimate.kgco2e
+    return float("inf") if kg is None else kg
 
 
 def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Plan:
@@ -225,9 +266,12 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     cands, excluded = candidates(policy, profile, offers, **narrow)
     epochs = _epochs(policy, profile, narrow.get("epochs"))
     for c in cands:
-        _check(c, deadline_h, budget)
+        _check(c, deadline_h, budget, policy.max_kgco2e)
+    _too_slow(cands, policy.max_slowdown, policy.burst_when is not None)
 
-    objective = (lambda c: (c.estimate.cost_usd, c.estimate.hours)) if policy.objective == "min_cost" else (lambda c: (c.estimate.hours, c.estimate.cost_usd))
+    objective = {"min_cost": lambda c: (c.estimate.cost_usd, c.estimate.hours),
+                 "min_time": lambda c: (c.estimate.hours, c.estimate.cost_usd),
+                 "min_carbon": lambda c: (_kg(c), c.estimate.hours)}[policy.objective]
     prefer_spot = policy.preemptible == "prefer"
 
     # On-prem first when the policy says when to burst and no burst condition holds.
@@ -279,14 +323,17 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
         else:
             why = (why + "; " if why else "") + "no candidate is allowed by the policy" + (f" (excluded: {', '.join(f'{k} {v}' for k, v in excluded.items())})" if excluded else "")
     else:
-        obj = "cheapest" if policy.objective == "min_cost" else "fastest"
+        obj = {"min_cost": "cheapest", "min_time": "fastest", "min_carbon": "lowest-emission"}[policy.objective]
         if not why:
             why = f"{obj} feasible option"
         elif not onprem_first:
             why += f"; {obj} feasible option"
         if prefer_spot and choice.preemptible:
             why += " (preemptible preferred)"
-    return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget)
+    slow = [c for c in cands if c.reasons and c.reasons[0].startswith("too slow")]
+    if choice is not None and slow:
+        why += f"; {len(slow)} slower option(s) left out by max_slowdown {policy.max_slowdown:g}"
+    return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget, policy.max_kgco2e)
 
 
 # --------------------------------------------------------------------------- the hand-off to a target
@@ -356,7 +403,8 @@ def scope_problem(policy: Policy, provider: str, region: Optional[str], accelera
 def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provider: str, *, gpus: Optional[int] = None,
         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
         cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None,
-        nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None) -> Placement:
+        nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None,
+        batch_per_replica: Optional[int] = None) -> Placement:
     """The placement on ``provider`` that the command line's flags fix, under the policy's guard rails.
 
     Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
@@ -370,7 +418,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         for flag, value in (("--accelerator", accelerator), ("--region", region), ("--preemptible", preemptible or None)):
             if value is not None:
                 raise BurstError(f"{flag} does not apply to --provider {provider} (this machine)")
-        hourly = policy.local.usd_per_hour if policy is not None else 0.0
+        hourly = policy.local.hourly_usd() if policy is not None else 0.0
         return Placement(provider, "this machine", "cpu", cpus or os.cpu_count() or 1, False, hourly, gpus=gpus, storage=storage)
     if policy is None:
         raise BurstError(f"--provider {provider} needs a policy; pass --policy FILE")
@@ -399,12 +447,12 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         problem = scope_problem(policy, provider, None, site.accelerator, count, False)
         if problem:
             raise BurstError(problem)
-        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs))
-        return Placement(provider, site.name, site.accelerator, count, False, site.usd_per_gpu_hour * count, gpus=count, site=site,
+        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica)
+        return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
                          estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
     if accelerator is None:
         return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
-                      gpus_per_node=gpus_per_node)
+                      gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica)
     shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=gpus_per_node)
     lay = resolve(offers, provider, accelerator, gpus, preemptible=preemptible, **shape)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
@@ -415,6 +463,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
     problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)
     if problem:
         raise BurstError(problem)
-    c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot, est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs)), layout=lay)
-    _check(c, policy.deadline_hours(), policy.budget_usd)
+    c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot,
+                  est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica), layout=lay)
+    _check(c, policy.deadline_hours(), policy.budget_usd, policy.max_kgco2e)
     return from_candidate(c, policy, notes=tuple(r for r in c.reasons if not c.feasible and r.startswith(("misses", "over budget", "the deadline"))))

@@ -33,6 +33,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+HOURS_PER_YEAR = 8760.0
+
+
 class OnPrem(_Strict):
     """The group's own cluster: an existing Ray cluster (provider ``ray``) or a Slurm batch system
     (provider ``slurm``) on which burst starts Ray inside an allocation."""
@@ -41,7 +44,12 @@ class OnPrem(_Strict):
     accelerator: str = Field(description="accelerator name as in the catalog, e.g. V100")
     gpus: int = Field(gt=0, le=100_000, description="GPUs this run may use on-prem")
     queue_wait_hours: float = Field(0.0, ge=0, le=8760, description="expected wait before the job starts (at most a year)")
-    usd_per_gpu_hour: float = Field(ge=0, le=1000, description="amortised price: hardware, power, operations (at most $1000/GPU-hour)")
+    usd_per_gpu_hour: Optional[float] = Field(None, ge=0, le=1000, description="amortised price: hardware, power, operations (at most $1000/GPU-hour); absent: derived from the four fields below")
+    hardware_usd_per_gpu: float = Field(10_000.0, ge=0, le=1e7, description="purchase price of the site's hardware per GPU (or per CPU node), for the derived price")
+    lifetime_years: float = Field(4.0, gt=0, le=20, description="years the hardware is written off over (4: Cloud Carbon Footprint's server lifespan)")
+    usd_per_kwh: float = Field(0.15, ge=0, le=10, description="what the site pays for electricity")
+    pue: float = Field(1.4, ge=1, le=5, description="the machine room's power usage effectiveness (facility power / IT power)")
+    grid_gco2_per_kwh: float = Field(300.0, ge=0, le=2000, description="the site's grid carbon intensity; 300 is burst's placeholder, not a measurement: set yours")
     ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
     token_file: Optional[str] = Field(None, description="file holding the cluster's Ray auth token, if it uses token authentication")
     storage: Optional[str] = Field(None, description="directory or bucket URI that the cluster and this machine can both read")
@@ -53,9 +61,40 @@ class OnPrem(_Strict):
     gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
     container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
 
+    def hourly_usd_per_device(self, watts: float) -> float:
+        """The policy's price, or hardware amortisation plus power (``watts`` per GPU or CPU node, times the PUE)."""
+        if self.usd_per_gpu_hour is not None:
+            return self.usd_per_gpu_hour
+        return self.hardware_usd_per_gpu / (self.lifetime_years * HOURS_PER_YEAR) + watts / 1000 * self.pue * self.usd_per_kwh
+
+    def price_basis(self, watts: float) -> str:
+        if self.usd_per_gpu_hour is not None:
+            return f"${self.usd_per_gpu_hour:g}/GPU-h from the policy"
+        return (f"${self.hourly_usd_per_device(watts):.3f}/device-h derived: ${self.hardware_usd_per_gpu:g} over {self.lifetime_years:g} years + "
+                f"{watts:g} W x PUE {self.pue:g} at ${self.usd_per_kwh:g}/kWh")
+
 
 class LocalMachine(_Strict):
-    usd_per_hour: float = Field(0.0, ge=0, le=10_000, description="what an hour of this machine costs (0: already paid for)")
+    """This machine as a target: its time is not free (power and the hardware's wear), so a run that
+    takes weeks here does not win on a rounding of cost."""
+
+    usd_per_hour: Optional[float] = Field(None, ge=0, le=10_000, description="what an hour of this machine costs; absent: derived from the four fields below")
+    watts: float = Field(65.0, gt=0, le=100_000, description="what the machine draws while training (65 W: a desktop CPU's TDP)")
+    hardware_usd: float = Field(1500.0, ge=0, le=1e7, description="purchase price, for the derived price")
+    lifetime_years: float = Field(4.0, gt=0, le=20, description="years the machine is written off over")
+    usd_per_kwh: float = Field(0.20, ge=0, le=10, description="what its electricity costs")
+    grid_gco2_per_kwh: float = Field(300.0, ge=0, le=2000, description="its grid's carbon intensity; 300 is burst's placeholder, not a measurement: set yours")
+
+    def hourly_usd(self) -> float:
+        if self.usd_per_hour is not None:
+            return self.usd_per_hour
+        return self.hardware_usd / (self.lifetime_years * HOURS_PER_YEAR) + self.watts / 1000 * self.usd_per_kwh
+
+    def price_basis(self) -> str:
+        if self.usd_per_hour is not None:
+            return f"${self.usd_per_hour:g}/h from the policy"
+        return (f"${self.hourly_usd():.3f}/h derived: ${self.hardware_usd:g} over {self.lifetime_years:g} years + "
+                f"{self.watts:g} W at ${self.usd_per_kwh:g}/kWh")
 
 
 class BurstWhen(_Strict):
@@ -84,9 +123,11 @@ class DataLocation(_Strict):
 class Policy(_Strict):
     """Where a run may go and what it should optimise."""
 
-    objective: Literal["min_cost", "min_time"] = Field("min_cost", description="what the plan minimises: total cost or time to result")
+    objective: Literal["min_cost", "min_time", "min_carbon"] = Field("min_cost", description="what the plan minimises: total cost, time to result, or estimated emissions (kgCO2e)")
     deadline: Optional[Union[float, str]] = Field(None, description="hours from now (48, '48h', '3d') or an ISO 8601 time")
     budget_usd: Optional[float] = Field(None, gt=0, le=1e8, description="total spend allowed for the run, all providers")
+    max_kgco2e: Optional[float] = Field(None, gt=0, le=1e9, description="most estimated emissions allowed for the run, kgCO2e")
+    max_slowdown: float = Field(10.0, ge=1, le=1e6, description="never choose an option more than this many times slower than the fastest feasible one to save cost or carbon")
     providers: list[Provider] = Field(default_factory=lambda: list(targets.PROVIDERS), description="targets the plan may choose from")
     regions: list[str] = Field(default_factory=lambda: ["*"], description="region patterns, e.g. europe-* (data residency)")
     preemptible: Literal["never", "prefer", "only"] = Field("prefer", description="spot/preemptible capacity: never, prefer it when it wins, or only")

@@ -1,16 +1,27 @@
-"""A workload's performance profile: measured epoch times, the scaling fit, accelerator speeds.
+"""A workload's performance profile: measured epoch tables, the time model fitted to them, accelerator speeds.
 
-The fit is Amdahl's law per epoch, ``epoch_s(N) = A / N + B``, made at load time from the
-measured table in the profile file, so the table and the model can never disagree.
+The time model (form and reasons in the profile file) is
+
+    epoch_s = steps x (a_acc x b + t_step + hop_net x (N - 1) [when the N replicas span more than one node])
+    steps   = events / (N x b)
+
+with ``b`` the batch per replica, ``a_acc`` the seconds one replica of an accelerator spends per event,
+``t_step`` the per-step cost that does not depend on the batch, and ``hop_net`` the per-step cost of
+each further replica in the all-reduce ring once it crosses the network. It is linear in its
+parameters, so the fit is a weighted (relative-error) linear least squares, made at load time from
+the tables in the profile file: the tables and the model can never disagree.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -18,35 +29,121 @@ from .. import state
 from ..errors import BurstError
 
 WORKLOAD_PROFILES = {"gan3d": Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "profile.yaml"}
+_SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3
 
 
 class AcceleratorSpeed(BaseModel):
+    """One accelerator family: measured (it has tables) or derived from another one by a ratio."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    speed: Optional[float] = Field(None, gt=0)
-    epoch_s: Optional[float] = Field(None, gt=0)
+    kind: Literal["gpu", "tpu", "cpu-node"] = "gpu"
+    network: str = "ethernet"           # what its multi-node all-reduce crosses (a network of the fit)
     from_: Optional[str] = Field(None, alias="from")
-    ratio: Optional[float] = Field(None, gt=0)
-    basis: str
+    ratio: Optional[float] = Field(None, gt=0)  # per-replica speed relative to ``from``
+    replicas_per_chip: int = Field(1, gt=0)    # TPU: TensorCores TensorFlow sees as replicas
+    chips_per_host: int = Field(1, gt=0)       # TPU: chips per host VM (a slice above it spans hosts)
+    watts: float = Field(gt=0)                 # board power under training load, per chip / GPU / node
+    watts_basis: str
+    basis: str = "measured (the tables below)"
 
     @model_validator(mode="after")
-    def _one_kind(self):
-        kinds = [self.speed is not None, self.epoch_s is not None, self.from_ is not None]
-        if sum(kinds) != 1 or (self.from_ is not None) != (self.ratio is not None):
-            raise ValueError("give exactly one of: speed, epoch_s, or from + ratio")
+    def _ratio_with_from(self):
+        if (self.from_ is None) != (self.ratio is None):
+            raise ValueError("give both from and ratio (a derived speed), or neither (a measured one)")
+        return self
+
+
+class Table(BaseModel):
+    """Measured epoch times of one accelerator on one system: rows of [replicas, nodes, batch per replica, epoch seconds]."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    accelerator: str
+    source: str
+    held_out: bool = False              # never fitted: the benchmark's check of the model on data it has not seen
+    network: Optional[str] = None       # default: the accelerator's
+    rows: list[tuple[int, int, int, float]]
+
+    @model_validator(mode="after")
+    def _rows(self):
+        for n, nodes, b, t in self.rows:
+            if not (n >= 1 and 1 <= nodes <= n and b >= 1 and t > 0):
+                raise ValueError(f"table {self.name}: a row needs 1 <= nodes <= replicas, batch >= 1 and seconds > 0, got {[n, nodes, b, t]}")
         return self
 
 
 class Scaling(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    accelerator: str
-    measured: dict[int, float]
+    form: str
+    tables: list[Table]
 
 
 class LocalDefault(BaseModel):
     model_config = ConfigDict(extra="forbid")
     events_per_s: float = Field(gt=0)
     basis: str
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured epoch, as the model sees it."""
+
+    table: str
+    accelerator: str
+    network: str
+    replicas: int
+    nodes: int
+    batch: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted parameters: seconds per event per replica, per step, and per ring hop per step."""
+
+    per_event: dict[str, float]
+    per_step: float
+    per_hop: dict[str, float]
+
+    def epoch_s(self, per_event: float, network: str, replicas: int, nodes: int, batch: int, events: int) -> float:
+        hop = self.per_hop.get(network, self.per_hop.get("ethernet", 0.0)) * (replicas - 1) if nodes > 1 else 0.0
+        return events / (replicas * batch) * (per_event * batch + self.per_step + hop)
+
+
+def fit_points(points: list[Point], events: int) -> Fit:
+    """Relative-error least squares of the model over ``points``; every parameter kept >= 0.
+
+    A parameter that the unconstrained solution makes negative is pinned at 0 and the rest refitted
+    (the TPU interconnect's hop cost, for one, is below what two slice sizes can resolve).
+    """
+    accs = sorted({p.accelerator for p in points})
+    nets = sorted({p.network for p in points if p.nodes > 1})
+    names = [("event", a) for a in accs] + [("step", "")] + [("hop", n) for n in nets]
+    rows = []
+    for p in points:
+        steps = events / (p.replicas * p.batch)
+        x = [steps * p.batch if ("event", p.accelerator) == k else 0.0 for k in names[:len(accs)]]
+        x.append(steps)
+        x += [steps * (p.replicas - 1) if p.nodes > 1 and p.network == n else 0.0 for _, n in names[len(accs) + 1:]]
+        rows.append(np.array(x) / p.seconds)
+    x = np.array(rows)
+    y = np.ones(len(points))
+    free = list(range(len(names)))
+    while True:
+        coef = np.zeros(len(names))
+        if free:
+            coef[free] = np.linalg.lstsq(x[:, free], y, rcond=None)[0]
+        negative = [i for i in free if coef[i] < 0]
+        if not negative:
+            break
+        free.remove(min(negative, key=lambda i: coef[i]))
+    values = dict(zip(names, coef))
+    missing = [a for a in accs if values[("event", a)] <= 0]
+    if missing:
+        raise BurstError(f"the time model cannot be fitted: no positive per-event time for {', '.join(missing)}")
+    return Fit({a: float(values[("event", a)]) for a in accs}, float(values[("step", "")]),
+               {n: float(values[("hop", n)]) for n in nets})
 
 
 class Profile(BaseModel):
@@ -58,73 +155,117 @@ class Profile(BaseModel):
     dataset_gb: float = Field(ge=0)
     checkpoint_gb: float = Field(ge=0)
     epochs: int = Field(gt=0)
-    batch_per_replica: int = Field(gt=0)
     checkpoint_every_epochs: int = Field(1, gt=0)
     scaling: Scaling
     accelerators: dict[str, AcceleratorSpeed]
     local_default: LocalDefault
 
+    @model_validator(mode="after")
+    def _names(self):
+        for t in self.scaling.tables:
+            if t.accelerator not in self.accelerators:
+                raise ValueError(f"table {t.name}: accelerator {t.accelerator!r} has no entry under accelerators")
+            if self.accelerators[t.accelerator].from_ is not None:
+                raise ValueError(f"table {t.name}: {t.accelerator} is measured, so it cannot also be derived (drop from/ratio)")
+        for name, acc in self.accelerators.items():
+            if acc.from_ is None and not any(t.accelerator == name and not t.held_out for t in self.scaling.tables):
+                raise ValueError(f"accelerator {name}: no measured table fits it; derive it with from + ratio")
+        return self
+
     # ------------------------------------------------------------------ the fit
 
-    def fit(self) -> tuple[float, float]:
-        """(A, B) of ``epoch_s = A / N + B`` from the measured table."""
-        return fit_amdahl(self.scaling.measured)
+    def points(self, held_out: bool = False) -> list[Point]:
+        """The measured epochs the fit uses (``held_out``: the ones it must never see)."""
+        return [Point(t.name, t.accelerator, t.network or self.accelerators[t.accelerator].network, n, nodes, b, s)
+                for t in self.scaling.tables if t.held_out == held_out for n, nodes, b, s in t.rows]
 
-    def speed(self, accelerator: str) -> float:
-        """Throughput relative to one device of the scaling table's accelerator."""
-        seen = set()
-        factor, name = 1.0, accelerator
+    def fit(self) -> Fit:
+        return _fit_cached(self.model_dump_json(), self)
+
+    def family(self, accelerator: str) -> str:
+        """The profile's entry for a catalog name: ``tpu-v3-32`` is a slice of the ``tpu-v3`` family."""
+        if accelerator in self.accelerators:
+            return accelerator
+        m = _SLICE.match(accelerator)
+        if m and m.group(1) in self.accelerators:
+            return m.group(1)
+        raise BurstError(f"workload {self.workload} has no speed for accelerator {accelerator!r} in its profile")
+
+    def per_event_s(self, accelerator: str, fit: Optional[Fit] = None) -> float:
+        """Seconds one replica spends per event (measured, or derived through the ``from`` chain)."""
+        fit = fit or self.fit()
+        calibrated = calibration(self).get(self.family(accelerator))
+        if calibrated is not None:
+            return calibrated["per_event_s"]
+        seen: set[str] = set()
+        factor, name = 1.0, self.family(accelerator)
         while True:
-            entry = self.accelerators.get(name)
-            if entry is None:
-                raise BurstError(f"workload {self.workload} has no speed for accelerator {name!r} in its profile")
             if name in seen:
                 raise BurstError(f"profile: accelerator speeds refer to each other in a loop at {name!r}")
             seen.add(name)
-            if entry.speed is not None:
-                return factor * entry.speed
-            if entry.epoch_s is not None:
-                a, b = self.fit()
-                return factor * a / max(entry.epoch_s - b, 1e-9)
+            entry = self.accelerators.get(name)
+            if entry is None:
+                raise BurstError(f"profile: {name!r} is named as a base speed but has no entry")
+            if entry.from_ is None:
+                return fit.per_event[name] / factor
             factor *= entry.ratio
             name = entry.from_
 
-    def epoch_seconds(self, accelerator: str, devices: int, events: Optional[int] = None) -> float:
-        """Seconds per epoch on ``devices`` accelerators (TPU: slices) for ``events`` events."""
-        if devices < 1:
-            raise BurstError("need at least one device")
-        a, b = self.fit()
-        scale = (events or self.events) / self.events
-        return scale * (a / (self.speed(accelerator) * devices) + b)
+    def speed(self, accelerator: str) -> float:
+        """Per-replica throughput relative to one V100 replica (for tables and explanations)."""
+        return self.per_event_s("V100") / self.per_event_s(accelerator)
+
+    def replicas(self, accelerator: str, count: int) -> int:
+        """TensorFlow replicas of ``count`` devices (TPU: chips × TensorCores per chip)."""
+        return count * self.accelerators[self.family(accelerator)].replicas_per_chip
+
+    def hosts(self, accelerator: str, count: int, nodes: int) -> int:
+        acc = self.accelerators[self.family(accelerator)]
+        return max(nodes, -(-count // acc.chips_per_host)) if acc.kind == "tpu" else nodes
+
+    def epoch_seconds(self, accelerator: str, count: int, nodes: int = 1, batch: Optional[int] = None,
+                      events: Optional[int] = None) -> float:
+        """Seconds per epoch on ``count`` devices (GPUs, TPU chips or CPU nodes) over ``nodes`` hosts."""
+        if count < 1 or nodes < 1:
+            raise BurstError("need at least one device on one node")
+        fit = self.fit()
+        acc = self.accelerators[self.family(accelerator)]
+        return fit.epoch_s(self.per_event_s(accelerator, fit), acc.network, self.replicas(accelerator, count),
+                           self.hosts(accelerator, count, nodes), batch or self.default_batch(), events or self.events)
+
+    def default_batch(self) -> int:
+        """The batch per replica `burst train` uses for the profile's preset."""
+        from workloads.gan3d import presets  # plain data, no TensorFlow
+
+        return presets.get_preset(self.preset).default_batch
+
+    def watts(self, accelerator: str) -> float:
+        return self.accelerators[self.family(accelerator)].watts
 
     def basis(self, accelerator: str) -> str:
-        entry = self.accelerators.get(accelerator)
-        return entry.basis if entry else "unknown"
+        try:
+            name = self.family(accelerator)
+        except BurstError:
+            return "unknown"
+        if name in calibration(self):
+            return calibration(self)[name]["basis"]
+        return self.accelerators[name].basis
 
     def measured_accelerator(self, accelerator: str) -> bool:
-        entry = self.accelerators.get(accelerator)
-        return bool(entry) and entry.from_ is None
+        try:
+            name = self.family(accelerator)
+        except BurstError:
+            return False
+        return self.accelerators[name].from_ is None or name in calibration(self)
 
 
-def fit_amdahl(measured: dict[int, float]) -> tuple[float, float]:
-    """Weighted least squares (relative error) of ``t = A / N + B``; B is kept non-negative."""
-    if len(measured) < 2:
-        raise BurstError("the scaling fit needs at least two measured points")
-    # Normal equations of sum(((A/N + B) - t) / t)^2, a 2x2 system.
-    s11 = s12 = s22 = r1 = r2 = 0.0
-    for n, t in measured.items():
-        x1, x2, w = 1.0 / n / t, 1.0 / t, 1.0
-        s11 += x1 * x1
-        s12 += x1 * x2
-        s22 += x2 * x2
-        r1 += x1 * w
-        r2 += x2 * w
-    det = s11 * s22 - s12 * s12
-    a = (r1 * s22 - r2 * s12) / det
-    b = (s11 * r2 - s12 * r1) / det
-    if b < 0:  # no serial part: a pure 1/N fit
-        a, b = r1 / s11, 0.0
-    return a, b
+_FITS: dict[str, Fit] = {}
+
+
+def _fit_cached(key: str, profile: Profile) -> Fit:
+    if key not in _FITS:
+        _FITS[key] = fit_points(profile.points(), profile.events)
+    return _FITS[key]
 
 
 def load(workload: str = "gan3d", path: Optional[Path] = None) -> Profile:
@@ -140,6 +281,33 @@ def load(workload: str = "gan3d", path: Optional[Path] = None) -> Profile:
     except (yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()
         raise BurstError(f"workload profile {path} is invalid: {' '.join(first[:3])}") from None
+
+
+# ---------------------------------------------------------------------- measured here (burst calibrate)
+
+
+def calibration_path(workload: str) -> Path:
+    return state.home() / "calibration" / f"{workload}.json"
+
+
+def calibration(profile: Profile) -> dict[str, dict]:
+    """Accelerator speeds refitted from this site's own runs by `burst calibrate` (family → record)."""
+    path = calibration_path(profile.workload)
+    if not path.exists():
+        return {}
+    try:
+        rec = json.loads(path.read_text())
+        return {k: {"per_event_s": float(v["per_event_s"]), "basis": str(v["basis"])} for k, v in rec["accelerators"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BurstError(f"calibration record {path} is corrupt; run `burst calibrate` again or delete it") from None
+
+
+def record_calibration(profile: Profile, family: str, per_event_s: float, basis: str, runs: list[str]) -> Path:
+    path = calibration_path(profile.workload)
+    current = json.loads(path.read_text()) if path.exists() else {"accelerators": {}}
+    current["accelerators"][family] = {"per_event_s": per_event_s, "basis": basis, "runs": runs, "recorded_at": time.time()}
+    state.write_json_atomic(path, current)
+    return path
 
 
 # ---------------------------------------------------------------------- this machine (burst bench)

@@ -29,29 +29,88 @@ def make(**fields) -> policy.Policy:
 # ---------------------------------------------------------------------- the scaling fit
 
 
-def test_fit_reproduces_the_measured_v100_table():
-    a, b = PROFILE.fit()
-    for n, t in PROFILE.scaling.measured.items():
-        assert PROFILE.epoch_seconds("V100", n) == pytest.approx(t, rel=0.05)
-    assert 3400 < a < 3700 and 0 < b < 15
+def _model(fit, p):
+    return fit.epoch_s(fit.per_event[p.accelerator], p.network, p.replicas, p.nodes, p.batch, PROFILE.events)
 
 
-def test_leave_one_out_error_is_within_15_percent():
-    measured = PROFILE.scaling.measured
-    for held in measured:
-        a, b = profile.fit_amdahl({n: t for n, t in measured.items() if n != held})
-        assert abs((a / held + b) / measured[held] - 1) < 0.15, held
+def test_fit_reproduces_every_measured_table_within_10_percent():
+    fit = PROFILE.fit()
+    tables = {p.table for p in PROFILE.points()}
+    assert {"gke-v100", "gke-v100-batch-scan", "gke-v100-node-shapes", "tpu-v2", "tpu-v3", "supermuc-ng-cpu"} <= tables
+    for p in PROFILE.points():
+        assert _model(fit, p) == pytest.approx(p.seconds, rel=0.10), p
 
 
-def test_measured_tpu_epochs_are_reproduced():
-    assert PROFILE.epoch_seconds("tpu-v3-8", 1) == pytest.approx(416.3)
-    assert PROFILE.epoch_seconds("tpu-v2-8", 1) == pytest.approx(1058.9)
+def test_leave_one_out_error_is_within_12_percent_on_every_fitted_point():
+    points = PROFILE.points()
+    for i, p in enumerate(points):
+        held = profile.fit_points(points[:i] + points[i + 1:], PROFILE.events)
+        assert abs(_model(held, p) / p.seconds - 1) <= 0.12, p
+
+
+def test_the_held_out_table_is_never_fitted():
+    held = PROFILE.points(held_out=True)
+    assert held and all(p.table == "azure-ml-v100" for p in held)
+    assert not {p.table for p in PROFILE.points()} & {p.table for p in held}
+
+
+def test_the_plan_models_the_batch_burst_train_uses():
+    from workloads.gan3d import presets
+
+    assert PROFILE.default_batch() == presets.get_preset(PROFILE.preset).default_batch == 64
+
+
+def test_measured_tpu_epochs_are_reproduced_at_their_batch():
+    # v3-8 is 4 chips (8 TensorCores, one host); v3-32 is 16 chips over 4 hosts; both measured at 128 per core
+    assert PROFILE.epoch_seconds("tpu-v3-8", 4, batch=128) == pytest.approx(416.3, rel=0.02)
+    assert PROFILE.epoch_seconds("tpu-v3-32", 16, batch=128) == pytest.approx(103.2, rel=0.02)
+    assert PROFILE.epoch_seconds("tpu-v2-8", 4, batch=128) == pytest.approx(1058.9, rel=0.02)
+
+
+def test_a_cpu_cluster_is_a_target_the_model_represents():
+    assert PROFILE.epoch_seconds("skylake-48c", 32, nodes=32) == pytest.approx(504, rel=0.05)
+
+
+def test_a_malformed_table_is_refused_with_its_name(tmp_path):
+    import yaml
+
+    raw = yaml.safe_load(profile.WORKLOAD_PROFILES["gan3d"].read_text())
+    raw["scaling"]["tables"][0]["rows"].append([4, 8, 96, 100.0])  # more nodes than replicas
+    bad = tmp_path / "p.yaml"
+    bad.write_text(yaml.safe_dump(raw))
+    with pytest.raises(BurstError, match="gke-v100: a row needs 1 <= nodes <= replicas"):
+        profile.load(path=bad)
+
+
+GPU_ACCS = sorted(a for a, v in PROFILE.accelerators.items() if v.kind == "gpu")
 
 
 @FAST
-@given(acc=st.sampled_from(sorted(PROFILE.accelerators)), n=st.integers(1, 512), extra=st.integers(1, 512))
-def test_more_accelerators_never_make_an_epoch_slower(acc, n, extra):
-    assert PROFILE.epoch_seconds(acc, n + extra) <= PROFILE.epoch_seconds(acc, n)
+@given(acc=st.sampled_from(GPU_ACCS), per_node=st.sampled_from([1, 2, 4, 8]), nodes=st.integers(1, 64), extra=st.integers(1, 64),
+       batch=st.integers(8, 256))
+def test_more_nodes_of_one_shape_never_make_an_epoch_slower(acc, per_node, nodes, extra, batch):
+    """Monotone in GPUs within a node shape (the model's ring cost grows with N, its compute shrinks faster)."""
+    slower = PROFILE.epoch_seconds(acc, per_node * nodes, nodes, batch)
+    faster = PROFILE.epoch_seconds(acc, per_node * (nodes + extra), nodes + extra, batch)
+    assert faster <= slower * (1 + 1e-9)
+
+
+@FAST
+@given(acc=st.sampled_from(sorted(PROFILE.accelerators)), n=st.integers(1, 512), batch=st.integers(1, 512))
+def test_never_faster_than_one_replicas_compute_divided_by_n(acc, n, batch):
+    kind = PROFILE.accelerators[PROFILE.family(acc)].kind
+    count = n if kind != "tpu" else max(1, n // 2)
+    nodes = count if kind == "cpu-node" else max(1, count // 8)
+    replicas = PROFILE.replicas(acc, count)
+    floor = PROFILE.events * PROFILE.per_event_s(acc) / replicas
+    assert PROFILE.epoch_seconds(acc, count, nodes, batch) >= floor * (1 - 1e-9)
+
+
+@FAST
+@given(acc=st.sampled_from(GPU_ACCS), nodes=st.integers(1, 32), small=st.integers(8, 128), more=st.integers(1, 128))
+def test_a_larger_batch_never_makes_an_epoch_slower(acc, nodes, small, more):
+    """The measured direction: batch 16 → 96 at 32 V100 took 182.7 s → 115.0 s."""
+    assert PROFILE.epoch_seconds(acc, 8 * nodes, nodes, small + more) <= PROFILE.epoch_seconds(acc, 8 * nodes, nodes, small)
 
 
 # ---------------------------------------------------------------------- estimates
@@ -244,3 +303,69 @@ def test_the_policy_sets_the_per_zone_limit():
     assert [p.nodes for p in pinned.layout.pools] == [4, 4, 4, 4]
     chosen = placement.plan(pol, PROFILE, OFFERS, provider="gcp", gpus=64).choice
     assert len(chosen.layout.zones) == 2  # the plan's layouts use the same limit
+
+
+# ---------------------------------------------------------------------- no free lunch, carbon
+
+
+LONG_COST_FIRST = dict(objective="min_cost", deadline="90d", providers=["local", "gcp-tpu"], preemptible="prefer")
+
+
+def test_this_machine_is_not_free_and_a_100x_slower_option_does_not_win_on_cost():
+    plan = placement.plan(make(**LONG_COST_FIRST), PROFILE, OFFERS)
+    assert plan.choice.target == "cloud" and plan.choice.provider == "gcp-tpu"
+    local = next(c for c in plan.candidates if c.target == "local")
+    assert local.estimate.hourly_usd > 0 and "derived" in local.estimate.price_basis
+    assert not local.feasible and local.reasons[0].startswith("too slow:") and "max_slowdown is 10" in local.reasons[0]
+    assert "left out by max_slowdown 10" in plan.why
+
+
+def test_a_policy_that_allows_the_slowdown_and_prices_the_machine_at_zero_gets_it():
+    doc = {**LONG_COST_FIRST, "max_slowdown": 1e6, "local": {"usd_per_hour": 0.0}}
+    plan = placement.plan(make(**doc), PROFILE, OFFERS)
+    assert plan.choice.target == "local" and plan.choice.estimate.cost_usd == 0
+
+
+def test_onprem_price_is_derived_from_hardware_and_power_when_the_policy_gives_none():
+    site = {"accelerator": "V100", "gpus": 8, "hardware_usd_per_gpu": 8760.0, "lifetime_years": 1.0, "usd_per_kwh": 0.5, "pue": 2.0}
+    plan = placement.plan(make(providers=["ray"], onprem=site), PROFILE, OFFERS, gpus=8)
+    e = plan.candidates[0].estimate
+    assert e.hourly_usd == pytest.approx(8 * (1.0 + 0.300 * 2.0 * 0.5))  # $1/h amortisation + 300 W x PUE 2 at $0.5/kWh
+    assert any(n.startswith("on-prem price $1.300/device-h derived") for n in e.notes)
+
+
+def test_every_cloud_estimate_carries_emissions_from_its_region():
+    plan = placement.plan(make(providers=["gcp", "azure", "gcp-tpu"]), PROFILE, OFFERS)
+    for c in plan.candidates:
+        e = c.estimate
+        if c.region == "us-central2":  # burst has no grid figure for it: unknown, never guessed
+            assert e.kgco2e is None and any("emissions unknown" in n for n in e.notes)
+            continue
+        acc_kw = PROFILE.watts(c.accelerator) * c.count / 1000
+        assert e.energy_kwh == pytest.approx(acc_kw * est_pue(c.provider) * (e.training_h + e.preemption_h))
+        assert e.kgco2e == pytest.approx(e.energy_kwh * e.grid_g_per_kwh / 1000)
+        assert c.to_dict()["est_kgco2e"] == pytest.approx(e.kgco2e, abs=1e-3)
+
+
+def est_pue(provider: str) -> float:
+    from burst.placement import estimate
+
+    return estimate.provider_facts()[provider].pue
+
+
+def test_min_carbon_picks_the_lowest_emission_option_and_a_cap_is_a_constraint():
+    plan = placement.plan(make(objective="min_carbon", providers=["gcp", "gcp-tpu", "azure"], max_slowdown=1e6), PROFILE, OFFERS)
+    known = [c for c in plan.candidates if c.feasible and c.estimate.kgco2e is not None]
+    assert plan.choice.estimate.kgco2e <= min(c.estimate.kgco2e for c in known) * 1.05  # near-ties (tolerance 5 %) go to the faster
+    assert plan.choice.region == "europe-west4"  # the cleanest grid of the catalog's regions (208.81 g/kWh)
+    capped = placement.plan(make(providers=["gcp", "gcp-tpu", "azure"], max_kgco2e=2.0), PROFILE, OFFERS)
+    assert capped.choice.estimate.kgco2e <= 2.0
+    over = [c for c in capped.candidates if c.reasons and c.reasons[0].startswith("over the emissions cap")]
+    assert over and all(c.estimate.kgco2e > 2.0 for c in over)
+
+
+def test_the_batch_per_replica_is_a_plan_input_in_the_measured_direction():
+    small = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, accelerator="V100", gpus=32, batch_per_replica=16, preemptible=True)
+    large = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, accelerator="V100", gpus=32, batch_per_replica=96, preemptible=True)
+    assert small.choice.estimate.batch == 16 and large.choice.estimate.batch == 96
+    assert small.choice.estimate.epoch_s > 1.4 * large.choice.estimate.epoch_s  # measured: 182.7 s vs 115.0 s

@@ -26,7 +26,7 @@ def test_the_examples_users_copy_are_shipped_and_valid():
     [
         ("objective: min_cost\nbudjet_usd: 10\n", "x.yaml:2: unknown field 'budjet_usd'"),
         ("onprem:\n  accelerator: V100\n  gpus: -1\n  usd_per_gpu_hour: 1\n", "x.yaml:3: onprem.gpus"),
-        ("onprem:\n  accelerator: V100\n  gpus: 4\n", "x.yaml:1: onprem"),
+        ("onprem:\n  gpus: 4\n  usd_per_gpu_hour: 1\n", "x.yaml:1: onprem"),
         ("preemptible: sometimes\n", "x.yaml:1: preemptible"),
         ("deadline: tomorrow-ish\n", "x.yaml:1: deadline"),
         ("providers: [gcp, aws]\n", "x.yaml:1: providers"),
