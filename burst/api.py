@@ -75,9 +75,11 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
 
 def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
                nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
-               bundle: Optional[str] = None, gpus_per_node: Optional[int] = None):
+               bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
+               epochs: Optional[int] = None):
     placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                             storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node)
+                             storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
+                             batch_per_replica=batch_per_replica, epochs=epochs)
     if image is not None:
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
@@ -92,11 +94,12 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
 
 
 def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-            nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None):
+            nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None,
+            batch_per_replica: Optional[int] = None, epochs: Optional[int] = None):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
-    for flag, value in (("--cpus", cpus), ("--gpus", gpus), ("--nodes", nodes)):
+    for flag, value in (("--cpus", cpus), ("--gpus", gpus), ("--nodes", nodes), ("--batch-per-replica", batch_per_replica), ("--epochs", epochs)):
         if value is not None and value < 1:
             raise BurstError(f"{flag} must be a positive whole number, got {value}")
     if provider is not None:
@@ -109,13 +112,14 @@ def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preempt
         if storage is not None:
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                                gpus_per_node=gpus_per_node)
+                                gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs)
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and cpus is not None:
             chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
         return chosen, pol
     placement = planner.pin(pol, prof, offers, provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                            cpus=cpus, storage=storage, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node)
+                            cpus=cpus, storage=storage, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
+                            batch_per_replica=batch_per_replica, epochs=epochs)
     if accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
@@ -133,7 +137,8 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
-       bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> UpResult:
+       bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
+       epochs: Optional[int] = None, report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
@@ -144,11 +149,29 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                                 region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
-                                bundle=bundle, gpus_per_node=gpus_per_node)
+                                bundle=bundle, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
+    if created and placement.estimate is not None:
+        handle = handle.model_copy(update={"plan": prediction(placement)})
+        state.save(handle)
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
+
+
+def prediction(placement) -> dict:
+    """What the plan predicted for a placement, kept on the cluster's handle for the runs on it to compare against."""
+    from .placement import profile
+
+    e = placement.estimate
+    held_h = e.training_h + e.preemption_h
+    layout = placement.layout
+    return {"preset": profile.load("gan3d").preset, "batch_per_replica": e.batch, "events": profile.load("gan3d").events,
+            "accelerator": placement.accelerator, "count": placement.count,
+            "nodes": layout.nodes if layout is not None else (placement.nodes or 1),
+            "epoch_s": round(e.epoch_s, 3), "hours": round(e.hours, 4), "cost_usd": round(e.cost_usd, 2),
+            "kw": round(e.energy_kwh / held_h, 4) if held_h > 0 else 0.0, "grid_gco2_per_kwh": e.grid_g_per_kwh,
+            "kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3)}
 
 
 def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, accelerator: Optional[str] = None,
@@ -202,12 +225,12 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
         nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
         region: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> RunRecord:
-    """up + train + validate + down in one; the cluster (``request.cluster``) goes down on success,
+    """up + train + validate + down in one (the plan estimates the run's own epochs and batch); the cluster (``request.cluster``) goes down on success,
     failure and interruption alike."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                 nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,
-                report=report)
+                batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report)
     report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
     try:
         record = runs.train(request, report)
@@ -265,6 +288,25 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
         if follow:  # until the job ends, every line and event as it comes
             jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
         return jobs.client(reachable).get_job_logs(record.job_id)
+
+
+def prediction_lines(run_id: str) -> list[str]:
+    """The plan against the run, from its cost.json: epoch time predicted and measured, cost, emissions."""
+    record = runs.load_run(run_id)
+    cost_file = Path(record.run_dir) / "cost.json" if record.run_dir else None
+    if cost_file is None or not cost_file.exists():
+        return []
+    import json
+
+    cost = json.loads(cost_file.read_text())
+    measured, predicted = cost.get("measured") or {}, cost.get("predicted") or {}
+    lines = [f"cost: ${cost.get('cost_usd', 0):,.4f} over {cost.get('hours', 0):.3f} h at ${cost.get('hourly_usd', 0):,.2f}/h"
+             + (f"; about {measured['kgco2e']:.3f} kgCO2e" if measured.get("kgco2e") is not None else "")]
+    if predicted.get("epoch_s") is not None and measured.get("epoch_s") is not None:
+        lines.append(f"epoch: predicted {predicted['epoch_s']:.1f} s, measured {measured['epoch_s']:.1f} s ({cost['epoch_error']:+.1%})")
+    elif measured.get("epoch_s") is not None:
+        lines.append(f"epoch: measured {measured['epoch_s']:.1f} s; no prediction: {predicted.get('why', 'none recorded')}")
+    return lines
 
 
 def report(run_id: str) -> Path:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 from pathlib import Path
+from typing import Optional
 
 from . import __version__
 from .state import ClusterHandle, RunRecord
@@ -48,6 +50,16 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         self.job_log.write_text(text)
 
+    def history(self) -> list[dict]:
+        """The job's per-epoch records (seconds, steps, samples, losses); empty when it published none."""
+        path = self.path / "history.json"
+        try:
+            data = json.loads(path.read_text()) if path.exists() else []
+        except ValueError:
+            return []
+        data = data.get("history", []) if isinstance(data, dict) else data
+        return [h for h in data if isinstance(h, dict)] if isinstance(data, list) else []
+
     def collect(self, handle: ClusterHandle, run: RunRecord) -> None:
         """Copy what the job published on the cluster's storage."""
         from .runtime import jobs
@@ -58,7 +70,7 @@ class RunDirectory:
         """cost.json, metrics.json and provenance.json, from the run, its cluster and its events."""
         hours = (run.finished - submitted) / 3600
         cost = {"provider": handle.provider, "hourly_usd": handle.hourly_usd, "hours": round(hours, 5),
-                "cost_usd": round(handle.hourly_usd * hours, 4)}
+                "cost_usd": round(handle.hourly_usd * hours, 4), **predicted_vs_measured(handle.plan, run.config, self.history(), hours)}
         (self.path / "cost.json").write_text(json.dumps(cost, indent=1))
         metrics = self.path / "report" / "metrics.json"
         if metrics.exists():
@@ -76,3 +88,42 @@ class RunDirectory:
             "machine": tracker.machine,
         }
         (self.path / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str))
+
+
+def measured_epoch_s(history: list[dict]) -> Optional[float]:
+    """Median seconds of the epochs after the first (the first also traces and compiles), or the only one."""
+    seconds = [float(h["seconds"]) for h in history if h.get("seconds")]
+    steady = seconds[1:] or seconds
+    return statistics.median(steady) if steady else None
+
+
+def predicted_vs_measured(plan: dict, config: dict, history: list[dict], hours: float) -> dict:
+    """cost.json's comparison of the plan with the run, scaled to the events each epoch really had.
+
+    The plan's model describes one preset at one batch; a run of another preset or batch gets no
+    predicted figure (and says why) rather than a wrong one."""
+    measured = measured_epoch_s(history)
+    block: dict = {"measured": {"epoch_s": None if measured is None else round(measured, 3),
+                                "epochs": len(history), "hours": round(hours, 5)}}
+    if plan:
+        block["measured"]["kgco2e"] = None if plan.get("grid_gco2_per_kwh") is None else round(
+            plan["kw"] * hours * plan["grid_gco2_per_kwh"] / 1000, 4)
+        block["plan"] = plan
+    why = None
+    if not plan:
+        why = "the cluster was started without a plan (a pinned local machine)"
+    elif config.get("preset") != plan.get("preset"):
+        why = f"the time model describes the {plan.get('preset')} preset; this run trained {config.get('preset')}"
+    elif (config.get("batch_per_replica") or plan["batch_per_replica"]) != plan["batch_per_replica"]:
+        why = f"the plan was for batch {plan['batch_per_replica']} per replica; this run used {config.get('batch_per_replica')}"
+    elif not history:
+        why = "the run finished no epoch"
+    if why:
+        block["predicted"] = {"epoch_s": None, "why": why}
+        return block
+    samples = statistics.median(float(h.get("samples") or 0) for h in history) or plan["events"]
+    predicted = plan["epoch_s"] * samples / plan["events"]
+    block["predicted"] = {"epoch_s": round(predicted, 3), "events_per_epoch": int(samples)}
+    if measured:
+        block["epoch_error"] = round(measured / predicted - 1, 4)
+    return block

@@ -131,6 +131,10 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     run = RunRecord(run_id=earlier.run_id if earlier else new_run_id(request.workload), workload=request.workload, cluster=handle.name,
                     provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
                     attempts=earlier.attempts + 1 if earlier else 1)
+    planned = handle.plan.get("batch_per_replica")
+    if request.batch_per_replica is None and planned and request.preset == handle.plan.get("preset") and earlier is None:
+        request = request.model_copy(update={"batch_per_replica": int(planned)})  # the run the plan estimated
+        report.say(f"batch per replica {planned}, as planned by `burst up`")
     resources = target.job_resources(handle, request.workers)
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
     resume_from = RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None

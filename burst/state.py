@@ -89,6 +89,7 @@ class ClusterHandle(BaseModel):
     lease_id: str | None = None
     stack: str | None = None  # Pulumi stack name (cloud providers)
     outputs: dict = Field(default_factory=dict)  # non-secret stack outputs
+    plan: dict = Field(default_factory=dict)  # the plan's prediction at `up` (batch, epoch seconds, power): runs compare against it
 
 
 class RunRecord(BaseModel):

@@ -32,7 +32,7 @@ class _Commands(TyperGroup):
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
                   help="Burst a training run from this machine to whatever hardware a policy allows.")
 for command in (planning.plan, clusters.up, runs.train, runs.run, clusters.status, runs.logs, runs.report, clusters.down,
-                planning.catalog, planning.bench, pack.pack):
+                planning.catalog, planning.bench, runs.calibrate, pack.pack):
     app.command()(command)
 app.add_typer(planning.policy_app, name="policy")
 

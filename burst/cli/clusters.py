@@ -41,6 +41,8 @@ def up(
     storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run, built from docker/Dockerfile (default: stock Ray image, packages installed at every job start)")] = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on storage the nodes share; they install burst from it, not from the network")] = None,
+    batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica the plan predicts and `burst train` on this cluster then uses (default: the preset's)")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="epochs the plan estimates (default: the policy's, then the workload profile's)")] = None,
     check: Annotated[bool, typer.Option("--check", help="cloud: only run the pre-flight (quota, zone, runtime) against the provider's APIs; create nothing")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
@@ -57,7 +59,8 @@ def up(
         api.check(provider, policy=policy_file, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
                   gpus_per_node=gpus_per_node, report=flags["report"])
         return
-    result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, bundle=bundle, **flags)
+    result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, bundle=bundle, batch_per_replica=batch_per_replica,
+                    epochs=epochs, **flags)
     handle = result.handle
     if as_json:
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})

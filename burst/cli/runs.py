@@ -123,8 +123,19 @@ def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[boo
     from .. import api
 
     path = api.report(run_id)
+    for line in api.prediction_lines(run_id):
+        console.print(line)
     if open_browser:
         import webbrowser
 
         webbrowser.open(path.as_uri())
     typer.echo(str(path))
+
+
+def calibrate(run_ids: Annotated[list[str], typer.Argument(help="finished runs on one accelerator")]) -> None:
+    """Refit an accelerator's speed from measured runs; later plans use it and say "measured here"."""
+    from ..calibrate import calibrate as run_calibration
+
+    c = run_calibration(run_ids)
+    console.print(f"{c.accelerator}: {c.per_event_s * 1000:.2f} ms per event per replica (profile said {c.before_s * 1000:.2f}; "
+                  f"{c.speed_change:.2f}x the speed) from {len(c.runs)} run(s); recorded in {c.path}")

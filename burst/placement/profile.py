@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -126,14 +125,12 @@ def fit_points(points: list[Point], events: int) -> Fit:
         x = [steps * p.batch if ("event", p.accelerator) == k else 0.0 for k in names[:len(accs)]]
         x.append(steps)
         x += [steps * (p.replicas - 1) if p.nodes > 1 and p.network == n else 0.0 for _, n in names[len(accs) + 1:]]
-        rows.append(np.array(x) / p.seconds)
-    x = np.array(rows)
-    y = np.ones(len(points))
+        rows.append([v / p.seconds for v in x])
     free = list(range(len(names)))
     while True:
-        coef = np.zeros(len(names))
-        if free:
-            coef[free] = np.linalg.lstsq(x[:, free], y, rcond=None)[0]
+        coef = [0.0] * len(names)
+        for i, v in zip(free, _least_squares([[r[i] for i in free] for r in rows], [1.0] * len(rows))):
+            coef[i] = v
         negative = [i for i in free if coef[i] < 0]
         if not negative:
             break
@@ -144,6 +141,25 @@ def fit_points(points: list[Point], events: int) -> Fit:
         raise BurstError(f"the time model cannot be fitted: no positive per-event time for {', '.join(missing)}")
     return Fit({a: float(values[("event", a)]) for a in accs}, float(values[("step", "")]),
                {n: float(values[("hop", n)]) for n in nets})
+
+
+def _least_squares(x: list[list[float]], y: list[float]) -> list[float]:
+    """argmin |x b - y|, by the normal equations on unit-norm columns (a handful of parameters;
+    pure Python so that `burst plan` does not import NumPy)."""
+    cols = len(x[0]) if x else 0
+    norms = [max(sum(r[j] ** 2 for r in x) ** 0.5, 1e-300) for j in range(cols)]
+    a = [[sum(r[i] * r[j] for r in x) / (norms[i] * norms[j]) for j in range(cols)] + [sum(r[i] * v for r, v in zip(x, y)) / norms[i]]
+         for i in range(cols)]
+    for c in range(cols):  # Gauss-Jordan with partial pivoting
+        pivot = max(range(c, cols), key=lambda r: abs(a[r][c]))
+        if abs(a[pivot][c]) < 1e-12:
+            raise BurstError("the time model cannot be fitted: the measured tables do not determine every parameter")
+        a[c], a[pivot] = a[pivot], a[c]
+        for r in range(cols):
+            if r != c and a[r][c]:
+                f = a[r][c] / a[c][c]
+                a[r] = [u - f * w for u, w in zip(a[r], a[c])]
+    return [a[i][cols] / a[i][i] / norms[i] for i in range(cols)]
 
 
 class Profile(BaseModel):

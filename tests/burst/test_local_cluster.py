@@ -538,14 +538,54 @@ def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home
     site = json.loads(burst("up", "--provider", "ray", "--name", "site", "--policy", str(policy), "--json", home=home, cwd=tmp_path).stdout)
     assert site["provider"] == "ray" and site["layout"]["cpus"] == 2 and site["layout"]["gpus"] == 0  # CPU-only: trains on CPUs
     proc = burst("train", "gan3d", "--cluster", "site", "--epochs", "1", "--steps", "2", *TRAIN_ARGS, "--json", home=home, cwd=tmp_path)
-    assert json.loads(proc.stdout)["state"] == "SUCCEEDED"
+    small = json.loads(proc.stdout)
+    assert small["state"] == "SUCCEEDED"
     assert list((tmp_path / "site-storage" / "runs").iterdir())
+    cost = json.loads((Path(small["run_dir"]) / "cost.json").read_text())
+    assert cost["predicted"] == {"epoch_s": None, "why": "the time model describes the paper preset; this run trained small"}
     burst("down", "site", home=home, cwd=tmp_path)
     assert marked(handle["cluster_id"])  # the on-prem cluster keeps running; burst only forgot it
     bad = tmp_path / "bad.yaml"
     bad.write_text("onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: http://127.0.0.1:9\n")
     proc = burst("up", "--provider", "ray", "--name", "gone", "--policy", str(bad), home=home, cwd=tmp_path, check=False)
     assert proc.returncode == 1 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_plan_hands_its_batch_to_the_job_and_the_run_records_predicted_against_measured(cluster, home, tmp_path):
+    # `burst up --batch-per-replica 2` plans the paper preset at batch 2; `burst train --preset paper`
+    # without a batch trains at the plan's batch; cost.json compares the plan's epoch (scaled to the
+    # events the epoch had) with the measured one; `burst calibrate` refits the site's speed from it.
+    handle, _ = cluster
+    policy = tmp_path / "site.yaml"
+    policy.write_text(f"onprem:\n  accelerator: V100\n  gpus: 1\n  ray_address: {handle['dashboard_url']}\n"
+                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n")
+    site = json.loads(burst("up", "--provider", "ray", "--name", "planned", "--policy", str(policy), "--batch-per-replica", "2",
+                            "--epochs", "2", "--json", home=home, cwd=tmp_path).stdout)
+    assert site["plan"]["batch_per_replica"] == 2 and site["plan"]["preset"] == "paper" and site["plan"]["epoch_s"] > 0
+    try:
+        proc = burst("train", "gan3d", "--cluster", "planned", "--preset", "paper", "--epochs", "2", "--steps", "2", "--synthetic", "100",
+                     "--val-events", "40", "--json", home=home, cwd=tmp_path, timeout=600)
+        run = json.loads(proc.stdout)
+        assert run["state"] == "SUCCEEDED" and run["config"]["batch_per_replica"] == 2
+        assert "batch per replica 2, as planned by `burst up`" in proc.stderr
+        cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
+        history = json.loads((Path(run["run_dir"]) / "history.json").read_text())
+        assert cost["measured"]["epoch_s"] == pytest.approx(history[1]["seconds"], abs=1e-3)  # the epoch after tracing
+        assert cost["predicted"]["events_per_epoch"] == history[1]["samples"] == 4
+        expected = site["plan"]["epoch_s"] * 4 / site["plan"]["events"]
+        assert cost["predicted"]["epoch_s"] == pytest.approx(expected, rel=1e-3)
+        assert cost["epoch_error"] == pytest.approx(cost["measured"]["epoch_s"] / cost["predicted"]["epoch_s"] - 1, abs=1e-3)
+        shown = burst("report", run["run_id"], home=home, cwd=tmp_path)
+        assert f"epoch: predicted {cost['predicted']['epoch_s']:.1f} s, measured {cost['measured']['epoch_s']:.1f} s" in shown.stderr
+        cal = burst("calibrate", run["run_id"], home=home, cwd=tmp_path)
+        assert cal.stderr.startswith("V100: ") and "from 1 run(s)" in cal.stderr
+        plan = json.loads(burst("plan", "--policy", str(policy), "--provider", "ray", "--batch-per-replica", "2", "--json",
+                                home=home, cwd=tmp_path, check=False).stdout)
+        ours = plan["candidates"][0]
+        # the calibrated speed reproduces the measured epoch for the same shape (1 replica, batch 2)
+        assert ours["est_epoch_s"] * 4 / site["plan"]["events"] == pytest.approx(cost["measured"]["epoch_s"], rel=0.02)
+    finally:
+        burst("down", "planned", home=home, cwd=tmp_path)
 
 
 def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tmp_path, monkeypatch):

@@ -1,0 +1,90 @@
+"""`burst calibrate RUN...`: refit an accelerator's speed from this site's own measured runs.
+
+A run's cost.json holds what the plan predicted (accelerator, devices, nodes, batch) and the
+epoch time measured. The time model's per-step cost and network terms stay as fitted to the
+published tables; only the accelerator's seconds per event are solved from the measurement:
+
+    per_step_measured = epoch_s / steps,   a_acc = (per_step_measured - t_step - hop) / b
+
+averaged over the runs given, and written to the state directory, where every later plan uses it
+and says "measured here".
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from .errors import BurstError
+from .placement import profile as profile_mod
+
+
+@dataclass
+class Calibration:
+    accelerator: str
+    per_event_s: float
+    before_s: float
+    runs: list[str]
+    path: Path
+
+    @property
+    def speed_change(self) -> float:
+        return self.before_s / self.per_event_s
+
+
+def _measured(run_id: str) -> dict:
+    from . import runs
+
+    record = runs.load_run(run_id)
+    if not record.run_dir:
+        raise BurstError(f"run {run_id} has no results on this machine yet (state {record.state}); calibrate from finished runs")
+    cost_file = Path(record.run_dir) / "cost.json"
+    try:
+        cost = json.loads(cost_file.read_text())
+    except (OSError, ValueError):
+        raise BurstError(f"run {run_id}: {cost_file} is missing or unreadable") from None
+    plan = cost.get("plan")
+    measured = (cost.get("measured") or {}).get("epoch_s")
+    if not plan:
+        raise BurstError(f"run {run_id} ran on a cluster started without a plan (a pinned local machine); "
+                         "this machine's speed is measured by `burst bench`")
+    if measured is None:
+        raise BurstError(f"run {run_id} measured no epoch time")
+    if (cost.get("predicted") or {}).get("epoch_s") is None:
+        raise BurstError(f"run {run_id} is not comparable with the time model: {cost['predicted'].get('why')}")
+    return {"run": run_id, "plan": plan, "epoch_s": float(measured), "events": int(cost["predicted"]["events_per_epoch"])}
+
+
+def calibrate(run_ids: list[str]) -> Calibration:
+    """Solve the accelerator's seconds per event from the runs (all on one accelerator) and record it."""
+    if not run_ids:
+        raise BurstError("name at least one finished run: burst calibrate RUN [RUN...]")
+    prof = profile_mod.load("gan3d")
+    measured = [_measured(r) for r in run_ids]
+    families = {prof.family(m["plan"]["accelerator"]) for m in measured}
+    if len(families) != 1:
+        raise BurstError(f"the runs trained on {', '.join(sorted(families))}; calibrate one accelerator at a time")
+    family = families.pop()
+    fit = prof.fit()
+    network = prof.accelerators[family].network
+    solved = []
+    for m in measured:
+        p = m["plan"]
+        replicas = prof.replicas(p["accelerator"], p["count"])
+        nodes = prof.hosts(p["accelerator"], p["count"], p["nodes"])
+        b = p["batch_per_replica"]
+        steps = m["events"] / (replicas * b)
+        hop = fit.per_hop.get(network, fit.per_hop.get("ethernet", 0.0)) * (replicas - 1) if nodes > 1 else 0.0
+        a = (m["epoch_s"] / steps - fit.per_step - hop) / b
+        if a <= 0:
+            raise BurstError(f"run {m['run']}: its steps ({m['epoch_s'] / steps:.3f} s) are shorter than the model's fixed per-step "
+                             f"cost; it cannot calibrate {family}")
+        solved.append(a)
+    before = prof.per_event_s(family, fit)
+    per_event = statistics.mean(solved)
+    basis = f"measured here: {len(solved)} run(s) ({', '.join(run_ids)}), calibrated {date.today().isoformat()}"
+    path = profile_mod.record_calibration(prof, family, per_event, basis, list(run_ids))
+    return Calibration(family, per_event, before, list(run_ids), path)
