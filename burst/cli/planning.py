@@ -78,6 +78,7 @@ def plan(
     preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="only spot/preemptible, or only on-demand capacity (default: the policy's preference)")] = None,
     region: Annotated[Optional[str], typer.Option(help="only this cloud region")] = None,
     gpus_per_node: Annotated[Optional[int], typer.Option(help="only layouts of one node shape holding this many GPUs")] = None,
+    nodes: Annotated[Optional[int], typer.Option(help="only layouts spanning this many nodes (on-prem: nodes the scheduler allocates)")] = None,
     batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica to predict (default: what `burst run` uses for the profile's preset)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
@@ -86,11 +87,11 @@ def plan(
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
     from .. import api
 
-    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica)):
+    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica), ("nodes", nodes)):
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
     p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
-                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica)
+                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, nodes=nodes)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -101,8 +101,10 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
                region: Optional[str] = None, gpus_per_node: Optional[int] = None,
-               batch_per_replica: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
-    """Every target the policy (and the command line's narrowing) allows, with its estimate."""
+               batch_per_replica: Optional[int] = None, nodes: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
+    """Every target the policy (and the command line's narrowing) allows, with its estimate.
+
+    ``nodes`` keeps only layouts spanning that many nodes (this machine is one)."""
     epochs = _epochs(policy, profile, epochs)
     batch = batch_per_replica or profile.default_batch()
     excluded: dict[str, int] = {}
@@ -122,7 +124,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
     kinds = {p: targets.get(p).kind for p in providers}
 
     local = [p for p in providers if kinds[p] == "local"]
-    if local and gpus is None and accelerator is None and preemptible is not True and region is None:
+    if local and gpus is None and accelerator is None and preemptible is not True and region is None and nodes in (None, 1):
         rate, basis = local_throughput(profile)
         e = est_mod.local(rate, basis, profile, policy, epochs, events)
         out.append(Candidate("local", local[0], "this machine", "cpu", os.cpu_count() or 1, False, e))
@@ -141,6 +143,11 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
         if gpus is not None and gpus > site.gpus:
             skip("more GPUs than on-prem has")
             counts = []
+        if nodes is not None:
+            kept = [n for n in counts if est_mod.onprem_nodes(profile, policy, n) == nodes]
+            if len(kept) < len(counts):
+                skip("another node count")
+            counts = kept
         for n in counts:
             out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
                                  onprem_estimate(prov, n, profile, policy, epochs, events, batch)))
@@ -177,6 +184,9 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                 except BurstError:
                     skip("no node shape for the count")
             for lay in layouts:
+                if nodes is not None and lay.nodes != nodes:
+                    skip("another node count")
+                    continue
                 if spot and not lay.has_spot:
                     skip("no spot offer")
                     continue

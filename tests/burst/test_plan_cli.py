@@ -155,3 +155,32 @@ def test_a_layout_mixing_infiniband_and_ethernet_nodes_is_refused_with_the_way_o
     assert [(p["instance_type"], p["nodes"]) for p in one_shape["pools"]] == [("Standard_NC96ads_A100_v4", 25)]
     rendered = json.loads(burst("up", *args, "--gpus-per-node", "4", "--dry-run", "--json", home=tmp_path).stdout)
     assert rendered["layout"]["pools"][0]["nodes"] == 25
+
+
+PLACEMENT_FLAGS = {"--provider", "--accelerator", "--gpus", "--nodes", "--gpus-per-node", "--preemptible", "--on-demand", "--region",
+                   "--batch-per-replica", "--epochs", "--policy"}
+
+
+def test_plan_up_and_run_take_one_set_of_placement_flags():
+    import typer
+
+    from burst.cli import app
+
+    commands = typer.main.get_command(app).commands
+    for name in ("plan", "up", "run"):
+        flags = {opt for p in commands[name].params for opt in (*p.opts, *p.secondary_opts)}
+        assert PLACEMENT_FLAGS <= flags, (name, sorted(PLACEMENT_FLAGS - flags))
+
+
+def test_plan_nodes_keeps_layouts_of_that_many_nodes(tmp_path):
+    plan = json.loads(burst("plan", "--provider", "gcp", "--accelerator", "V100", "--nodes", "4", "--json", home=tmp_path).stdout)
+    assert {(c["count"], c["layout"]["nodes"]) for c in plan["candidates"]} == {(32, 4)}
+    assert plan["excluded"]["another node count"] > 0
+
+
+def test_plan_json_carries_time_cost_and_emissions_for_every_example_policy(tmp_path):
+    for name in ("default", "cost-first", "deadline", "eu-only"):
+        plan = json.loads(burst("plan", "--policy", str(ROOT / "policies" / f"{name}.yaml"), "--json", home=tmp_path).stdout)
+        choice = plan["choice"]
+        assert choice["est_hours"] > 0 and choice["est_cost_usd"] > 0 and choice["est_kgco2e"] > 0, name
+        assert choice["batch_per_replica"] == 64  # what `burst run --preset paper` trains with
