@@ -103,8 +103,8 @@ def predicted_vs_measured(plan: dict, config: dict, history: list[dict], hours: 
     The plan's model describes one preset at one batch; a run of another preset or batch gets no
     predicted figure (and says why) rather than a wrong one."""
     measured = measured_epoch_s(history)
-    block: dict = {"measured": {"epoch_s": None if measured is None else round(measured, 3),
-                                "epochs": len(history), "hours": round(hours, 5)}}
+    block: dict = {"measured": {"epoch_s": None if measured is None else round(measured, 3), "epochs": len(history),
+                                "training_s": round(sum(float(h.get("seconds") or 0) for h in history), 3), "hours": round(hours, 5)}}
     if plan:
         block["measured"]["kgco2e"] = None if plan.get("grid_gco2_per_kwh") is None else round(
             plan["kw"] * hours * plan["grid_gco2_per_kwh"] / 1000, 4)
@@ -123,7 +123,7 @@ def predicted_vs_measured(plan: dict, config: dict, history: list[dict], hours: 
         return block
     samples = statistics.median(float(h.get("samples") or 0) for h in history) or plan["events"]
     predicted = plan["epoch_s"] * samples / plan["events"]
-    block["predicted"] = {"epoch_s": round(predicted, 3), "events_per_epoch": int(samples)}
+    block["predicted"] = {"epoch_s": round(predicted, 3), "events_per_epoch": int(samples), "training_s": round(predicted * len(history), 3)}
     if measured:
         block["epoch_error"] = round(measured / predicted - 1, 4)
     return block

@@ -135,8 +135,7 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     est.storage_usd = stored_gb * facts.storage_usd_per_gb_month / HOURS_PER_MONTH * est.hours
     if layout.quality != "catalog":
         est.notes.append(f"price is {layout.quality} (see the catalog header)")
-    if not profile.measured_accelerator(layout.accelerator):
-        est.notes.append(f"{layout.accelerator} speed is derived, not measured (±30 %)")
+    _speed_note(est, profile, layout.accelerator)
     est.energy_kwh = profile.watts(layout.accelerator) * layout.count / 1000 * facts.pue * (est.training_h + est.preemption_h)
     grid = carbon.intensity(layout.provider, layout.region)
     if grid is None:
@@ -146,8 +145,17 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     return est
 
 
+def _speed_note(est: Estimate, profile: Profile, accelerator: str) -> None:
+    basis = profile.basis(accelerator)
+    if basis.startswith("measured here"):
+        est.notes.append(f"{accelerator} speed {basis}")
+    elif not profile.measured_accelerator(accelerator):
+        est.notes.append(f"{accelerator} speed is derived, not measured (±30 %)")
+
+
 def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:
-    """Nodes ``count`` devices of the site span: CPU nodes are the devices; GPUs fill nodes of gpus_per_node."""
+    """Nodes ``count`` devices of the site span: CPU nodes are the devices; GPUs fill nodes of
+    gpus_per_node (0: GPUs not scheduled per node, one node)."""
     site = policy.onprem
     if profile.accelerators[profile.family(site.accelerator)].kind == "cpu-node":
         return count
@@ -176,6 +184,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
     est.grid_g_per_kwh = site.grid_gco2_per_kwh
     if site.usd_per_gpu_hour is None:
         est.notes.append(f"on-prem price {est.price_basis}")
+    _speed_note(est, profile, site.accelerator)
     if live:
         est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now")
     elif site.queue_wait_hours or queue_note:

@@ -34,6 +34,7 @@ class Candidate:
     reasons: list[str] = field(default_factory=list)
     feasible: bool = True
     violation: float = 0.0  # how far past the tightest constraint (1.0 = exactly at it)
+    nodes: int = 1          # nodes the layout spans (on-prem: what the scheduler allocates)
 
     @property
     def layout_text(self) -> str:
@@ -150,7 +151,8 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             counts = kept
         for n in counts:
             out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
-                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch)))
+                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch),
+                                 nodes=est_mod.onprem_nodes(profile, policy, n)))
 
     clouds = [p for p in providers if kinds[p] == "cloud"]
     shapes: dict[tuple[str, str, str], list[Offer]] = {}
@@ -191,13 +193,8 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                     skip("no spot offer")
                     continue
                 e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch)
-                out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay))
+                out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay, nodes=lay.nodes))
     return out, excluded
-
-
-def site_nodes(site: OnPrem, gpus: int) -> int:
-    """Nodes a job of ``gpus`` GPUs takes on the site (one node when its GPUs are not scheduled per node)."""
-    return -(-gpus // site.gpus_per_node) if site.gpus_per_node else 1
 
 
 def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
@@ -207,7 +204,7 @@ def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, 
     if not target.is_scheduler:
         return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
     first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
-    wait = target.queue_estimate(policy.onprem, site_nodes(policy.onprem, gpus), first.training_h)
+    wait = target.queue_estimate(policy.onprem, est_mod.onprem_nodes(profile, policy, gpus), first.training_h)
     return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note, batch=batch)
 
 
@@ -379,7 +376,7 @@ def from_candidate(c: Candidate, policy: Optional[Policy], notes: tuple[str, ...
     hourly = c.layout.hourly_usd(c.preemptible) if c.layout else c.estimate.hourly_usd
     return Placement(provider=c.provider, region=c.region, accelerator=c.accelerator, count=c.count, preemptible=c.preemptible,
                      hourly_usd=hourly, layout=c.layout, gpus=c.count if c.target == "onprem" else None,
-                     nodes=site_nodes(policy.onprem, c.count) if c.target == "onprem" and targets.get(c.provider).is_scheduler else None,
+                     nodes=c.nodes if c.target == "onprem" and targets.get(c.provider).is_scheduler else None,
                      site=policy.onprem if policy is not None and c.target == "onprem" else None, estimate=c.estimate, notes=notes)
 
 
@@ -459,7 +456,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
             raise BurstError(problem)
         e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica)
         return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
-                         estimate=e, nodes=nodes or (site_nodes(site, count) if target.is_scheduler else None))
+                         estimate=e, nodes=nodes or (est_mod.onprem_nodes(profile, policy, count) if target.is_scheduler else None))
     if accelerator is None:
         return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
                       gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica)

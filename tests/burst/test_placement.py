@@ -369,3 +369,12 @@ def test_the_batch_per_replica_is_a_plan_input_in_the_measured_direction():
     large = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, accelerator="V100", gpus=32, batch_per_replica=96, preemptible=True)
     assert small.choice.estimate.batch == 16 and large.choice.estimate.batch == 96
     assert small.choice.estimate.epoch_s > 1.4 * large.choice.estimate.epoch_s  # measured: 182.7 s vs 115.0 s
+
+
+def test_a_cpu_partition_on_prem_is_planned_node_by_node():
+    site = {"name": "supermuc-ng", "accelerator": "skylake-48c", "gpus": 32, "usd_per_gpu_hour": 1.0}
+    plan = placement.plan(make(objective="min_time", providers=["ray"], onprem=site), PROFILE, OFFERS)
+    c = plan.choice
+    assert (c.accelerator, c.count, c.nodes) == ("skylake-48c", 32, 32)  # a CPU node is the device: 32 nodes
+    assert c.estimate.epoch_s == pytest.approx(504, rel=0.05)  # the SuperMUC-NG table: 504 s at 32 nodes
+    assert c.estimate.energy_kwh == pytest.approx(32 * 450 / 1000 * 1.4 * c.estimate.training_h)
