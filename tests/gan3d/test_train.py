@@ -278,3 +278,42 @@ def test_restore_refuses_a_checkpoint_trained_on_another_power(spec, tmp_path):
     meta_file.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=r"trained on images \*\* 0.85; preset 'small' now trains on \*\* 0.5"):
         _trainer().restore(tmp_path / "c")
+
+
+def test_the_profile_term_is_zero_for_matching_batches_and_grows_with_wider_tails():
+    import tensorflow as tf
+
+    from workloads.gan3d.presets import PAPER
+    from workloads.gan3d.train import profile_mismatch
+
+    assert PAPER.profile_weight == 0.0  # the paper preset trains with the authors' four losses only
+    rng = np.random.default_rng(0)
+    core = np.zeros((4, 17, 17, 25, 1), np.float32)
+    core[:, 8, 8] = rng.uniform(0.5, 1.0, (4, 25, 1))
+    core[:, 7:10, 7:10] += 0.01
+    wide = core.copy()
+    wide[:, 5:12, 5:12] += 0.01  # the same core with ten times the deposits two and three cells out
+    same = float(profile_mismatch(tf.constant(core), tf.constant(core), 0.5))
+    wider = float(profile_mismatch(tf.constant(wide), tf.constant(core), 0.5))
+    assert same == 0.0 and wider > 0.5
+    fake = tf.Variable(wide)
+    with tf.GradientTape() as tape:
+        loss = profile_mismatch(fake, tf.constant(core), 0.5)
+    grad = tape.gradient(loss, fake).numpy()
+    assert grad[:, 5, 8].mean() > 0  # descending the gradient lowers the excess tail
+
+
+def test_the_hit_channel_marks_cells_above_the_validation_threshold():
+    import dataclasses
+
+    import tensorflow as tf
+
+    from workloads.gan3d.model import HitMap, build_discriminator
+    from workloads.gan3d.validate import HIT_THRESHOLD_GEV
+
+    stored = np.array([0.0, 0.8, 1.0, 1.1, 3.0]) * HIT_THRESHOLD_GEV * 50.0  # 50 stored units per GeV
+    marks = HitMap(0.5)(tf.constant(stored ** 0.5, tf.float32)).numpy()
+    assert marks[0] < 0.01 and marks[1] < 0.1 and abs(marks[2] - 0.5) < 1e-3 and marks[3] > 0.7 and marks[4] > 0.99
+    plain = build_discriminator(SMALL)
+    seeing = build_discriminator(dataclasses.replace(SMALL, hit_channel=True))
+    assert plain.get_layer("d_conv0").kernel.shape[-2] == 1 and seeing.get_layer("d_conv0").kernel.shape[-2] == 2

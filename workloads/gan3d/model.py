@@ -17,6 +17,8 @@ import keras
 from keras import layers
 
 from .presets import LATENT_SIZE, Preset
+from .synthetic import STORED_PER_GEV
+from .validate import HIT_THRESHOLD_GEV
 
 BN_EPSILON = 1e-6
 LEAKY_SLOPE = 0.3
@@ -215,10 +217,32 @@ def _no_dead_start(out: layers.Conv3D, inputs_non_negative: bool) -> None:
         out.kernel.assign(-kernel)
 
 
+HIT_THRESHOLD_STORED = HIT_THRESHOLD_GEV * STORED_PER_GEV  # the validation's 0.3 MeV hit threshold, in stored units
+HIT_SOFTNESS = 0.004  # width of the soft step in power space: under x ** 0.5 a cell 10 % above the threshold reads 0.8
+
+
+@keras.saving.register_keras_serializable(package="burst")
+class HitMap(layers.Layer):
+    """Weightless: a soft 0/1 map of the cells above the hit threshold, for the discriminator's eyes.
+
+    Under x ** 0.5 a 0.33 MeV cell and a 0.27 MeV one differ by 0.012 in power space, too little for
+    the convolutions to notice, yet one is a hit and the other is not."""
+
+    def __init__(self, power: float, **kwargs):
+        super().__init__(**kwargs)
+        self.power = float(power)
+
+    def call(self, inputs):
+        return tf.sigmoid((inputs - HIT_THRESHOLD_STORED ** self.power) / HIT_SOFTNESS)
+
+    def get_config(self):
+        return {**super().get_config(), "power": self.power}
+
+
 def build_discriminator(preset: Preset) -> keras.Model:
     """Power-space image → [real/fake (sigmoid), Ep/100, measured angle, ECAL sum]."""
     image = keras.Input(shape=(*preset.grid, 1), name="image")
-    h = image
+    h = layers.Concatenate(axis=-1)([image, HitMap(preset.power, name="hits")(image)]) if preset.hit_channel else image
     for i, block in enumerate(preset.disc_blocks):
         if any(block.pad):
             h = layers.ZeroPadding3D(block.pad)(h)

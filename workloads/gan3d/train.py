@@ -45,6 +45,29 @@ CHECKPOINT_FORMAT = 2
 DATA_GLOBAL_SEED = 0
 
 
+PROFILE_FLOOR = 1e-5  # fraction of a batch's energy below which a cell's share is not told apart
+
+
+def transverse_shares(images_pow: tf.Tensor, power: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """Share of a batch's deposited energy in each x column and each y row (summed over the rest)."""
+    e = tf.pow(tf.nn.relu(images_pow[..., 0]), 1.0 / power)
+    px = tf.reduce_sum(e, axis=[0, 2, 3])
+    py = tf.reduce_sum(e, axis=[0, 1, 3])
+    total = tf.reduce_sum(px) + 1e-12
+    return px / total, py / total
+
+
+def profile_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> tf.Tensor:
+    """Mean |log| ratio of the fake and real batches' transverse shares, cell by cell, x and y.
+
+    The two batches share their conditions (energies and angles), so their mean showers should
+    have the same lateral shape; on a log scale the tails count as much as the core."""
+    fx, fy = transverse_shares(fake_pow, power)
+    rx, ry = transverse_shares(tf.stop_gradient(real_pow), power)
+    log_ratio = lambda a, b: tf.reduce_mean(tf.abs(tf.math.log(a + PROFILE_FLOOR) - tf.math.log(b + PROFILE_FLOOR)))  # noqa: E731
+    return (log_ratio(fx, rx) + log_ratio(fy, ry)) / 2
+
+
 def _per_example_losses(outputs, labels, y, ang, ecal) -> list[tf.Tensor]:
     """Unweighted per-example terms: BCE(real/fake), MAPE(Ep/100), MAE(angle), MAPE(ECAL sum)."""
     gen, aux, ang_pred, ecal_pred = (tf.reshape(o, [-1]) for o in outputs)
@@ -145,12 +168,14 @@ class GAN3DTrainer:
         self.d_opt.apply_gradients(zip(tape.gradient(total, variables), variables))
         return total, terms
 
-    def _generator_update(self, latent, y, ang, ecal):
+    def _generator_update(self, latent, y, ang, ecal, real):
         ones = tf.ones_like(y)
         with tf.GradientTape() as tape:
             fake = self.generator(latent, training=True)
             outputs = self.discriminator(fake, training=True)
             total, terms = self._weighted_loss(_per_example_losses(outputs, ones, y, ang, ecal))
+            if self.preset.profile_weight:  # a per-replica batch statistic: averaged over replicas like the rest
+                total += tf.nn.scale_regularization_loss(self.preset.profile_weight * profile_mismatch(fake, real, self.preset.power))
         variables = self.generator.trainable_variables
         self.g_opt.apply_gradients(zip(tape.gradient(total, variables), variables))
         return total, terms
@@ -164,8 +189,8 @@ class GAN3DTrainer:
         fake_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 2)) < LABEL_FLIP, 1.0, 0.0)
         d_real, d_real_terms = self._discriminator_update(x, real_labels, y, ang, ecal)
         d_fake, d_fake_terms = self._discriminator_update(fake, fake_labels, y, ang, ecal)
-        g1, g1_terms = self._generator_update(self._latent(y, ang, self._seed(step, 3)), y, ang, ecal)
-        g2, g2_terms = self._generator_update(self._latent(y, ang, self._seed(step, 4)), y, ang, ecal)
+        g1, g1_terms = self._generator_update(self._latent(y, ang, self._seed(step, 3)), y, ang, ecal, x)
+        g2, g2_terms = self._generator_update(self._latent(y, ang, self._seed(step, 4)), y, ang, ecal, x)
         out = {"d_loss": (d_real + d_fake) / 2, "g_loss": (g1 + g2) / 2}
         for i, name in enumerate(TERM_NAMES):
             out[f"d_{name}"] = (d_real_terms[i] + d_fake_terms[i]) / 2
