@@ -54,7 +54,8 @@ class SlurmSite:
 
     def policy(self, path: Path, **extra) -> Path:
         """A policy whose on-prem site is this Slurm cluster (partition ``cpu``)."""
-        lines = ["providers: [local, slurm]", "onprem:", "  name: test-site", "  scheduler: slurm", "  partition: cpu",
+        # max_slowdown: bursting to this laptop, 20x slower than the site, is what these tests exercise
+        lines = ["providers: [local, slurm]", "max_slowdown: 1000", "onprem:", "  name: test-site", "  scheduler: slurm", "  partition: cpu",
                  "  accelerator: V100", "  gpus: 1", "  usd_per_gpu_hour: 0.5", "  queue_wait_hours: 2"]
         lines += [f"  {k}: {v}" for k, v in extra.items()]
         lines += ["burst_when:", "  queue_wait_over_hours: 0.5"]

@@ -304,9 +304,11 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
         else:
             why = "bursting: " + "; ".join(triggers or ["on-prem is not feasible"])
 
+    bursting = why.startswith("bursting")  # a burst condition holds: the site only if nothing else is feasible
+
     def key(c: Candidate):
         return (not c.feasible,
-                0 if (not onprem_first or c.target == "onprem") else 1,
+                0 if (not onprem_first or c.target == "onprem") and not (bursting and c.target == "onprem") else 1,
                 0 if (not prefer_spot or c.preemptible or c.target != "cloud") else 1,
                 objective(c),
                 _QUALITY.index(c.layout.quality) if c.layout else 0)
@@ -333,6 +335,8 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
         obj = {"min_cost": "cheapest", "min_time": "fastest", "min_carbon": "lowest-emission"}[policy.objective]
         if not why:
             why = f"{obj} feasible option"
+        elif not onprem_first and choice.target == "onprem":
+            why += "; no target to burst to is feasible, so the on-prem site after all"
         elif not onprem_first:
             why += f"; {obj} feasible option"
         if prefer_spot and choice.preemptible:

@@ -378,3 +378,18 @@ def test_a_cpu_partition_on_prem_is_planned_node_by_node():
     assert (c.accelerator, c.count, c.nodes) == ("skylake-48c", 32, 32)  # a CPU node is the device: 32 nodes
     assert c.estimate.epoch_s == pytest.approx(504, rel=0.05)  # the SuperMUC-NG table: 504 s at 32 nodes
     assert c.estimate.energy_kwh == pytest.approx(32 * 450 / 1000 * 1.4 * c.estimate.training_h)
+
+
+def test_a_burst_goes_elsewhere_even_when_waiting_would_be_cheaper_unless_nothing_else_is_feasible():
+    site = {"accelerator": "V100", "gpus": 8, "queue_wait_hours": 2.0, "usd_per_gpu_hour": 0.9}
+    doc = dict(providers=["local", "ray"], onprem=site, burst_when={"queue_wait_over_hours": 0.5}, max_slowdown=1000)
+    plan = placement.plan(make(**doc), PROFILE, OFFERS)
+    assert plan.choice.target == "local"  # the policy says leave when the queue is over 0.5 h; this machine is slow but allowed
+    assert plan.choice.estimate.cost_usd > next(c for c in plan.candidates if c.target == "onprem").estimate.cost_usd
+
+
+def test_a_burst_with_nowhere_feasible_to_go_stays_on_prem_and_says_so():
+    site = {"accelerator": "V100", "gpus": 8, "queue_wait_hours": 2.0, "usd_per_gpu_hour": 0.9}
+    plan = placement.plan(make(providers=["local", "ray"], onprem=site, burst_when={"queue_wait_over_hours": 0.5}), PROFILE, OFFERS)
+    assert plan.choice.target == "onprem"  # this machine is the only way out, and it is too slow
+    assert plan.why.startswith("bursting: on-prem queue wait 2 h is over 0.5 h") and "so the on-prem site after all" in plan.why

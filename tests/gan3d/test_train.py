@@ -67,11 +67,11 @@ class Spy(GAN3DTrainer):
         tf.py_function(lambda r, s, l: seen.append(("d", int(r), int(s), l.numpy().tolist())), [replica, self.step, labels], [])
         return super()._discriminator_update(images, labels, y, ang, ecal)
 
-    def _generator_update(self, latent, y, ang, ecal):
+    def _generator_update(self, latent, y, ang, ecal, real):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         tf.py_function(lambda r, s, z: seen.append(("g", int(r), int(s), z.numpy()[:, :2].tolist(), float(z.numpy()[:, 2:].sum()))),
                        [replica, self.step, latent], [])
-        return super()._generator_update(latent, y, ang, ecal)
+        return super()._generator_update(latent, y, ang, ecal, real)
 
 
 spec = data.InputSpec.discover(sys.argv[1], SMALL)
