@@ -166,7 +166,8 @@ def prediction(placement) -> dict:
     e = placement.estimate
     held_h = e.training_h + e.preemption_h
     layout = placement.layout
-    return {"preset": profile.load("gan3d").preset, "batch_per_replica": e.batch, "events": profile.load("gan3d").events,
+    prof = profile.load("gan3d")
+    return {"preset": prof.preset, "batch_per_replica": e.batch, "events": prof.events,
             "accelerator": placement.accelerator, "count": placement.count,
             "nodes": layout.nodes if layout is not None else (placement.nodes or 1),
             "epoch_s": round(e.epoch_s, 3), "hours": round(e.hours, 4), "cost_usd": round(e.cost_usd, 2),

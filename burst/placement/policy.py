@@ -36,6 +36,18 @@ class _Strict(BaseModel):
 HOURS_PER_YEAR = 8760.0
 
 
+def amortised_hourly_usd(hardware_usd: float, lifetime_years: float, watts: float, usd_per_kwh: float, pue: float = 1.0) -> float:
+    """Hardware written off over its lifetime, plus the power it draws (times the machine room's PUE)."""
+    return hardware_usd / (lifetime_years * HOURS_PER_YEAR) + watts / 1000 * pue * usd_per_kwh
+
+
+def amortised_basis(hardware_usd: float, lifetime_years: float, watts: float, usd_per_kwh: float, per: str, pue: Optional[float] = None) -> str:
+    """How a derived price was made, for the plan's notes."""
+    price = amortised_hourly_usd(hardware_usd, lifetime_years, watts, usd_per_kwh, pue or 1.0)
+    return (f"${price:.3f}/{per} derived: ${hardware_usd:g} over {lifetime_years:g} years + "
+            f"{watts:g} W{f' x PUE {pue:g}' if pue is not None else ''} at ${usd_per_kwh:g}/kWh")
+
+
 class OnPrem(_Strict):
     """The group's own cluster: an existing Ray cluster (provider ``ray``) or a Slurm batch system
     (provider ``slurm``) on which burst starts Ray inside an allocation."""
@@ -65,13 +77,12 @@ class OnPrem(_Strict):
         """The policy's price, or hardware amortisation plus power (``watts`` per GPU or CPU node, times the PUE)."""
         if self.usd_per_gpu_hour is not None:
             return self.usd_per_gpu_hour
-        return self.hardware_usd_per_gpu / (self.lifetime_years * HOURS_PER_YEAR) + watts / 1000 * self.pue * self.usd_per_kwh
+        return amortised_hourly_usd(self.hardware_usd_per_gpu, self.lifetime_years, watts, self.usd_per_kwh, self.pue)
 
     def price_basis(self, watts: float) -> str:
         if self.usd_per_gpu_hour is not None:
             return f"${self.usd_per_gpu_hour:g}/GPU-h from the policy"
-        return (f"${self.hourly_usd_per_device(watts):.3f}/device-h derived: ${self.hardware_usd_per_gpu:g} over {self.lifetime_years:g} years + "
-                f"{watts:g} W x PUE {self.pue:g} at ${self.usd_per_kwh:g}/kWh")
+        return amortised_basis(self.hardware_usd_per_gpu, self.lifetime_years, watts, self.usd_per_kwh, "device-h", self.pue)
 
 
 class LocalMachine(_Strict):
@@ -88,13 +99,12 @@ class LocalMachine(_Strict):
     def hourly_usd(self) -> float:
         if self.usd_per_hour is not None:
             return self.usd_per_hour
-        return self.hardware_usd / (self.lifetime_years * HOURS_PER_YEAR) + self.watts / 1000 * self.usd_per_kwh
+        return amortised_hourly_usd(self.hardware_usd, self.lifetime_years, self.watts, self.usd_per_kwh)
 
     def price_basis(self) -> str:
         if self.usd_per_hour is not None:
             return f"${self.usd_per_hour:g}/h from the policy"
-        return (f"${self.hourly_usd():.3f}/h derived: ${self.hardware_usd:g} over {self.lifetime_years:g} years + "
-                f"{self.watts:g} W at ${self.usd_per_kwh:g}/kWh")
+        return amortised_basis(self.hardware_usd, self.lifetime_years, self.watts, self.usd_per_kwh, "h")
 
 
 class BurstWhen(_Strict):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .. import state
 from ..errors import BurstError
@@ -175,6 +175,7 @@ class Profile(BaseModel):
     scaling: Scaling
     accelerators: dict[str, AcceleratorSpeed]
     local_default: LocalDefault
+    _fit: Optional[Fit] = PrivateAttr(None)  # made once per loaded profile: every candidate's estimate asks for it
 
     @model_validator(mode="after")
     def _names(self):
@@ -196,7 +197,9 @@ class Profile(BaseModel):
                 for t in self.scaling.tables if t.held_out == held_out for n, nodes, b, s in t.rows]
 
     def fit(self) -> Fit:
-        return _fit_cached(self.model_dump_json(), self)
+        if self._fit is None:
+            self._fit = fit_points(self.points(), self.events)
+        return self._fit
 
     def family(self, accelerator: str) -> str:
         """The profile's entry for a catalog name: ``tpu-v3-32`` is a slice of the ``tpu-v3`` family."""
@@ -273,15 +276,6 @@ class Profile(BaseModel):
         except BurstError:
             return False
         return self.accelerators[name].from_ is None or name in calibration(self)
-
-
-_FITS: dict[str, Fit] = {}
-
-
-def _fit_cached(key: str, profile: Profile) -> Fit:
-    if key not in _FITS:
-        _FITS[key] = fit_points(profile.points(), profile.events)
-    return _FITS[key]
 
 
 def load(workload: str = "gan3d", path: Optional[Path] = None) -> Profile:
