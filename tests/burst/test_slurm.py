@@ -77,7 +77,8 @@ def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is
     onprem = next(c for c in idle["candidates"] if c["target"] == "onprem")
     assert onprem["queue_source"] == "slurm" and onprem["queue_wait_h"] < 0.05
     assert idle["choice"]["target"] == "onprem" and idle["why"].startswith("on-prem first")
-    blocker = site.slurm("sbatch", "--parsable", "--exclusive", "-N1", "--time=120", "--job-name=blocker", "--wrap", "sleep 3000").stdout.strip()
+    blocker = site.slurm("sbatch", "--parsable", "--exclusive", "-N1", "--time=120", "--job-name=blocker", f"--output={tmp_path / 'blocker.out'}",
+                         "--wrap", "sleep 3000").stdout.strip()  # its log in the test's directory, not the repository
     try:
         deadline = time.time() + 30
         while "RUNNING" not in site.slurm("squeue", "-h", "-j", blocker, "-o", "%T").stdout:
