@@ -38,7 +38,7 @@ class Break:
 
 BREAKS = [
     Break("no-label-flips", "workloads/gan3d/train.py",
-          (("seed=self._seed(step, 1)) < LABEL_FLIP, 0.0, 1.0)", "seed=self._seed(step, 1)) < 0.0, 0.0, 1.0)"),),
+          (("seed=self._seed(step, 1)) < self.preset.label_flip, 0.0, 1.0)", "seed=self._seed(step, 1)) < 0.0, 0.0, 1.0)"),),
           ("tests/gan3d/test_train.py::test_label_flips_and_noise_in_the_real_step_differ_between_steps_and_replicas",),
           "the training step stops flipping real labels"),
     Break("same-draws-on-every-replica", "workloads/gan3d/train.py",

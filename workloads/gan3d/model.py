@@ -16,7 +16,7 @@ import tensorflow as tf
 import keras
 from keras import layers
 
-from .presets import LATENT_SIZE, Preset
+from .presets import Preset
 from .synthetic import STORED_PER_GEV
 from .validate import HIT_THRESHOLD_GEV
 
@@ -176,8 +176,8 @@ class UpsampledConv3D(layers.Layer):
 
 
 def build_generator(preset: Preset) -> keras.Model:
-    """Latent (B, 256) = [Ep/100, θ, noise] → power-space image (B, x, y, z, 1)."""
-    z = keras.Input(shape=(LATENT_SIZE,), name="latent")
+    """Latent (B, 2 + noise size) = [Ep/100, θ, noise] → power-space image (B, x, y, z, 1)."""
+    z = keras.Input(shape=(preset.latent_size,), name="latent")
     h = layers.Dense(math.prod(preset.dense_shape), name="dense")(z)
     h = layers.Reshape(preset.dense_shape)(h)
     coarse_first = not any(preset.gen_blocks[0].pad)  # padding after up-sampling breaks the coarse-grid form

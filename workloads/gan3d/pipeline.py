@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from . import data, synthetic
-from .presets import Preset, get_preset
+from .presets import Preset, get_preset, tuned
 
 TEST_FRACTION = 0.1
 
@@ -76,13 +76,14 @@ def prepare_training(
     seed: int = 0,
     resume_from: Path | None = None,
     steps_per_epoch: int | None = None,
+    overrides: dict | None = None,
 ):
     """Build a trainer (restored from ``resume_from`` if given) and its per-epoch input.
 
-    Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
+    ``overrides``: knobs of the preset a scan sets (``presets.TUNABLE``). Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
     own callbacks (checkpointing, progress, Ray Train reports).
     """
-    preset = get_preset(preset_name)
+    preset = tuned(get_preset(preset_name), overrides)
     trainer = make_trainer(preset, per_replica_batch, strategy, seed)
     if resume_from is not None:
         trainer.restore(resume_from)
@@ -105,7 +106,7 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
         trainer = trainer_or_dir
     else:
         meta = json.loads((Path(trainer_or_dir) / "history.json").read_text())
-        trainer = make_trainer(get_preset(preset_name or meta["preset"]), None, seed=seed)
+        trainer = make_trainer(tuned(get_preset(preset_name or meta["preset"]), meta.get("overrides")), None, seed=seed)
         trainer.restore(trainer_or_dir)
     preset = trainer.preset
     raw = data.load_raw(test_files, limit=events)

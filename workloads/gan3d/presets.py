@@ -13,7 +13,7 @@ minutes on two CPU cores.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: The real CERN data grid, (x, y, layer).
 FULL_GRID: tuple[int, int, int] = (51, 51, 25)
@@ -63,7 +63,16 @@ class Preset:
     power: float = PAPER_POWER  # D sees (and G makes) images as x ** power
     profile_weight: float = 0.0  # weight of the generator's transverse-profile matching term (0: the paper's losses only)
     hit_channel: bool = False  # the discriminator also sees which cells are above the hit threshold (a soft step)
+    # the training knobs a scan may vary (``tuned``); the paper's values by default
+    learning_rate: float = LEARNING_RATE  # RMSprop, both networks
+    loss_weights: tuple[float, float, float, float] = LOSS_WEIGHTS
+    label_flip: float = LABEL_FLIP
+    noise_size: int = NOISE_SIZE  # the latent vector is [Ep/100, θ, noise_size × N(0, 1)]
     notes: str = field(default="", compare=False)
+
+    @property
+    def latent_size(self) -> int:
+        return self.noise_size + 2
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -130,6 +139,73 @@ SMALL = Preset(
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (PAPER, SMALL)}
+
+#: Knobs a scan (``burst tune``) may set, with what each one changes. Batch per replica is not here:
+#: it is a run setting (``--batch-per-replica``), which a scan varies the same way.
+TUNABLE: dict[str, str] = {
+    "learning_rate": "RMSprop learning rate of both networks",
+    "loss_weight_bce": "weight of the real/fake cross-entropy (paper 3)",
+    "loss_weight_ep": "weight of the primary-energy MAPE (paper 0.1)",
+    "loss_weight_angle": "weight of the angle MAE (paper 25)",
+    "loss_weight_ecal": "weight of the ECAL-sum MAPE (paper 0.1)",
+    "label_flip": "fraction of real/fake labels flipped in the discriminator's updates (paper 0.05)",
+    "noise_size": "Gaussian noise components of the latent vector (paper 254)",
+    "profile_weight": "weight of the generator's transverse-profile term",
+    "gen_filters": "filters of each generator block, a list as long as the preset's blocks",
+    "disc_filters": "filters of each discriminator block, a list as long as the preset's blocks",
+}
+_LOSS_INDEX = {"loss_weight_bce": 0, "loss_weight_ep": 1, "loss_weight_angle": 2, "loss_weight_ecal": 3}
+
+
+def overrides_of(preset: Preset) -> dict:
+    """The ``TUNABLE`` knobs in which ``preset`` differs from the named preset it was tuned from."""
+    base = get_preset(preset.name)
+    out: dict = {}
+    for knob, i in _LOSS_INDEX.items():
+        if preset.loss_weights[i] != base.loss_weights[i]:
+            out[knob] = preset.loss_weights[i]
+    for knob, attr in (("gen_filters", "gen_blocks"), ("disc_filters", "disc_blocks")):
+        if getattr(preset, attr) != getattr(base, attr):
+            out[knob] = [b.filters for b in getattr(preset, attr)]
+    for knob in ("learning_rate", "label_flip", "noise_size", "profile_weight"):
+        if getattr(preset, knob) != getattr(base, knob):
+            out[knob] = getattr(preset, knob)
+    return out
+
+
+def tuned(preset: Preset, overrides: dict | None) -> Preset:
+    """``preset`` with some ``TUNABLE`` knobs set (same name: the networks' structure is the
+    preset's, only widths and training knobs change); ValueError names a bad knob or value."""
+    if not overrides:
+        return preset
+    unknown = sorted(set(overrides) - set(TUNABLE))
+    if unknown:
+        raise ValueError(f"unknown knob(s) {', '.join(unknown)}; tunable: {', '.join(TUNABLE)}")
+    changes: dict = {}
+    weights = list(preset.loss_weights)
+    for knob, value in overrides.items():
+        if knob in _LOSS_INDEX:
+            weights[_LOSS_INDEX[knob]] = float(value)
+        elif knob in ("gen_filters", "disc_filters"):
+            blocks = preset.gen_blocks if knob == "gen_filters" else preset.disc_blocks
+            widths = [int(v) for v in value]
+            if len(widths) != len(blocks) or min(widths) < 1:
+                raise ValueError(f"{knob} of preset {preset.name!r} is {len(blocks)} positive widths, one per block "
+                                 f"(now {[b.filters for b in blocks]}), got {list(value)}")
+            changes["gen_blocks" if knob == "gen_filters" else "disc_blocks"] = tuple(
+                replace(block, filters=w) for block, w in zip(blocks, widths))
+        elif knob == "noise_size":
+            if int(value) < 1:
+                raise ValueError(f"noise_size must be at least 1, got {value}")
+            changes[knob] = int(value)
+        else:
+            if float(value) < 0 or (knob == "label_flip" and float(value) >= 0.5) or (knob == "learning_rate" and float(value) <= 0):
+                raise ValueError(f"{knob} = {value} is out of range")
+            changes[knob] = float(value)
+    if any(w < 0 for w in weights):
+        raise ValueError(f"loss weights must not be negative, got {weights}")
+    changes["loss_weights"] = tuple(weights)
+    return replace(preset, **changes)
 
 
 def get_preset(name: str) -> Preset:

@@ -34,7 +34,7 @@ import tensorflow as tf
 import keras
 
 from .model import build_discriminator, build_generator
-from .presets import LABEL_FLIP, LEARNING_RATE, LOSS_WEIGHTS, NOISE_SIZE, PAPER_POWER, Preset
+from .presets import PAPER_POWER, Preset, overrides_of
 
 MetricsCallback = Callable[[dict], None]
 CHECKPOINT_PREFIX = "gan3d"
@@ -115,8 +115,8 @@ class GAN3DTrainer:
         with self.strategy.scope():
             self.generator = build_generator(preset)
             self.discriminator = build_discriminator(preset)
-            self.g_opt = keras.optimizers.RMSprop(LEARNING_RATE)
-            self.d_opt = keras.optimizers.RMSprop(LEARNING_RATE)
+            self.g_opt = keras.optimizers.RMSprop(preset.learning_rate)
+            self.d_opt = keras.optimizers.RMSprop(preset.learning_rate)
             # Build the optimiser slots now so a restore finds every variable it saved.
             self.g_opt.build(self.generator.trainable_variables)
             self.d_opt.build(self.discriminator.trainable_variables)
@@ -147,8 +147,9 @@ class GAN3DTrainer:
     # ------------------------------------------------------------------ the step
 
     def _weighted_loss(self, terms: list[tf.Tensor]) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        scaled = [tf.nn.compute_average_loss(w * t, global_batch_size=self.global_batch) for w, t in zip(LOSS_WEIGHTS, terms)]
-        unweighted = [s / w for s, w in zip(scaled, LOSS_WEIGHTS)]
+        weights = self.preset.loss_weights
+        scaled = [tf.nn.compute_average_loss(w * t, global_batch_size=self.global_batch) for w, t in zip(weights, terms)]
+        unweighted = [tf.nn.compute_average_loss(t, global_batch_size=self.global_batch) for t in terms]  # a weight may be 0
         return tf.add_n(scaled), unweighted
 
     def _seed(self, step: tf.Tensor, draw: int) -> tf.Tensor:
@@ -157,7 +158,7 @@ class GAN3DTrainer:
         return tf.stack([tf.identity(self.run_seed), (step * 4096 + replica) * 8 + draw])
 
     def _latent(self, y: tf.Tensor, ang: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-        noise = tf.random.stateless_normal([tf.shape(y)[0], NOISE_SIZE], seed=seed)
+        noise = tf.random.stateless_normal([tf.shape(y)[0], self.preset.noise_size], seed=seed)
         return tf.concat([y[:, None], ang[:, None], noise], axis=1)
 
     def _discriminator_update(self, images, labels, y, ang, ecal):
@@ -185,8 +186,8 @@ class GAN3DTrainer:
         x, y, ang, ecal = batch["x"], batch["y"], batch["ang"], batch["ecal"]
         n = tf.shape(y)[0]
         fake = self.generator(self._latent(y, ang, self._seed(step, 0)), training=False)
-        real_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 1)) < LABEL_FLIP, 0.0, 1.0)
-        fake_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 2)) < LABEL_FLIP, 1.0, 0.0)
+        real_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 1)) < self.preset.label_flip, 0.0, 1.0)
+        fake_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 2)) < self.preset.label_flip, 1.0, 0.0)
         d_real, d_real_terms = self._discriminator_update(x, real_labels, y, ang, ecal)
         d_fake, d_fake_terms = self._discriminator_update(fake, fake_labels, y, ang, ecal)
         g1, g1_terms = self._generator_update(self._latent(y, ang, self._seed(step, 3)), y, ang, ecal, x)
@@ -264,7 +265,7 @@ class GAN3DTrainer:
         directory.mkdir(parents=True, exist_ok=True)
         self.checkpoint.write(str(directory / CHECKPOINT_PREFIX))
         (directory / HISTORY_FILE).write_text(json.dumps({"preset": self.preset.name, "format": CHECKPOINT_FORMAT, "power": self.preset.power,
-                                                          "history": self.history}, indent=1))
+                                                          "overrides": overrides_of(self.preset), "history": self.history}, indent=1))
         return directory
 
     def restore(self, directory: str | os.PathLike) -> int:
@@ -279,6 +280,9 @@ class GAN3DTrainer:
         if meta.get("power", PAPER_POWER) != self.preset.power:  # before powers were per preset, every preset used the paper's
             raise ValueError(f"checkpoint {directory} was trained on images ** {meta.get('power', PAPER_POWER)}; preset "
                              f"{self.preset.name!r} now trains on ** {self.preset.power}; retrain, or read it with the burst version that wrote it")
+        if meta.get("overrides", {}) != overrides_of(self.preset):
+            raise ValueError(f"checkpoint {directory} was trained with {meta.get('overrides') or 'the preset as it is'}, not with "
+                             f"{overrides_of(self.preset) or 'the preset as it is'}")
         self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
         self.history = list(meta["history"])
         return int(self.epoch.numpy())
@@ -323,7 +327,7 @@ def generate_showers(generator: keras.Model, energy_gev: np.ndarray, theta_rad: 
     for start in range(0, len(energy_gev), batch):
         e = np.asarray(energy_gev[start : start + batch], dtype=np.float32)
         t = np.asarray(theta_rad[start : start + batch], dtype=np.float32)
-        z = np.concatenate([e[:, None] / 100.0, t[:, None], rng.standard_normal((len(e), NOISE_SIZE)).astype(np.float32)], axis=1)
+        z = np.concatenate([e[:, None] / 100.0, t[:, None], rng.standard_normal((len(e), generator.input_shape[-1] - 2)).astype(np.float32)], axis=1)
         out.append(predict(tf.constant(z)).numpy())
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
 
