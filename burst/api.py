@@ -26,7 +26,7 @@ from .runs import TrainRequest
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
 
-__all__ = ["plan", "up", "render", "down", "train", "run", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
+__all__ = ["plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
            "ClusterStatus", "BurstError"]
 
 MAX_LEASE_HOURS = 8760.0
@@ -242,6 +242,30 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
     return record
 
 
+def tune(request, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, cpus: Optional[int] = None,
+         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, nodes: Optional[int] = None,
+         hours: Optional[float] = None, region: Optional[str] = None, gpus_per_node: Optional[int] = None,
+         bundle: Optional[str] = None, image: Optional[str] = None, report: Reporter = QUIET) -> RunRecord:
+    """A hyper-parameter scan (``scans.TuneRequest``): on ``request.cluster``, or, with ``provider``,
+    on a cluster started for it and taken down after (success, failure and Ctrl-C alike)."""
+    from . import scans
+
+    if provider is None:
+        return scans.tune(request, report)
+    request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
+    result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,
+                batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report)
+    report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
+    try:
+        record = scans.tune(request, report)
+    except BaseException:
+        _down_quietly(result.handle, report)
+        raise
+    _down_quietly(result.handle, report, raise_errors=True)
+    return record
+
+
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:
     if state.load(ClusterHandle, handle.name) is None:
         return  # already torn down (the budget guard does that)
@@ -317,7 +341,7 @@ def report(run_id: str) -> Path:
         record = runs.collect_finished(record)
     if not record.run_dir:
         raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
-    path = Path(record.run_dir) / "report" / "report.html"
+    path = Path(record.run_dir) / ("report.html" if record.config.get("kind") == "scan" else "report/report.html")
     if not path.exists():
         raise BurstError(f"report {path} is missing; was the run directory moved?", exit_code=1)
     return path

@@ -269,6 +269,14 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
 
     c = jobs.client(handle)
     run.state = jobs.job_status(c, run.job_id)
+    if run.config.get("kind") == "scan":  # its trials, from the scan's events
+        from .scans import ScanTracker
+
+        scan_tracker = ScanTracker(int(run.config.get("trials", 1)))
+        for event in parse_events(c.get_job_logs(run.job_id)):
+            scan_tracker.record(event)
+        run.progress = scan_tracker.snapshot()
+        return run
     tracker = _replay(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None:
         run.progress = tracker.snapshot()
@@ -295,6 +303,18 @@ def collect_finished(record: RunRecord) -> RunRecord:
         return record
     from .runtime import jobs
 
+    if record.config.get("kind") == "scan":
+        from . import scans
+
+        record.finished = record.finished or time.time()
+        run_dir = RunDirectory(record.run_id)
+        run_dir.save_log(jobs.client(handle).get_job_logs(record.job_id))
+        scans.collect(handle, record, run_dir.path)
+        record.run_dir = str(run_dir.path.resolve())
+        scans.write_report(run_dir.path, record)
+        with state.locked():
+            state.save(record)
+        return record
     tracker = _replay(record, jobs.client(handle).get_job_logs(record.job_id))
     record.finished = record.finished or time.time()
     run_dir = RunDirectory(record.run_id)

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import BurstError
-from . import clusters, pack, planning, runs
+from . import clusters, pack, planning, runs, scans
 from .render import console, fail
 
 
@@ -31,7 +31,7 @@ class _Commands(TyperGroup):
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
                   help="Burst a training run from this machine to whatever hardware a policy allows.")
-for command in (planning.plan, clusters.up, runs.train, runs.run, clusters.status, runs.logs, runs.report, clusters.down,
+for command in (planning.plan, clusters.up, runs.train, runs.run, scans.tune, clusters.status, runs.logs, runs.report, clusters.down,
                 planning.catalog, planning.bench, runs.calibrate, pack.pack):
     app.command()(command)
 app.add_typer(planning.policy_app, name="policy")

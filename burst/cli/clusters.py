@@ -119,6 +119,11 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         t.add_column(col)
     for r in now.runs:
         p = r.progress or {}
-        done = p.get("epoch") if p.get("epoch") is not None else 0
-        t.add_row(r.run_id, r.cluster, r.state, f"epoch {done}/{p.get('epochs', '-')}" if p else "-", r.run_dir or "-")
+        if p.get("kind") == "scan":
+            best = f"; best {p['best']:.4g}" if p.get("best") is not None else ""
+            progress = f"trials: {p['running']} running, {p['terminated']} ended, {p['pending']} pending{best}"
+        else:
+            done = p.get("epoch") if p.get("epoch") is not None else 0
+            progress = f"epoch {done}/{p.get('epochs', '-')}" if p else "-"
+        t.add_row(r.run_id, r.cluster, r.state, progress, r.run_dir or "-")
     out.print(t)

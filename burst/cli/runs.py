@@ -119,10 +119,15 @@ def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer
 
 
 def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[bool, typer.Option("--open")] = False) -> None:
-    """Print the path of a run's HTML report (or open it with --open)."""
+    """Print the path of a run's (or a scan's) HTML report (or open it with --open); a scan's trials first."""
     from .. import api
 
     path = api.report(run_id)
+    if path.name == "report.html" and (path.parent / "trials.json").exists():  # a scan: its trials, best first
+        from ..scans import table_lines
+
+        for line in table_lines(path.parent):
+            console.print(line, highlight=False)
     for line in api.prediction_lines(run_id):
         console.print(line)
     if open_browser:

@@ -64,6 +64,30 @@ def _prepare_data(cfg: JobConfig, storage_dir: Path) -> tuple[list[Path], list[P
     return train_files, test_files
 
 
+def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConfig, Path, list[Path], list[Path]]:
+    """Data ready for the workers: (config naming the files every worker reads, this job's working
+    directory, training files, held-out files here). A bucket cannot be written like a directory:
+    the job then works on local disk, and workers on other nodes read the files from the bucket
+    (``with_test_files``: the held-out files too, for a scan's per-epoch validation)."""
+    from . import storage
+
+    files = RunFiles(cfg.storage, cfg.run_id)
+    remote = storage.is_remote(cfg.storage)
+    storage_dir = _work_dir(cfg.run_id) if remote else Path(cfg.storage)
+    train_files, test_files = _prepare_data(cfg, storage_dir)
+    shared = {"train_files": train_files, "val_files": test_files if with_test_files else []}
+    update = {k: tuple(str(f) for f in v) for k, v in shared.items()}
+    if remote:  # workers on other nodes read the training files from the bucket
+        for key, local in shared.items():
+            if local:
+                part = "train" if key == "train_files" else "test"
+                storage.copy_dir(str(local[0].parent), files.data_dir(part))
+                update[key] = tuple(storage.join(files.data_dir(part), f.name) for f in local)
+    if not with_test_files:
+        update.pop("val_files")
+    return cfg.model_copy(update=update), storage_dir, train_files, test_files
+
+
 def run(cfg: JobConfig) -> int:
     import ray
 
@@ -71,16 +95,8 @@ def run(cfg: JobConfig) -> int:
 
     timings: dict[str, float] = {"job_start": time.time()}
     files = RunFiles(cfg.storage, cfg.run_id)
-    remote = storage.is_remote(cfg.storage)
-    # A bucket cannot be written like a directory: work on local disk and copy to the bucket.
-    storage_dir = _work_dir(cfg.run_id) if remote else Path(cfg.storage)
-    train_files, test_files = _prepare_data(cfg, storage_dir)
-    shared_train = [str(f) for f in train_files]
-    if remote:  # workers on other nodes read the training files from the bucket
-        storage.copy_dir(str(train_files[0].parent), files.data_dir("train"))
-        shared_train = [storage.join(files.data_dir("train"), f.name) for f in train_files]
+    cfg, storage_dir, train_files, test_files = stage_inputs(cfg)
     timings["data_ready"] = time.time()
-    cfg = cfg.model_copy(update={"train_files": tuple(shared_train)})
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage_dir / "runs" / cfg.run_id
     if cfg.tpu:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -53,6 +53,12 @@ class JobConfig(TrainSettings):
     resume_from: Optional[str] = None   # checkpoints of an earlier attempt of this run (another cluster's storage)
     # filled in by the job's driver once the data is ready: where every worker reads it
     train_files: tuple[str, ...] = ()
+    # a scan's trial (burst tune): the preset knobs it sets, physics on held-out MC after every
+    # epoch, and its stop requests (the scan's, from the budget guard; its own, from ASHA)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    val_files: tuple[str, ...] = ()
+    validate_each_epoch: bool = False
+    stop_files: tuple[str, ...] = ()  # default: the run's own stop request
 
     def to_arg(self) -> str:
         return self.model_dump_json()
@@ -114,6 +120,18 @@ class StoppedEvent(_Event):
     steps: int
 
 
+class TrialEvent(_Event):
+    """A scan's trial started, reported an epoch's physics, or ended (``state``: RUNNING, TERMINATED, ERROR)."""
+
+    type: Literal["trial"] = "trial"
+    trial: str
+    state: str
+    epoch: Optional[int] = None
+    metric: Optional[float] = None
+    config: dict = Field(default_factory=dict)
+    message: Optional[str] = None
+
+
 class DoneEvent(_Event):
     type: Literal["done"] = "done"
     run_dir: str
@@ -126,7 +144,7 @@ class FailedEvent(_Event):
     message: str
 
 
-JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, DoneEvent, FailedEvent], Field(discriminator="type")]
+JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, TrialEvent, DoneEvent, FailedEvent], Field(discriminator="type")]
 _EVENT = TypeAdapter(JobEvent)
 
 
@@ -213,3 +231,34 @@ class RunFiles:
     def data_dir(self, part: str) -> str:
         """A copy of the run's data on the storage (``source``: as uploaded, ``train``: for workers)."""
         return f"{self.storage}/data/{self.run_id}/{part}"
+
+
+# --------------------------------------------------------------------------- scans (burst tune)
+
+
+class ScanConfig(BaseModel):
+    """What the scan job is told: the trials' common job (its ``run_id`` is the scan's), the search
+    space (``burst.scan_space`` data), how many trials, what to minimise and how to stop early."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    job: JobConfig
+    space: dict[str, Any]
+    trials: int = Field(gt=0)
+    metric: str = "optimisation_metric"
+    concurrent: int = Field(1, gt=0)
+    grace_period: int = Field(1, gt=0)      # ASHA: epochs every trial gets before it can be stopped
+    reduction_factor: int = Field(2, gt=1)  # ASHA: 1/reduction_factor of the trials go on at each rung
+    search: Literal["random", "optuna"] = "random"
+    report_events: int = Field(DEFAULT_VAL_EVENTS, gt=0)  # held-out events of the best trial's full report
+
+    @property
+    def scan_id(self) -> str:
+        return self.job.run_id
+
+    def to_arg(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_arg(cls, text: str) -> "ScanConfig":
+        return cls.model_validate_json(text)

@@ -31,13 +31,14 @@ def client(handle: ClusterHandle):
         raise BurstError(f"cannot reach the Ray cluster {handle.name!r} at {handle.dashboard_url} ({exc}); check `burst status`", exit_code=1) from None
 
 
-def submit(handle: ClusterHandle, run: RunRecord, cfg: JobConfig, runtime: JobRuntime) -> str:
-    """Submit ``python -m burst.runtime.entry CONFIG`` and record the job id in the run."""
+def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, module: str = "burst.runtime.entry") -> str:
+    """Submit ``python -m MODULE CONFIG`` (a training job; ``burst.runtime.scan`` for a scan) and
+    record the job id in the run."""
     # oneDNN on for every worker unless the user chose otherwise (stock TensorFlow leaves it off on
     # AVX2-only CPUs, ~6x slower); workers read it when they first import TensorFlow.
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1")}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
-    entry = f"{shlex.quote(runtime.python)} -m burst.runtime.entry {shlex.quote(cfg.to_arg())}"
+    entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster
     job_id = client(handle).submit_job(entrypoint=entry, submission_id=submission, runtime_env=runtime_env)
     run.job_id = job_id

@@ -62,13 +62,17 @@ def train_loop_per_worker(loop_config: dict) -> None:
         resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg))
         trainer, dataset_fn, steps = pipeline.prepare_training(
             local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
-            resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch,
+            resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch, overrides=cfg.overrides,
         )  # restores the weights now: the directory is not needed after this
+    held_out = (pipeline.HeldOut(local_files(cfg.val_files, f"{cfg.run_id}-val"), trainer.preset, cfg.val_events, cfg.seed)
+                if cfg.validate_each_epoch and rank == 0 else None)
 
     scratch = node_scratch_dir(cfg.run_id)
     scratch.mkdir(parents=True, exist_ok=True)
 
     def save_epoch(metrics: dict) -> None:
+        if held_out is not None:  # a scan's trial: the epoch's physics goes into its history and its report
+            metrics.update(held_out.summary(trainer))
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
@@ -87,6 +91,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         return
     if storage.is_remote(cfg.train_files[0]):
         shutil.rmtree(node_data_dir(cfg.run_id), ignore_errors=True)
+        shutil.rmtree(node_data_dir(f"{cfg.run_id}-val"), ignore_errors=True)
     if trainer.stopped:
         # Asked to stop (the budget guard): a final checkpoint of the weights as they are now. It
         # records only the whole epochs done, so a resume would redo the interrupted epoch.
@@ -98,24 +103,31 @@ def train_loop_per_worker(loop_config: dict) -> None:
             announce_stop(trainer)
 
 
-def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | None, str | None]:
-    """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
+def tensorflow_trainer(cfg: JobConfig, ray_train_storage: str, callbacks: tuple = (), keep_best: str | None = None):
+    """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
+    (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.tensorflow import TensorflowTrainer
-
-    from . import storage
-    from .entry import failure_line
 
     resources = {"CPU": float(cfg.cpus_per_worker)}
     if cfg.gpus_per_worker:
         resources["GPU"] = float(cfg.gpus_per_worker)
-    trainer = TensorflowTrainer(
+    keep = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=keep_best, checkpoint_score_order="min") if keep_best else CheckpointConfig(num_to_keep=2)
+    return TensorflowTrainer(
         train_loop_per_worker,
         train_loop_config={"job": cfg.to_arg()},
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.gpus_per_worker > 0, resources_per_worker=resources),
         run_config=RunConfig(name=cfg.run_id, storage_path=ray_train_storage, failure_config=FailureConfig(max_failures=cfg.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+                             checkpoint_config=keep, callbacks=list(callbacks)),
     )
+
+
+def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | None, str | None]:
+    """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
+    from . import storage
+    from .entry import failure_line
+
+    trainer = tensorflow_trainer(cfg, ray_train_storage)
     try:
         result = trainer.fit()
     finally:  # a worker killed while saving leaves its half-written checkpoint here, on this node

@@ -89,9 +89,9 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
         if speaks:
             emit(EpochEvent(epochs=cfg.epochs, **metrics))
 
-    stop_file = RunFiles(cfg.storage, cfg.run_id).stop_request
+    stop_files = cfg.stop_files or (RunFiles(cfg.storage, cfg.run_id).stop_request,)
     trainer.fit(dataset_fn, cfg.epochs, steps, on_epoch_end=[on_epoch_end], on_step=on_step,
-                should_stop=lambda: storage.exists(stop_file))
+                should_stop=lambda: any(storage.exists(f) for f in stop_files))
 
 
 def announce_stop(trainer) -> None:

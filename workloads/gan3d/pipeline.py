@@ -117,3 +117,29 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
     return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate)
+
+
+class HeldOut:
+    """Held-out Monte Carlo a scan's trial is judged on after every epoch: read once, compared with
+    the summary metrics that cost little (``validate.EPOCH_METRICS``), the same noise every time so
+    that epochs and trials are compared on the same showers' conditions."""
+
+    #: a metric that cannot be computed (a GAN that deposits nothing) counts as this bad
+    WORST = 1e6
+
+    def __init__(self, files: list[Path], preset: Preset, events: int, seed: int = 0):
+        from .features import rebin
+
+        raw = data.load_raw(files, limit=events)
+        self.mc = rebin(raw["ECAL"], preset.rebin)
+        self.energy = raw["energy"].astype(np.float64)
+        self.theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
+        self.seed = seed
+
+    def summary(self, trainer) -> dict[str, float]:
+        from .validate import EPOCH_METRICS, compare
+
+        gan = trainer.generate(self.energy, self.theta, seed=self.seed + 1)
+        with np.errstate(all="ignore"):
+            got = compare(self.mc, gan, self.energy, self.theta)["summary"]
+        return {k: round(float(got[k]), 6) if np.isfinite(got[k]) else self.WORST for k in EPOCH_METRICS}

@@ -222,13 +222,17 @@ class GAN3DTrainer:
     ) -> list[dict]:
         """Train from the current epoch counter up to ``epochs``; return this run's epoch metrics.
 
-        ``should_stop`` is asked every ``stop_check_every`` steps; every replica must agree to
+        ``should_stop`` is asked every ``stop_check_every`` steps and before every epoch but the first; every replica must agree to
         stop at the same step (a collective would hang otherwise), so the answers are summed
         across replicas and any one "yes" stops all of them. ``self.stopped`` then holds where.
         """
         done: list[dict] = []
         self.stopped = None
-        for epoch in range(int(self.epoch.numpy()), epochs):
+        first = int(self.epoch.numpy())
+        for epoch in range(first, epochs):
+            if epoch > first and should_stop is not None and self._all_agree(should_stop()):  # asked between epochs
+                self.stopped = {"epoch": epoch + 1, "step": 0, "steps": steps_per_epoch}
+                return done
             dist = self.strategy.distribute_datasets_from_function(lambda ctx, e=epoch: dataset_fn(ctx, e))
             for total in self._sums.values():
                 total.assign(0.0)

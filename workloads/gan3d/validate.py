@@ -323,6 +323,10 @@ GATE_METRICS = {
     "kpd": "kernel physics distance of the high-level features (0 = same distribution)",
     "classifier_auc": "AUC of a classifier telling GAN from MC showers (0.5 = indistinguishable)",
 }
+#: What a scan can minimise: the summary metrics cheap enough to compute after every epoch (the
+#: sample distances and the classifier are left to the best trial's full report).
+EPOCH_METRICS = ("optimisation_metric", "sf_rel_error", "profile_abs_error", "moment_error", "profile_error", "angle_rel_error",
+                 "hits_rel_error", "transverse_worst_factor")
 VERDICT_METRICS = ("optimisation_metric", "sf_rel_error", "hits_rel_error", "transverse_worst_factor", "fpd", "classifier_auc")
 
 

@@ -1,0 +1,73 @@
+"""``burst tune``: a hyper-parameter scan, judged on physics, on a running cluster or on one started for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
+from .render import ConsoleReporter, console, emit_json
+from .runs import Batch, Data, Epochs, Preset, Seed, Steps, Synthetic
+
+
+def tune(
+    workload: Annotated[str, typer.Argument(help="workload to scan (gan3d)")],
+    space: Annotated[Path, typer.Option("--space", help="search-space YAML (example: workloads/gan3d/tune-small.yaml)")],
+    trials: Annotated[int, typer.Option(help="trials to sample (a grid dimension multiplies them)")] = 8,
+    gpus_per_trial: Annotated[Optional[int], typer.Option(help="GPUs each trial trains on (default 1 on a GPU cluster; CPU clusters: leave out)")] = None,
+    max_concurrent: Annotated[Optional[int], typer.Option(help="trials at a time (default: as many as the cluster holds)")] = None,
+    epochs: Epochs = 6,
+    metric: Annotated[str, typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch")] = "optimisation_metric",
+    budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop every trial (each checkpoints) before this many USD are spent")] = None,
+    cluster: Annotated[str, typer.Option(help="running cluster to scan on (or start one with --provider)")] = "local",
+    provider: Provider = None,
+    cpus: Cpus = None,
+    gpus: Gpus = None,
+    accelerator: Accelerator = None,
+    gpus_per_node: GpusPerNode = None,
+    preemptible: Preemptible = None,
+    region: Region = None,
+    nodes: Nodes = None,
+    hours: Hours = None,
+    policy_file: PolicyFile = None,
+    preset: Preset = "small",
+    batch_per_replica: Batch = None,
+    data: Data = None,
+    synthetic: Synthetic = None,
+    seed: Seed = 0,
+    steps_per_epoch: Steps = None,
+    val_events: Annotated[int, typer.Option(help="held-out events each trial is judged on after every epoch")] = 300,
+    grace_period: Annotated[int, typer.Option(help="ASHA: epochs every trial gets before it may be stopped")] = 1,
+    reduction_factor: Annotated[int, typer.Option(help="ASHA: 1 in this many trials goes on at each rung")] = 2,
+    search: Annotated[str, typer.Option(help="random (grid dimensions expanded) | optuna (pip install 'burst[optuna]')")] = "random",
+    detach: Annotated[bool, typer.Option("--detach", help="submit and return")] = False,
+    cancel_on_interrupt: Annotated[bool, typer.Option("--cancel", help="Ctrl-C stops every trial instead of detaching")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Scan a workload's knobs with Ray Tune (ASHA early stopping), each trial a Ray Train run judged on physics."""
+    from .. import api
+    from ..errors import BurstError
+    from ..scans import TuneRequest
+
+    if workload != "gan3d":
+        raise BurstError(f"unknown workload {workload!r}; choose one of: gan3d")
+    if search not in ("random", "optuna"):
+        raise BurstError(f"--search {search}: choose random or optuna")
+    if provider is not None and cluster == "local":
+        cluster = "tune-local" if provider == "local" else f"tune-{provider}"
+    request = TuneRequest.of(space, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
+                             budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
+                             synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
+                             reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)
+    record = api.tune(request, provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                      nodes=nodes, hours=hours, region=region, gpus_per_node=gpus_per_node, report=ConsoleReporter())
+    if record.run_dir:
+        from ..scans import table_lines
+
+        for line in table_lines(Path(record.run_dir)):
+            console.print(line, highlight=False)
+        console.print(f"report: {record.run_dir}/report.html")
+    if as_json:
+        emit_json(record.model_dump(mode="json"))
