@@ -272,7 +272,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
     if run.config.get("kind") == "scan":  # its trials, from the scan's events
         from .scans import ScanTracker
 
-        scan_tracker = ScanTracker(int(run.config.get("trials", 1)))
+        scan_tracker = ScanTracker(int(run.config.get("total_trials", run.config.get("trials", 1))))
         for event in parse_events(c.get_job_logs(run.job_id)):
             scan_tracker.record(event)
         run.progress = scan_tracker.snapshot()

@@ -55,6 +55,13 @@ class TuneRequest(BaseModel):
     detach: bool = False
     cancel_on_interrupt: bool = False
 
+    @property
+    def total_trials(self) -> int:
+        """Trials the scan runs: ``trials`` samples of the space, times every grid combination."""
+        from .scan_space import SearchSpace
+
+        return self.trials * SearchSpace.from_data(self.space).grid_size()
+
     @classmethod
     def of(cls, space_file: Path | str, **fields) -> "TuneRequest":
         """A request from flags and a space file; one line for the first thing wrong."""
@@ -137,7 +144,8 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     resources, fits = trial_resources(handle, request.gpus_per_trial)
     if resources.tpu or getattr(target, "name", "") == "gcp-tpu":
         raise BurstError("burst tune runs on Ray clusters of CPUs or GPUs; a TPU VM trains one job per slice (`burst train`)")
-    concurrent = min(request.trials, request.max_concurrent or fits, fits)
+    total = request.total_trials
+    concurrent = min(total, request.max_concurrent or fits, fits)
     scan_id = new_scan_id(request.workload)
     data = target.stage_data(handle, request.data, scan_id, report) if request.data is not None else None
     job = JobConfig(preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
@@ -149,17 +157,17 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     record = RunRecord(run_id=scan_id, workload=request.workload, cluster=handle.name, provider=handle.provider,
                        hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
                        config={"kind": "scan", **request.model_dump(mode="json", exclude={"detach", "cancel_on_interrupt"}),
-                               "concurrent": concurrent, "trial_workers": resources.workers})
+                               "concurrent": concurrent, "trial_workers": resources.workers, "total_trials": total})
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
         guard.check_can_start()
     jobs.submit(handle, record, scan, target.job_runtime(handle), module="burst.runtime.scan")
-    report.say(f"scan [bold]{scan_id}[/bold]: {request.trials} trial(s), {concurrent} at a time, {request.epochs} epoch(s) each, "
+    report.say(f"scan [bold]{scan_id}[/bold]: {total} trial(s), {concurrent} at a time, {request.epochs} epoch(s) each, "
                f"minimising {request.metric}; its log: `burst logs {scan_id}`")
     if request.detach:
         report.say(f"detached; follow with `burst logs {scan_id} --follow`, see the trials with `burst status`")
         return record
-    tracker = ScanTracker(request.trials)
+    tracker = ScanTracker(total)
 
     def on_event(event) -> None:
         line = tracker.record(event)

@@ -93,6 +93,7 @@ class StartEvent(_Event):
     resumed: bool = False
     pid: Optional[int] = None
     machine: dict = Field(default_factory=dict)
+    run_id: Optional[str] = None  # which run (a scan's trials share one log)
 
 
 class StepEvent(_Event):

@@ -36,7 +36,9 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     record the job id in the run."""
     # oneDNN on for every worker unless the user chose otherwise (stock TensorFlow leaves it off on
     # AVX2-only CPUs, ~6x slower); workers read it when they first import TensorFlow.
-    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1")}
+    # Ray folds lines that differ only in numbers into "[repeated Nx across cluster]"; a scan's
+    # trials print such events side by side, and every one of them counts.
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0"}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster

@@ -132,7 +132,7 @@ def run(scan: ScanConfig) -> int:
     space = SearchSpace.from_data(scan.space)
     search = _search(scan, any(isinstance(d, Grid) for d in space.knobs.values()))
     ray.init(address="auto", log_to_driver=True)
-    emit(StatusEvent(message=f"scanning {scan.trials} trial(s), {scan.concurrent} at a time, minimising {scan.metric}; ASHA grace "
+    emit(StatusEvent(message=f"scanning {scan.trials * space.grid_size()} trial(s), {scan.concurrent} at a time, minimising {scan.metric}; ASHA grace "
                              f"{scan.grace_period} epoch(s), reduction factor {scan.reduction_factor}"))
     scheduler = asha(scan)
     # The trial's own actor only starts and waits on its Ray Train run: it holds no CPU (its workers
@@ -178,6 +178,7 @@ def trial_rows(grid, scan: ScanConfig, budget_stopped: bool) -> list[dict]:
             for e, m, c in zip(df["epoch"], df[scan.metric], df.get("checkpoint_path", [None] * len(df))) if m == m]
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name  # the trial's directory is named by its id
+        history = _checkpointed_history(trial_config(scan, trial_id, result.config or {}), scan.metric, history)
         epochs_run = max((h["epoch"] for h in history), default=0)
         if result.error is not None:
             reason = "failed: " + str(result.error).strip().splitlines()[0][:200]
@@ -198,6 +199,24 @@ def trial_rows(grid, scan: ScanConfig, budget_stopped: bool) -> list[dict]:
     return rows
 
 
+def _checkpointed_history(cfg: JobConfig, metric: str, reported: list[dict]) -> list[dict]:
+    """A trial's per-epoch metric from its newest checkpoint when that holds more epochs than Tune
+    heard of (a worker lost between its checkpoint and its report: Ray Train resumes from the
+    checkpoint, and that epoch's report never reaches Tune); else what Tune heard."""
+    from .ray_train import checkpoints_on_storage
+    from .training import latest_checkpoint
+
+    newest = latest_checkpoint(checkpoints_on_storage(cfg))
+    if newest is None:
+        return reported
+    saved = [h for h in json.loads((newest / "history.json").read_text())["history"] if metric in h]
+    if len(saved) <= len(reported):
+        return reported
+    paths = {h["epoch"]: h["checkpoint"] for h in reported if "checkpoint" in h}
+    return [{"epoch": int(h["epoch"]), "metric": float(h[metric]), **({"checkpoint": paths[h["epoch"]]} if h["epoch"] in paths else {})}
+            for h in saved]
+
+
 def best_trial(rows: list[dict]) -> dict | None:
     scored = [r for r in rows if r["best_metric"] is not None and math.isfinite(r["best_metric"])]
     return min(scored, key=lambda r: r["best_metric"]) if scored else None
@@ -210,8 +229,11 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
     from . import storage
     from .training import epochs_in
 
+    from .ray_train import checkpoints_on_storage
+
     cfg = trial_config(scan, best["trial"], best["config"])
-    at_best = [h["checkpoint"] for h in best["history"] if h["epoch"] == best["best_epoch"] and "checkpoint" in h]
+    at_best = [str(c) for c in checkpoints_on_storage(cfg) if epochs_in(c) == best["best_epoch"]]
+    at_best += [h["checkpoint"] for h in best["history"] if h["epoch"] == best["best_epoch"] and "checkpoint" in h]
     dest = out_dir / "best" / "checkpoint"
     shutil.rmtree(dest, ignore_errors=True)
     source = None
@@ -221,7 +243,6 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
             source = candidate
             break
     if source is None:  # kept checkpoints are the best and the newest; fall back to the newest
-        from .ray_train import checkpoints_on_storage
         from .training import latest_checkpoint
 
         newest = latest_checkpoint(checkpoints_on_storage(cfg))
@@ -264,6 +285,7 @@ def plot_scan(rows: list[dict], metric: str, out_dir: Path) -> list[Path]:
             ax.plot([h["epoch"] for h in r["history"]], [h["metric"] for h in r["history"]], marker="o", ms=3,
                     label=f"{r['trial']} ({r['stop_reason']})")
     ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel(metric)
     if scored and min(r["best_metric"] for r in scored) > 0:
         ax.set_yscale("log")
@@ -296,7 +318,7 @@ def plot_scan(rows: list[dict], metric: str, out_dir: Path) -> list[Path]:
             ax.annotate(f"{lo[i]:.3g}", (i, 0), fontsize=7, ha="center", va="top")
             ax.annotate(f"{hi[i]:.3g}", (i, 1), fontsize=7, ha="center", va="bottom")
         ax.set_yticks([])
-        ax.set_title("knobs of each trial (scaled to their range), coloured by its best metric (dark = best)")
+        ax.set_title("each trial's knobs (scaled to their range);\ncolour: its best metric (dark = best)", fontsize=10)
     fig.tight_layout()
     paths.append(out_dir / "parallel_coordinates.png")
     fig.savefig(paths[-1], dpi=100)

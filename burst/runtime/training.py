@@ -73,7 +73,8 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
 
     if speaks:
         emit(StartEvent(epoch=int(trainer.epoch.numpy()), epochs=cfg.epochs, steps=steps, replicas=replicas,
-                        global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts()))
+                        global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts(),
+                        run_id=cfg.run_id))
         # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
         # re-announce the restored history, marked as a replay (followers count each epoch once).
         for metrics in trainer.history:

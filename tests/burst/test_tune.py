@@ -1,0 +1,185 @@
+"""`burst tune`: search-space files, and scans on a real local Ray cluster (Ray Tune + Ray Train,
+real TensorFlow training, real HDF5 Monte Carlo): ASHA stops trials, the best trial is the
+table's minimum, a trial whose worker is SIGKILLed resumes from its checkpoint, the budget guard
+stops the whole scan."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from burst import scan_space
+from burst.errors import BurstError
+from tests import census
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "tune-small.yaml"
+TINY = ["--epochs", "3", "--steps", "4", "--synthetic", "400", "--val-events", "80", "--batch-per-replica", "8"]
+
+
+def test_the_shipped_example_space_is_valid_and_names_real_knobs():
+    space = scan_space.load(EXAMPLE)
+    assert {"learning_rate", "profile_weight", "batch_per_replica", "gen_filters"} <= set(space.knobs)
+    assert scan_space.SearchSpace.from_data(space.as_data()) == space  # what the job reads back is what was checked
+
+
+@pytest.mark.parametrize("text, message", [
+    ("learning_rate: {loguniform: [3e-4, 3e-3]}\nlr: 0.1\n", "f.yaml:2: unknown knob 'lr'; a scan can vary: learning_rate"),
+    ("learning_rate:\n  loguniform: [0, 1]\n", "f.yaml:2: learning_rate: loguniform needs [low, high] with 0 < low < high"),
+    ("label_flip: {uniform: [0.0, 0.7]}\n", "f.yaml:1: label_flip = 0.7 is out of range"),
+    ("gen_filters: {choice: [[6, 4], [8]]}\n", "f.yaml:1: gen_filters of preset 'small' is 2 positive widths"),
+    ("noise_size: {uniform: [10, 50]}\n", "f.yaml:1: noise_size takes whole numbers: use int, choice or grid"),
+    ("profile_weight: {normal: [1, 2]}\n", "f.yaml:1: profile_weight: a knob takes one distribution (uniform, loguniform, int, choice, grid)"),
+    ("batch_per_replica: {choice: [16, 0]}\n", "f.yaml:1: batch_per_replica must be a positive whole number, got 0"),
+    ("- learning_rate\n", "f.yaml:1: a search space maps knobs to distributions"),
+    ("learning_rate: {loguniform: [3e-4, 3e-3]\n", "f.yaml:2: not valid YAML"),
+])
+def test_a_bad_space_file_is_one_line_naming_the_file_and_line(text, message):
+    with pytest.raises(BurstError) as info:
+        scan_space.parse(text, "f.yaml")
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_int_ranges_include_both_ends_and_grids_multiply():
+    space = scan_space.parse("noise_size: {int: [8, 9]}\nbatch_per_replica: {grid: [8, 16]}\nlabel_flip: {grid: [0.0, 0.05, 0.1]}\n", "f")
+    assert space.grid_size() == 6
+    ray_space = space.to_ray()
+    assert {ray_space["noise_size"].sample() for _ in range(200)} == {8, 9}
+
+
+def test_the_cli_refuses_a_bad_space_file_with_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "space.yaml"
+    bad.write_text("learning_rate: {loguniform: [3e-4, 3e-3]}\ndropout: {uniform: [0, 1]}\n")
+    env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "tune", "gan3d", "--space", str(bad), "--provider", "local"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {bad}:2: unknown knob 'dropout'; a scan can vary: " + ", ".join(
+        [*__import__("workloads.gan3d.presets", fromlist=["TUNABLE"]).TUNABLE, "batch_per_replica"])
+    assert "Traceback" not in proc.stderr and not (tmp_path / "home" / "clusters").exists()  # nothing started
+
+
+def test_an_unknown_metric_is_refused_before_anything_starts(tmp_path):
+    env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "tune", "gan3d", "--space", str(EXAMPLE), "--metric", "g_loss"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "--metric g_loss: a scan minimises one of optimisation_metric" in proc.stderr
+
+
+# --------------------------------------------------------------------------- on a real Ray cluster
+
+
+def _events(log: str, kind: str) -> list[dict]:
+    from burst.runtime.job import parse_events
+
+    return [e.model_dump() for e in parse_events(log) if e.type == kind]
+
+
+def _train_workers() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or [])]
+
+
+@pytest.mark.slow
+def test_a_scan_stops_trials_early_resumes_a_killed_worker_and_reports_the_best(tmp_path):
+    """Six trials, two at a time, on a cluster `burst tune --provider local` starts and takes down.
+    Learning rates from 1e-2 to 1e-7 make the trials' metrics differ; ASHA (reduction factor 3)
+    stops the trailing ones. One trial's Ray Train worker is SIGKILLed once an epoch is reported:
+    Ray Train restarts it from that trial's checkpoint and the trial completes its epochs."""
+    space = tmp_path / "space.yaml"
+    space.write_text("learning_rate: {grid: [1.0e-2, 3.0e-3, 1.0e-3, 1.0e-4, 1.0e-6, 1.0e-7]}\nprofile_weight: 2.0\n")
+    env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
+    before = census.snapshot()
+    proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "tune", "gan3d", "--space", str(space), "--trials", "1",
+                             "--provider", "local", "--cpus", "2", "--reduction-factor", "3", *TINY],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    output, killed = [], None
+    for line in proc.stdout:
+        output.append(line)
+        if killed is None and " epoch 1: " in line:
+            workers = _train_workers()
+            if workers:
+                killed = workers[0].pid
+                os.kill(killed, signal.SIGKILL)
+    assert proc.wait(timeout=600) == 0, "".join(output)[-4000:]
+    text = "".join(output)
+    assert killed is not None
+    (scan_dir,) = (tmp_path / "burst-runs").iterdir()
+    rows = json.loads((scan_dir / "trials.json").read_text())
+    summary = json.loads((scan_dir / "scan.json").read_text())
+    assert len(rows) == 6 and all(not r["stop_reason"].startswith("failed") for r in rows)
+    stopped = [r for r in rows if r["stop_reason"] == "stopped early (ASHA)"]
+    assert stopped and all(r["epochs_run"] < 3 for r in stopped) and summary["stopped_early"] == len(stopped)
+    assert {r["config"]["learning_rate"] for r in rows} == {1e-2, 3e-3, 1e-3, 1e-4, 1e-6, 1e-7}
+    # The best trial is the table's minimum, and its checkpoint (at its best epoch) got the full report.
+    best = min((r for r in rows if r["best_metric"] is not None), key=lambda r: r["best_metric"])
+    assert summary["best"]["trial"] == best["trial"] and summary["best"]["best_metric"] == best["best_metric"]
+    assert best["best_metric"] == min(h["metric"] for r in rows for h in r["history"])
+    assert summary["best_report"]["epoch"] == best["best_epoch"] and (scan_dir / "best" / "report" / "report.html").exists()
+    assert (scan_dir / "metric_vs_epoch.png").stat().st_size > 0 and (scan_dir / "parallel_coordinates.png").stat().st_size > 0
+    assert f"best trial {best['trial']}" in text and "stopped early (ASHA)" in text
+    # The killed worker's trial restarted from its checkpoint and still ran every epoch it was due.
+    log = (scan_dir / "job.log").read_text()
+    resumed = [e for e in _events(log, "start") if e["resumed"]]
+    assert resumed and resumed[0]["epoch"] >= 1, log[-3000:]
+    trial = resumed[0]["run_id"].rsplit("-", 1)[-1]
+    (row,) = [r for r in rows if r["trial"] == trial]
+    assert row["epochs_run"] >= resumed[0]["epoch"] and [h["epoch"] for h in row["history"]] == list(range(1, row["epochs_run"] + 1))
+    # The report command shows the table; the cluster is gone and nothing is left running.
+    report = subprocess.run([sys.executable, "-m", "burst.cli", "report", summary["scan_id"]], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    assert report.returncode == 0 and best["trial"] in report.stderr and report.stdout.strip().endswith("report.html")  # table: stderr, path: stdout
+    status = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "status", "--json"], capture_output=True, text=True,
+                                       env=env, cwd=tmp_path, timeout=60).stdout)
+    assert status["clusters"] == [] and status["runs"][0]["state"] == "SUCCEEDED"
+    census.assert_none_left(before)
+
+
+@pytest.mark.slow
+def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
+    """The guard's clock is injected (no waiting): the scan starts within budget, the next look
+    finds it spent; every running trial checkpoints and stops, none is started after, the cluster
+    is torn down, exit code 3."""
+    from typer.testing import CliRunner
+
+    from burst import cli
+    from burst.runtime import budget
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    before = census.snapshot()
+    policy = tmp_path / "tight.yaml"
+    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
+    runner = CliRunner()
+    up = runner.invoke(cli.app, ["up", "--provider", "local", "--name", "budget", "--cpus", "2", "--policy", str(policy), "--json"])
+    assert up.exit_code == 0, up.output
+    handle = json.loads((home / "clusters" / "budget.json").read_text())
+    looks = []
+
+    def clock() -> float:  # first look: just created; once a trial has trained: 56 s old, $0.56 + $0.75 reserve > $1.30
+        looks.append(1)
+        started = any((Path(handle["storage_uri"]) / "ray-train").glob("*/checkpoint_*"))
+        return handle["created"] + (56 if started and len(looks) > 1 else 0)
+
+    monkeypatch.setattr(budget, "now", clock)
+    result = runner.invoke(cli.app, ["tune", "gan3d", "--space", str(EXAMPLE), "--trials", "4", "--cluster", "budget",
+                                     "--epochs", "200", "--steps", "6", "--synthetic", "400", "--val-events", "80"])
+    assert result.exit_code == 3, result.output[-3000:]
+    assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
+    assert "torn down" in result.output and "did not stop in time" not in result.output
+    assert not (home / "clusters" / "budget.json").exists()
+    (record,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    assert record["state"] == "STOPPED_BUDGET"
+    rows = json.loads((Path(record["run_dir"]) / "trials.json").read_text())
+    reasons = [r["stop_reason"] for r in rows]
+    assert "stopped by the budget guard" in reasons, reasons  # ASHA may have stopped a trailing trial at epoch 1 first
+    assert set(reasons) <= {"stopped by the budget guard", "not started (budget guard)", "stopped early (ASHA)"}, reasons
+    assert all(r["epochs_run"] < 200 for r in rows)
+    census.assert_none_left(before)
