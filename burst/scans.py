@@ -142,7 +142,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     from .runtime.budget import BudgetGuard
 
     resources, fits = trial_resources(handle, request.gpus_per_trial)
-    if resources.tpu or getattr(target, "name", "") == "gcp-tpu":
+    if target.job_resources(handle, 1).tpu:
         raise BurstError("burst tune runs on Ray clusters of CPUs or GPUs; a TPU VM trains one job per slice (`burst train`)")
     total = request.total_trials
     concurrent = min(total, request.max_concurrent or fits, fits)

@@ -21,7 +21,7 @@ def tune(
     epochs: Epochs = 6,
     metric: Annotated[str, typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch")] = "optimisation_metric",
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop every trial (each checkpoints) before this many USD are spent")] = None,
-    cluster: Annotated[str, typer.Option(help="running cluster to scan on (or start one with --provider)")] = "local",
+    cluster: Annotated[Optional[str], typer.Option(help="running cluster to scan on (default local; with --provider: tune-PROVIDER, started and taken down)")] = None,
     provider: Provider = None,
     cpus: Cpus = None,
     gpus: Gpus = None,
@@ -55,8 +55,7 @@ def tune(
         raise BurstError(f"unknown workload {workload!r}; choose one of: gan3d")
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
-    if provider is not None and cluster == "local":
-        cluster = "tune-local" if provider == "local" else f"tune-{provider}"
+    cluster = cluster or (f"tune-{provider}" if provider is not None else "local")
     request = TuneRequest.of(space, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
                              synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
