@@ -64,7 +64,8 @@ def _policy(policy):
 def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, **narrow):
     """Every candidate target, estimated and ranked under the policy, with the choice and why.
 
-    ``narrow``: ``gpus``, ``epochs``, ``events``, ``provider``, ``accelerator``, ``preemptible``, ``region``."""
+    ``narrow``: ``gpus``, ``epochs``, ``events``, ``provider``, ``accelerator``, ``preemptible``, ``region``, ``scan`` (a
+    ``placement.scan.ScanShape``: the plan is for a hyper-parameter scan's trials side by side)."""
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
@@ -242,16 +243,30 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
     return record
 
 
-def tune(request, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, cpus: Optional[int] = None,
-         accelerator: Optional[str] = None, preemptible: Optional[bool] = None, nodes: Optional[int] = None,
+def tune(request, provider: Optional[str] = None, *, start: bool = False, policy=None, gpus: Optional[int] = None,
+         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None, nodes: Optional[int] = None,
          hours: Optional[float] = None, region: Optional[str] = None, gpus_per_node: Optional[int] = None,
          bundle: Optional[str] = None, image: Optional[str] = None, report: Reporter = QUIET) -> RunRecord:
-    """A hyper-parameter scan (``scans.TuneRequest``): on ``request.cluster``, or, with ``provider``,
-    on a cluster started for it and taken down after (success, failure and Ctrl-C alike)."""
+    """A hyper-parameter scan (``scans.TuneRequest``) on the running cluster ``request.cluster``, or,
+    with ``start``, on a cluster started for it (``provider``, else the plan's choice for the scan
+    under the policy) and taken down after (success, failure and Ctrl-C alike)."""
     from . import scans
 
-    if provider is None:
+    if not start:
         return scans.tune(request, report)
+    if provider is None:  # the plan sizes the scan and picks where it runs
+        from .placement.scan import ScanShape
+
+        shape = ScanShape(request.total_trials, request.gpus_per_trial, request.max_concurrent, request.grace_period, request.reduction_factor)
+        chosen = plan("gan3d", policy, gpus=gpus, epochs=request.epochs, accelerator=accelerator, preemptible=preemptible, region=region,
+                      gpus_per_node=gpus_per_node, batch_per_replica=request.batch_per_replica, scan=shape)
+        if chosen.choice is None:
+            raise BurstError(f"no target fits the scan under the policy: {chosen.why}", exit_code=1)
+        c = chosen.choice
+        report.say(f"plan: {c.provider} {c.region} {c.accelerator} x{c.count}: {c.estimate.hours:.2f} h, ${c.estimate.cost_usd:,.2f} ({chosen.scan})")
+        provider = c.provider
+        if targets.get(provider).kind != "local":
+            gpus, accelerator, region, preemptible = c.count, c.accelerator, (c.region if c.target == "cloud" else region), c.preemptible
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                 nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,

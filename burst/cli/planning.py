@@ -49,6 +49,8 @@ def print_plan(p, limit: Optional[int]) -> None:
         out.print(f"{hidden} more candidates (use --all or --json)")
     if p.excluded:
         out.print("not considered: " + ", ".join(f"{v} x {k}" for k, v in sorted(p.excluded.items())))
+    if p.scan:
+        out.print(f"[bold]scan:[/bold] {p.scan}; a trial's epoch in the table, hours and cost for the whole scan")
     if p.choice:
         c = p.choice
         e = c.estimate
@@ -62,7 +64,8 @@ def print_plan(p, limit: Optional[int]) -> None:
             out.print(f"  carbon: {e.energy_kwh:,.1f} kWh x {e.grid_g_per_kwh:g} gCO2e/kWh = {e.kgco2e:,.1f} kgCO2e (rated power x PUE over the training hours)")
         out.print(f"  batch per replica: {e.batch} (as `burst run` launches it)")
         for r in c.reasons:
-            out.print(f"  note: {r}")
+            if r != p.scan:  # said once above
+                out.print(f"  note: {r}")
     else:
         out.print(f"[bold red]no feasible target:[/bold red] {p.why}")
 
@@ -81,17 +84,33 @@ def plan(
     nodes: Annotated[Optional[int], typer.Option(help="only layouts spanning this many nodes (on-prem: nodes the scheduler allocates)")] = None,
     batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica to predict (default: what `burst run` uses for the profile's preset)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
+    trials: Annotated[Optional[int], typer.Option(help="plan a hyper-parameter scan of this many trials (`burst tune`)")] = None,
+    gpus_per_trial: Annotated[Optional[int], typer.Option(help="scan: GPUs per trial (default 1; leave out to consider this machine's CPUs)")] = None,
+    max_concurrent: Annotated[Optional[int], typer.Option(help="scan: trials at a time (default: all; --gpus sets it too)")] = None,
+    grace_period: Annotated[int, typer.Option(help="scan: ASHA's epochs before a trial may be stopped")] = 1,
+    reduction_factor: Annotated[int, typer.Option(help="scan: ASHA keeps 1 in this many trials at each rung")] = 2,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
     from .. import api
 
-    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica), ("nodes", nodes)):
+    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica), ("nodes", nodes),
+                    ("trials", trials), ("gpus-per-trial", gpus_per_trial), ("max-concurrent", max_concurrent), ("grace-period", grace_period)):
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
+    if reduction_factor < 2:
+        raise BurstError(f"--reduction-factor must be at least 2, got {reduction_factor}")
+    if trials is None and (gpus_per_trial is not None or max_concurrent is not None):
+        raise BurstError("--gpus-per-trial and --max-concurrent size a scan: give --trials too")
+    scan = None
+    if trials is not None:
+        from ..placement.scan import ScanShape
+
+        scan = ScanShape(trials, gpus_per_trial, max_concurrent, grace_period, reduction_factor)
     p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
-                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, nodes=nodes)
+                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, nodes=nodes,
+                 scan=scan)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -21,7 +21,7 @@ def tune(
     epochs: Epochs = 6,
     metric: Annotated[str, typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch")] = "optimisation_metric",
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop every trial (each checkpoints) before this many USD are spent")] = None,
-    cluster: Annotated[Optional[str], typer.Option(help="running cluster to scan on (default local; with --provider: tune-PROVIDER, started and taken down)")] = None,
+    cluster: Annotated[Optional[str], typer.Option(help="running cluster to scan on (default: start one with --provider, else where the plan for the scan says, and take it down after)")] = None,
     provider: Provider = None,
     cpus: Cpus = None,
     gpus: Gpus = None,
@@ -55,12 +55,13 @@ def tune(
         raise BurstError(f"unknown workload {workload!r}; choose one of: gan3d")
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
-    cluster = cluster or (f"tune-{provider}" if provider is not None else "local")
+    start = cluster is None  # no running cluster named: start one (--provider, else the plan's choice) and take it down after
+    cluster = cluster or f"tune-{provider or 'planned'}"
     request = TuneRequest.of(space, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
                              synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
                              reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)
-    record = api.tune(request, provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+    record = api.tune(request, provider, start=start, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                       nodes=nodes, hours=hours, region=region, gpus_per_node=gpus_per_node, report=ConsoleReporter())
     if record.run_dir:
         from ..scans import table_lines

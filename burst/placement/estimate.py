@@ -24,6 +24,7 @@ from . import carbon
 from ..errors import BurstError
 from .layout import Layout
 from .policy import Policy
+from .scan import ScanShape
 from .profile import Profile
 
 PROVIDER_FACTS = Path(__file__).with_name("data") / "providers.yaml"
@@ -105,11 +106,21 @@ def _staging(cloud: Optional[str], region: Optional[str], profile: Profile, poli
 
 
 def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-          batch: Optional[int] = None) -> Estimate:
+          batch: Optional[int] = None, scan: Optional[ScanShape] = None) -> Estimate:
+    """``scan``: the layout holds a scan's trials side by side (``epoch_s`` is then one trial's epoch)."""
     facts = provider_facts()[layout.provider]
     batch = batch or profile.default_batch()
-    epoch_s = profile.epoch_seconds(layout.accelerator, layout.count, layout.nodes, batch, events)
-    est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=epochs * epoch_s / 3600, batch=batch)
+    if scan is None:
+        epoch_s = profile.epoch_seconds(layout.accelerator, layout.count, layout.nodes, batch, events)
+        training_h = epochs * epoch_s / 3600
+    else:
+        per_trial = scan.devices_per_trial
+        trial_nodes = -(-per_trial // max(1, layout.count // layout.nodes))
+        epoch_s = profile.epoch_seconds(layout.accelerator, per_trial, trial_nodes, batch, events)
+        training_h = scan.wall_epochs(epochs, layout.count // per_trial) * epoch_s / 3600
+    est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=training_h, batch=batch)
+    if scan is not None:
+        est.notes.append(scan.note(epochs))
     est.staging_h, est.egress_usd, note = _staging(targets.get(layout.provider).vendor, layout.region, profile, policy, events)
     if note:
         est.notes.append(note)
@@ -163,16 +174,24 @@ def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:
 
 
 def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-           queue_h: Optional[float] = None, queue_note: str = "", batch: Optional[int] = None) -> Estimate:
+           queue_h: Optional[float] = None, queue_note: str = "", batch: Optional[int] = None, scan: Optional[ScanShape] = None) -> Estimate:
     """On the policy's site; ``queue_h``: the scheduler's live wait (None: the policy's figure)."""
     site = policy.onprem
     if site is None:
         raise BurstError("the policy has no onprem section")
     batch = batch or profile.default_batch()
-    epoch_s = profile.epoch_seconds(site.accelerator, gpus, onprem_nodes(profile, policy, gpus), batch, events)
+    if scan is None:
+        epoch_s = profile.epoch_seconds(site.accelerator, gpus, onprem_nodes(profile, policy, gpus), batch, events)
+        training_h = epochs * epoch_s / 3600
+    else:
+        per_trial = scan.devices_per_trial
+        epoch_s = profile.epoch_seconds(site.accelerator, per_trial, onprem_nodes(profile, policy, per_trial), batch, events)
+        training_h = scan.wall_epochs(epochs, gpus // per_trial) * epoch_s / 3600
     live = queue_h is not None
-    est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=epochs * epoch_s / 3600,
+    est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=training_h,
                    queue_source="slurm" if live else "policy", batch=batch)
+    if scan is not None:
+        est.notes.append(scan.note(epochs))
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)
@@ -192,9 +211,13 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
     return est
 
 
-def local(events_per_s: float, basis: str, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None) -> Estimate:
+def local(events_per_s: float, basis: str, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
+          scan: Optional[ScanShape] = None) -> Estimate:
+    """This machine; a scan's trials share its cores, so they take their trial-epochs one after the other's time."""
     epoch_s = (events or profile.events) / events_per_s
-    est = Estimate(epoch_s=epoch_s, training_h=epochs * epoch_s / 3600, batch=profile.default_batch())
+    est = Estimate(epoch_s=epoch_s, training_h=(scan.trial_epochs(epochs) if scan else epochs) * epoch_s / 3600, batch=profile.default_batch())
+    if scan is not None:
+        est.notes.append(scan.note(epochs))
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
     if note:
         est.notes.append(note)

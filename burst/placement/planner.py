@@ -17,6 +17,7 @@ from .. import targets
 from ..errors import BurstError
 from .catalog import Offer
 from .layout import Layout, MixedInterconnect, resolve
+from .scan import ScanShape
 from .policy import OnPrem, Policy
 from .profile import Profile, local_throughput
 
@@ -71,12 +72,13 @@ class Plan:
     deadline_h: Optional[float]
     budget_usd: Optional[float]
     max_kgco2e: Optional[float] = None
+    scan: Optional[str] = None  # the scan's shape and ASHA assumption, when the plan is for one
 
     def to_dict(self) -> dict:
         return {"choice": self.choice.to_dict() if self.choice else None,
                 "nearest": self.nearest.to_dict() if self.nearest and not self.choice else None,
                 "why": self.why, "epochs": self.epochs, "deadline_hours": self.deadline_h, "budget_usd": self.budget_usd,
-                "max_kgco2e": self.max_kgco2e,
+                "max_kgco2e": self.max_kgco2e, "scan": self.scan,
                 "excluded": self.excluded, "candidates": [c.to_dict() for c in self.candidates]}
 
 
@@ -102,11 +104,20 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
                region: Optional[str] = None, gpus_per_node: Optional[int] = None,
-               batch_per_replica: Optional[int] = None, nodes: Optional[int] = None) -> tuple[list[Candidate], dict[str, int]]:
+               batch_per_replica: Optional[int] = None, nodes: Optional[int] = None,
+               scan: Optional[ScanShape] = None) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate.
 
-    ``nodes`` keeps only layouts spanning that many nodes (this machine is one)."""
+    ``nodes`` keeps only layouts spanning that many nodes (this machine is one). ``scan``: the
+    candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs)."""
     epochs = _epochs(policy, profile, epochs)
+    cpu_scan = scan is not None and scan.gpus_per_trial is None and gpus is None
+    if scan is not None:
+        if gpus is not None and gpus % scan.devices_per_trial:
+            raise BurstError(f"--gpus {gpus} is not a whole number of trials of {scan.devices_per_trial} GPU(s)")
+        if gpus is not None:
+            scan = ScanShape(scan.trials, scan.gpus_per_trial, gpus // scan.devices_per_trial, scan.grace_period, scan.reduction_factor)
+        gpus = scan.gpus
     batch = batch_per_replica or profile.default_batch()
     excluded: dict[str, int] = {}
 
@@ -125,9 +136,9 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
     kinds = {p: targets.get(p).kind for p in providers}
 
     local = [p for p in providers if kinds[p] == "local"]
-    if local and gpus is None and accelerator is None and preemptible is not True and region is None and nodes in (None, 1):
+    if local and (gpus is None or cpu_scan) and accelerator is None and preemptible is not True and region is None and nodes in (None, 1):
         rate, basis = local_throughput(profile)
-        e = est_mod.local(rate, basis, profile, policy, epochs, events)
+        e = est_mod.local(rate, basis, profile, policy, epochs, events, scan=scan)
         out.append(Candidate("local", local[0], "this machine", "cpu", os.cpu_count() or 1, False, e))
 
     site = policy.onprem
@@ -151,7 +162,7 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
             counts = kept
         for n in counts:
             out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
-                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch),
+                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch, scan),
                                  nodes=est_mod.onprem_nodes(profile, policy, n)))
 
     clouds = [p for p in providers if kinds[p] == "cloud"]
@@ -169,6 +180,9 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
         shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)
     for (prov, reg, acc), group in sorted(shapes.items()):
         tpu = group[0].is_tpu
+        if tpu and scan is not None:
+            skip("a scan needs a Ray cluster of GPUs (a TPU VM trains one job per slice)")
+            continue
         if tpu and group[0].accelerator_count > policy.max_gpus:
             skip("over max_gpus")
             continue
@@ -192,20 +206,20 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                 if spot and not lay.has_spot:
                     skip("no spot offer")
                     continue
-                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch)
+                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch, scan)
                 out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay, nodes=lay.nodes))
     return out, excluded
 
 
 def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-                    batch: Optional[int] = None) -> est_mod.Estimate:
+                    batch: Optional[int] = None, scan: Optional[ScanShape] = None) -> est_mod.Estimate:
     """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be asked."""
     target = targets.get(provider)
     if not target.is_scheduler:
-        return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
-    first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch)
+        return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
+    first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
     wait = target.queue_estimate(policy.onprem, est_mod.onprem_nodes(profile, policy, gpus), first.training_h)
-    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note, batch=batch)
+    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note, batch=batch, scan=scan)
 
 
 def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float], max_kg: Optional[float] = None) -> None:
@@ -344,7 +358,9 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     slow = [c for c in cands if c.reasons and c.reasons[0].startswith("too slow")]
     if choice is not None and slow:
         why += f"; {len(slow)} slower option(s) left out by max_slowdown {policy.max_slowdown:g}"
-    return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget, policy.max_kgco2e)
+    scan = narrow.get("scan")
+    return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget, policy.max_kgco2e,
+                scan=scan.note(epochs) if scan is not None else None)
 
 
 # --------------------------------------------------------------------------- the hand-off to a target

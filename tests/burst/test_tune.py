@@ -33,7 +33,7 @@ def test_the_shipped_example_space_is_valid_and_names_real_knobs():
 @pytest.mark.parametrize("text, message", [
     ("learning_rate: {loguniform: [3e-4, 3e-3]}\nlr: 0.1\n", "f.yaml:2: unknown knob 'lr'; a scan can vary: learning_rate"),
     ("learning_rate:\n  loguniform: [0, 1]\n", "f.yaml:2: learning_rate: loguniform needs [low, high] with 0 < low < high"),
-    ("label_flip: {uniform: [0.0, 0.7]}\n", "f.yaml:1: label_flip = 0.7 is out of range"),
+    ("label_flip: {uniform: [0.0, 0.7]}\n", "f.yaml:1: label_flip is a fraction in [0, 0.5), got 0.7"),
     ("gen_filters: {choice: [[6, 4], [8]]}\n", "f.yaml:1: gen_filters of preset 'small' is 2 positive widths"),
     ("noise_size: {uniform: [10, 50]}\n", "f.yaml:1: noise_size takes whole numbers: use int, choice or grid"),
     ("profile_weight: {normal: [1, 2]}\n", "f.yaml:1: profile_weight: a knob takes one distribution (uniform, loguniform, int, choice, grid)"),
@@ -183,3 +183,52 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
     assert set(reasons) <= {"stopped by the budget guard", "not started (budget guard)", "stopped early (ASHA)"}, reasons
     assert all(r["epochs_run"] < 200 for r in rows)
     census.assert_none_left(before)
+
+
+# --------------------------------------------------------------------------- the plan sizes the scan
+
+
+def test_asha_trial_epochs_follow_the_rungs():
+    from burst.placement.scan import ScanShape
+
+    shape = ScanShape(trials=8, grace_period=1, reduction_factor=2)
+    assert shape.rungs(6) == [1, 2, 4]
+    # every trial 1 epoch, half of them 1 more, a quarter 2 more, an eighth the last 2: 2.25 epochs a trial
+    assert shape.trial_epochs(6) == pytest.approx(8 * 2.25)
+    assert ScanShape(trials=8, grace_period=6).trial_epochs(6) == 48  # no rung before the end: nothing saved
+    assert shape.wall_epochs(6, at_once=8) == 6  # all at once: one full trial is the critical path
+    assert shape.wall_epochs(6, at_once=1) == pytest.approx(18)
+
+
+def test_plan_sizes_a_scan_and_states_the_asha_assumption(tmp_path):
+    from burst import api
+    from burst.placement.scan import ScanShape
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("objective: min_time\nproviders: [gcp, gcp-tpu]\nmax_slowdown: 1000\n")
+    one = api.plan("gan3d", policy, epochs=6, provider="gcp", accelerator="V100", gpus=1)
+    c1 = [c for c in one.candidates if c.count == 1 and not c.preemptible][0]
+    few = api.plan("gan3d", policy, epochs=6, provider="gcp", accelerator="V100", scan=ScanShape(16, 1, 2))
+    many = api.plan("gan3d", policy, epochs=6, provider="gcp", accelerator="V100", scan=ScanShape(16, 1, 8))
+    pick = lambda p, spot: [c for c in p.candidates if c.region == c1.region and c.preemptible == spot][0]  # noqa: E731
+    f, m = pick(few, False), pick(many, False)
+    assert (f.count, m.count) == (2, 8)  # the cluster holds the trials that run at once
+    assert f.estimate.epoch_s == pytest.approx(c1.estimate.epoch_s)  # the table's epoch is one trial's (one V100)
+    trial_epochs = ScanShape(16, 1, 2).trial_epochs(6)
+    assert f.estimate.training_h == pytest.approx(trial_epochs / 2 * c1.estimate.epoch_s / 3600)
+    assert m.estimate.training_h == pytest.approx(max(6, trial_epochs / 8) * c1.estimate.epoch_s / 3600)
+    assert m.estimate.training_h < f.estimate.training_h
+    assert "ASHA (grace 1, reduction factor 2) assumed to train 36.0 of 96 trial-epochs" in few.scan
+    assert not any(c.provider == "gcp-tpu" for c in few.candidates)  # a scan runs on a Ray cluster, not a TPU VM
+
+
+def test_burst_plan_takes_a_scan_on_the_command_line(tmp_path):
+    env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "plan", "--trials", "16", "--gpus-per-trial", "2", "--max-concurrent", "4",
+                           "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    plan = json.loads(proc.stdout)
+    assert plan["scan"].startswith("scan of 16 trial(s), 4 at a time on 2 device(s) each")
+    assert plan["choice"]["count"] == 8
+    bad = subprocess.run([sys.executable, "-m", "burst.cli", "plan", "--gpus-per-trial", "2"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2 and "give --trials too" in bad.stderr

@@ -199,8 +199,12 @@ def tuned(preset: Preset, overrides: dict | None) -> Preset:
                 raise ValueError(f"noise_size must be at least 1, got {value}")
             changes[knob] = int(value)
         else:
-            if float(value) < 0 or (knob == "label_flip" and float(value) >= 0.5) or (knob == "learning_rate" and float(value) <= 0):
-                raise ValueError(f"{knob} = {value} is out of range")
+            if knob == "label_flip" and not 0 <= float(value) < 0.5:
+                raise ValueError(f"label_flip is a fraction in [0, 0.5), got {value}")
+            if knob == "learning_rate" and not float(value) > 0:
+                raise ValueError(f"learning_rate must be above 0, got {value}")
+            if float(value) < 0:
+                raise ValueError(f"{knob} must not be negative, got {value}")
             changes[knob] = float(value)
     if any(w < 0 for w in weights):
         raise ValueError(f"loss weights must not be negative, got {weights}")
