@@ -232,3 +232,48 @@ def test_burst_plan_takes_a_scan_on_the_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "burst.cli", "plan", "--gpus-per-trial", "2"], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "give --trials too" in bad.stderr
+
+
+OPTUNA_SCRIPT = r'''
+import json, sys
+from pathlib import Path
+import ray
+from ray import tune
+from burst import scan_space
+from burst.runtime import storage
+from burst.runtime.job import JobConfig, RunFiles, ScanConfig
+from burst.runtime.scan import _search, asha
+
+root = Path(sys.argv[1])
+space = scan_space.load(Path(sys.argv[2]))
+scan = ScanConfig(job=JobConfig(run_id="scan", storage=str(root), epochs=4), space=space.as_data(), trials=8, search="optuna")
+
+def trial(config):
+    # a stand-in for the Ray Train run: reports like it, and stops itself like its workers when asked
+    stop = RunFiles(str(root), f"scan-{tune.get_context().get_trial_id()}").stop_request
+    for epoch in range(1, 5):
+        if storage.exists(stop):
+            return
+        tune.report({"epoch": epoch, "optimisation_metric": abs(config["learning_rate"] - 1e-3) * 1e3 + 1 / epoch})
+
+ray.init(num_cpus=2, include_dashboard=False)
+grid = tune.Tuner(trial, param_space=space.to_ray(),
+                  tune_config=tune.TuneConfig(metric="optimisation_metric", mode="min", search_alg=_search(scan, False),
+                                              scheduler=asha(scan), num_samples=8, max_concurrent_trials=2),
+                  run_config=tune.RunConfig(storage_path=str(root / "tune"), verbose=0)).fit()
+epochs = sorted(int(r.metrics.get("epoch", 0)) for r in grid)
+print(json.dumps({"searcher": type(_search(scan, False)).__name__, "epochs": epochs, "errors": sum(r.error is not None for r in grid)}))
+'''
+
+
+@pytest.mark.slow
+def test_optuna_searches_the_space_and_asha_stops_trials_by_request(tmp_path):
+    pytest.importorskip("optuna", reason="optuna not installed (pip install 'burst[optuna]')")
+    script = tmp_path / "optuna_scan.py"
+    script.write_text(OPTUNA_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(EXAMPLE)], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["searcher"] == "OptunaSearch" and result["errors"] == 0
+    assert len(result["epochs"]) == 8 and result["epochs"][0] < 4 and result["epochs"][-1] == 4  # some stopped early, some ran out
