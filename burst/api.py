@@ -325,9 +325,18 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
                 on_line(line)
         return text
     with targets.get(handle.provider).reach(handle) as reachable:
-        if follow:  # until the job ends, every line and event as it comes
-            jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
-        return jobs.client(reachable).get_job_logs(record.job_id)
+        try:
+            if follow:  # until the job ends, every line and event as it comes
+                jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
+            return jobs.client(reachable).get_job_logs(record.job_id)
+        except RuntimeError as exc:  # the Jobs API's 404: a cluster of that name started again since
+            if "does not exist" not in str(exc):
+                raise
+            saved = Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(run_id).job_log
+            if saved.exists():
+                return saved.read_text()
+            raise BurstError(f"cluster {record.cluster!r} no longer knows run {run_id}'s job (the cluster was started again "
+                             "since) and no log was saved for it", exit_code=1) from None
 
 
 def prediction_lines(run_id: str) -> list[str]:
