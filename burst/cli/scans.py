@@ -55,6 +55,8 @@ def tune(
         raise BurstError(f"unknown workload {workload!r}; choose one of: gan3d")
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
+    if cluster is not None and provider is not None:
+        raise BurstError("--cluster names a running cluster, --provider starts one for the scan: give one of them")
     start = cluster is None  # no running cluster named: start one (--provider, else the plan's choice) and take it down after
     cluster = cluster or f"tune-{provider or 'planned'}"
     request = TuneRequest.of(space, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
