@@ -229,15 +229,22 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
         region: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one (the plan estimates the run's own epochs and batch); the cluster (``request.cluster``) goes down on success,
     failure and interruption alike."""
+    return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
+                           preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
+                           gpus_per_node=gpus_per_node)
+
+
+def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Reporter, **placement):
+    """``work(request, report)`` on a cluster started for it (``request.cluster``), taken down after
+    on success, failure and interruption alike (so the work may neither detach nor outlive it)."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
-    result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,
-                batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report)
+    result = up(provider, request.cluster, wait=True, batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report,
+                **placement)
     report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
     try:
-        record = runs.train(request, report)
+        record = work(request, report)
     except BaseException:
-        _down_quietly(result.handle, report)  # the run's own error is the one to see
+        _down_quietly(result.handle, report)  # the work's own error is the one to see
         raise
     _down_quietly(result.handle, report, raise_errors=True)
     return record
@@ -267,18 +274,9 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
         provider = c.provider
         if targets.get(provider).kind != "local":
             gpus, accelerator, region, preemptible = c.count, c.accelerator, (c.region if c.target == "cloud" else region), c.preemptible
-    request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
-    result = up(provider, request.cluster, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                nodes=nodes, hours=hours, wait=True, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node,
-                batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report)
-    report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
-    try:
-        record = scans.tune(request, report)
-    except BaseException:
-        _down_quietly(result.handle, report)
-        raise
-    _down_quietly(result.handle, report, raise_errors=True)
-    return record
+    return _on_own_cluster(scans.tune, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
+                           preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
+                           gpus_per_node=gpus_per_node)
 
 
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:

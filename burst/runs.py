@@ -45,16 +45,21 @@ class TrainRequest(TrainSettings):
             request = cls(**fields)
         except ValidationError as exc:
             raise BurstError(_flag_error(exc)) from None
-        if request.data is not None and request.synthetic is not None:
-            raise BurstError("give either --data DIR or --synthetic N, not both")
-        if request.data is not None and "://" not in request.data and not Path(request.data).exists():
-            raise BurstError(f"--data {request.data}: no such file or directory")
+        check_data(request.data, request.synthetic)
         state.check_name(request.cluster)
         return request
 
     def settings(self) -> dict:
         """The part of the request the job reads as it is."""
         return self.model_dump(include=set(TrainSettings.model_fields))
+
+
+def check_data(data: Optional[str], synthetic: Optional[int]) -> None:
+    """--data and --synthetic: one of them at most, and a local --data that exists."""
+    if data is not None and synthetic is not None:
+        raise BurstError("give either --data DIR or --synthetic N, not both")
+    if data is not None and "://" not in data and not Path(data).exists():
+        raise BurstError(f"--data {data}: no such file or directory")
 
 
 # fields whose command-line flag is not the field's name
@@ -156,10 +161,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         return run
     tracker = jobs.RunTracker(cfg.epochs)
 
-    def watch_budget() -> None:
-        message = guard.poll(run.run_id, stop_job=lambda: jobs.client(handle).stop_job(run.job_id)) if guard else None
-        if message:
-            report.say(f"[yellow]budget guard:[/yellow] {message}")
+    watch_budget = budget_watch(guard, handle, run, report)
 
     try:
         with report.run_progress(run, tracker) as watcher:
@@ -183,14 +185,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         where = f"at epoch {tracker.last_step.epoch} step {tracker.last_step.step}" if tracker.last_step else "before its first step"
         raise BurstError(f"run {run.run_id} lost its cluster {where}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
-        if request.cancel_on_interrupt:
-            jobs.client(handle).stop_job(run.job_id)
-            run.state = "STOPPED"
-            report.say(f"run {run.run_id} cancelled")
-        else:
-            report.say(f"detached; the run goes on. Follow with `burst logs {run.run_id} --follow`")
-        with state.locked():
-            state.save(run)
+        interrupted(handle, run, request.cancel_on_interrupt, report, cancelled=f"run {run.run_id} cancelled", what="run")
         raise
     run.state = status
     run.finished = time.time()
@@ -221,6 +216,32 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if run.state == "FAILED_QUALITY":
         raise BurstError(f"run {run.run_id} {run.message}; report: {run.run_dir}/report/report.html", exit_code=quality.EXIT_CODE)
     return run
+
+
+def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Reporter, suffix: str = ""):
+    """What a follower calls at every poll: the budget guard's look (nothing without a guard)."""
+    from .runtime import jobs
+
+    def watch() -> None:
+        message = guard.poll(record.run_id, stop_job=lambda: jobs.client(handle).stop_job(record.job_id)) if guard else None
+        if message:
+            report.say(f"[yellow]budget guard:[/yellow] {message}{suffix}")
+
+    return watch
+
+
+def interrupted(handle: ClusterHandle, record: RunRecord, cancel: bool, report: Reporter, *, cancelled: str, what: str) -> None:
+    """Ctrl-C while following a job: stop it (``cancel``) or leave it going; record either (the caller re-raises)."""
+    from .runtime import jobs
+
+    if cancel:
+        jobs.client(handle).stop_job(record.job_id)
+        record.state = "STOPPED"
+        report.say(cancelled)
+    else:
+        report.say(f"detached; the {what} goes on. Follow with `burst logs {record.run_id} --follow`")
+    with state.locked():
+        state.save(record)
 
 
 def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
@@ -307,11 +328,7 @@ def collect_finished(record: RunRecord) -> RunRecord:
         from . import scans
 
         record.finished = record.finished or time.time()
-        run_dir = RunDirectory(record.run_id)
-        run_dir.save_log(jobs.client(handle).get_job_logs(record.job_id))
-        scans.collect(handle, record, run_dir.path)
-        record.run_dir = str(run_dir.path.resolve())
-        scans.write_report(run_dir.path, record)
+        scans.publish(handle, record, jobs.client(handle).get_job_logs(record.job_id))
         with state.locked():
             state.save(record)
         return record

@@ -85,10 +85,9 @@ class TuneRequest(BaseModel):
             flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
             flag = {"--budget-usd": "--budget", "--steps-per-epoch": "--steps", "--cancel-on-interrupt": "--cancel"}.get(flag, flag)
             raise BurstError(f"{flag}: {err['msg']} (got {err.get('input')!r})") from None
-        if request.data is not None and request.synthetic is not None:
-            raise BurstError("give either --data DIR or --synthetic N, not both")
-        if request.data is not None and "://" not in request.data and not Path(request.data).exists():
-            raise BurstError(f"--data {request.data}: no such file or directory")
+        from .runs import check_data
+
+        check_data(request.data, request.synthetic)
         state.check_name(request.cluster)
         return request
 
@@ -138,6 +137,7 @@ def tune(request: TuneRequest, report: Reporter = QUIET) -> RunRecord:
 
 
 def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Reporter) -> RunRecord:
+    from .runs import budget_watch, interrupted
     from .runtime import jobs
     from .runtime.budget import BudgetGuard
 
@@ -175,22 +175,10 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
             report.say(line)
         record.progress = tracker.snapshot()
 
-    def watch_budget() -> None:
-        message = guard.poll(scan_id, stop_job=lambda: jobs.client(handle).stop_job(record.job_id)) if guard else None
-        if message:
-            report.say(f"[yellow]budget guard:[/yellow] {message} (every trial)")
-
     try:
-        status = jobs.follow(handle, record, on_event, on_poll=watch_budget)
+        status = jobs.follow(handle, record, on_event, on_poll=budget_watch(guard, handle, record, report, " (every trial)"))
     except KeyboardInterrupt:
-        if request.cancel_on_interrupt:
-            jobs.client(handle).stop_job(record.job_id)
-            record.state = "STOPPED"
-            report.say(f"scan {scan_id} cancelled: every trial stopped")
-        else:
-            report.say(f"detached; the scan goes on. Follow with `burst logs {scan_id} --follow`")
-        with state.locked():
-            state.save(record)
+        interrupted(handle, record, request.cancel_on_interrupt, report, cancelled=f"scan {scan_id} cancelled: every trial stopped", what="scan")
         raise
     return _finish(record, handle, status, tracker, guard, jobs.client(handle).get_job_logs(record.job_id), target, report)
 
@@ -199,14 +187,11 @@ def _finish(record: RunRecord, handle: ClusterHandle, status: str, tracker: "Sca
     record.state = status
     record.finished = time.time()
     record.progress = tracker.snapshot()
-    run_dir = RunDirectory(record.run_id)
-    run_dir.save_log(log)
     stopped = guard is not None and guard.requested_at is not None
     if status == "SUCCEEDED":
-        collect(handle, record, run_dir.path)
-        record.run_dir = str(run_dir.path.resolve())
-        write_report(run_dir.path, record)
+        publish(handle, record, log)
     else:
+        RunDirectory(record.run_id).save_log(log)
         record.message = tracker.failure or f"job ended {status}; see `burst logs {record.run_id}`"
     if stopped:
         record.state = "STOPPED_BUDGET"
@@ -263,6 +248,15 @@ class ScanTracker:
 
 def _fmt(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def publish(handle: ClusterHandle, record: RunRecord, log: str) -> None:
+    """A finished scan's directory here: its job log, its results from the cluster, its report."""
+    run_dir = RunDirectory(record.run_id)
+    run_dir.save_log(log)
+    collect(handle, record, run_dir.path)
+    record.run_dir = str(run_dir.path.resolve())
+    write_report(run_dir.path, record)
 
 
 def collect(handle: ClusterHandle, record: RunRecord, dest: Path) -> None:

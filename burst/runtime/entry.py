@@ -91,8 +91,6 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
 def run(cfg: JobConfig) -> int:
     import ray
 
-    from . import storage
-
     timings: dict[str, float] = {"job_start": time.time()}
     files = RunFiles(cfg.storage, cfg.run_id)
     cfg, storage_dir, train_files, test_files = stage_inputs(cfg)
@@ -153,16 +151,21 @@ def _publish(out_dir: Path, cfg: JobConfig) -> None:
         shutil.rmtree(_work_dir(cfg.run_id), ignore_errors=True)
 
 
-def main() -> int:
-    cfg = JobConfig.from_arg(sys.argv[1])
+def reported(run_job, cfg) -> int:
+    """Run a job; an exception ends it as one ``failed`` event (the follower shows that line; the
+    traceback stays in the job log)."""
     try:
-        return run(cfg)
-    except Exception as exc:  # the follower shows this line; the traceback stays in the job log
+        return run_job(cfg)
+    except Exception as exc:
         import traceback
 
         traceback.print_exc()
         emit(FailedEvent(message=failure_line(exc)))
         return 1
+
+
+def main() -> int:
+    return reported(run, JobConfig.from_arg(sys.argv[1]))
 
 
 if __name__ == "__main__":

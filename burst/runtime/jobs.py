@@ -14,7 +14,7 @@ from ..errors import BurstError
 from ..state import ClusterHandle, RunRecord
 from ..targets.base import JobRuntime
 from ..targets.local import auth_headers
-from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobConfig, JobEvent, RunFiles, StartEvent, StepEvent,
+from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent,
                   StoppedEvent, event_key, parse_event, parse_events)
 
 __all__ = ["client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]

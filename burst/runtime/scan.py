@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
+from .job import DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
 
 TRIAL_DRIVER_MEMORY = 64 << 20  # bytes of Ray's "memory" resource a trial's driver actor reserves
 TRIALS_JSON = "trials.json"
@@ -327,17 +327,9 @@ def plot_scan(rows: list[dict], metric: str, out_dir: Path) -> list[Path]:
 
 
 def main() -> int:
-    scan = ScanConfig.from_arg(sys.argv[1])
-    try:
-        return run(scan)
-    except Exception as exc:  # the follower shows this line; the traceback stays in the job log
-        import traceback
+    from .entry import reported
 
-        from .entry import failure_line
-
-        traceback.print_exc()
-        emit(FailedEvent(message=failure_line(exc)))
-        return 1
+    return reported(run, ScanConfig.from_arg(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -98,7 +98,6 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
              extra: dict | None = None, gate: dict[str, float] | None = None) -> dict:
     """Generate showers for held-out MC conditions and write the validation report (with its
     verdict against ``gate``, metric → largest accepted value, when one is given)."""
-    from .features import rebin
     from .train import GAN3DTrainer, generate_showers
     from .validate import write_report
 
@@ -109,10 +108,8 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
         trainer = make_trainer(tuned(get_preset(preset_name or meta["preset"]), meta.get("overrides")), None, seed=seed)
         trainer.restore(trainer_or_dir)
     preset = trainer.preset
-    raw = data.load_raw(test_files, limit=events)
-    mc = rebin(raw["ECAL"], preset.rebin)
-    energy = raw["energy"].astype(np.float64)
-    theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
+    held = HeldOut(test_files, preset, events, seed)
+    mc, energy, theta = held.mc, held.energy, held.theta
     gan = trainer.generate(energy, theta, seed=seed + 1)
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
@@ -120,9 +117,10 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
 
 
 class HeldOut:
-    """Held-out Monte Carlo a scan's trial is judged on after every epoch: read once, compared with
-    the summary metrics that cost little (``validate.EPOCH_METRICS``), the same noise every time so
-    that epochs and trials are compared on the same showers' conditions."""
+    """Held-out Monte Carlo on the preset's grid with its conditions, read once: what ``validate``
+    compares against, and what a scan's trial is judged on after every epoch with the summary
+    metrics that cost little (``validate.EPOCH_METRICS``), the same noise every time so that epochs
+    and trials are compared on the same showers' conditions."""
 
     #: a metric that cannot be computed (a GAN that deposits nothing) counts as this bad
     WORST = 1e6
