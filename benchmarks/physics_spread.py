@@ -1,6 +1,6 @@
 """Run-to-run spread of the physics metrics: the default run (README line 1) with several seeds.
 
-    python benchmarks/physics_spread.py [--seeds 0 1 2] [--epochs 6] [--synthetic 3000]
+    python benchmarks/physics_spread.py [--seeds 0 1 2] [--epochs 6] [--synthetic 3000] [--keep DIR]
 
 Each seed is one `burst run gan3d --provider local --seed S` (a local cluster of its own, the
 small preset, synthetic Monte Carlo made with that seed, validation on its held-out part), one after
@@ -74,8 +74,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--synthetic", type=int, default=3000)
+    parser.add_argument("--keep", type=Path, help="keep every seed's run (report, metrics, checkpoints) under this new directory")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="burst-spread-"))
+    if args.keep is not None and args.keep.exists():
+        raise SystemExit(f"{args.keep} already exists; name a new directory for --keep")
+    if args.keep is not None:
+        args.keep.mkdir(parents=True)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="burst-spread-"))
     results: dict[int, dict] = {}
     machine: dict = {}
     seconds: dict[int, float] = {}
@@ -85,7 +90,8 @@ def main() -> None:
             summary = results[seed]["summary"]
             print(f"seed {seed}: {seconds[seed]:.0f} s; " + ", ".join(f"{k} {v:.4g}" for k, v in summary.items() if isinstance(v, float)), flush=True)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {machine.get('cpu_model')}; SIMD {' '.join(machine.get('simd', []))}; oneDNN "
           f"{'on' if machine.get('onednn_enabled') else 'off'}; {args.epochs} epochs, {args.synthetic} synthetic events, seeds {args.seeds}")
     runs = [results[s] for s in args.seeds]

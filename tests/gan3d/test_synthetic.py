@@ -89,3 +89,21 @@ def test_bad_ranges_are_rejected():
         synthetic.generate_events(2, seed=0, energy_range=(200, 100))
     with pytest.raises(ValueError, match="positive"):
         synthetic.generate_events(0, seed=0)
+
+
+def test_resolution_has_the_stochastic_term():
+    """At 10 GeV the 16.6 %/√E sampling term (5.2 %) dominates the shower's own fluctuations
+    (leakage, depth), so the relative spread of the ECAL sum must be at least that large."""
+    ev = synthetic.generate_events(300, seed=7, energy_range=(10, 10), theta_range_deg=(90, 90))
+    total = ev["ECAL"].sum(axis=(1, 2, 3))
+    resolution = total.std() / total.mean()
+    assert 0.9 * synthetic.STOCHASTIC_TERM / np.sqrt(10) < resolution < 0.1
+
+
+def test_cell_energies_are_continuous():
+    """No single deposit size dominates the cells: a spike of equal-sized spots would sit on one
+    side of the 0.3 MeV hit threshold or the other and make hit counts meaningless."""
+    ev = synthetic.generate_events(20, seed=8, energy_range=(100, 200))
+    cells_mev = ev["ECAL"][ev["ECAL"] > 0] / synthetic.STORED_PER_GEV * 1e3
+    counts, _ = np.histogram(np.log(cells_mev), bins=np.log(np.geomspace(0.01, 100, 401)))  # 2.3 % wide bins
+    assert counts.max() / len(cells_mev) < 0.02
