@@ -131,9 +131,9 @@ SMALL = Preset(
     power=0.5,
     # The generator also matches the real batch's transverse energy shares (x and y, log scale,
     # train.profile_mismatch): the conditions are the same, so the mean showers should be too.
-    # Measured over seeds 0-2 (benchmarks/physics_spread.py, 6 epochs): transverse worst factor on
-    # the seed-averaged profiles 4.67 -> 1.59, optimisation metric 8.0 -> 0.42, FPD 3.7 -> 1.2, but
-    # hits above 0.3 MeV -9 % -> -33 % (README, Physics).
+    # Measured over seeds 0-2 (benchmarks/physics_spread.py, 6 epochs), on the synthetic MC as it
+    # is now (continuous spot deposits): transverse worst factor on the seed-averaged profiles 1.85,
+    # hits above 0.3 MeV -6.8 %; weight 1.0 gave 2.04 and -10.0 % (README, Physics).
     profile_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
