@@ -21,7 +21,10 @@ from burst.errors import BurstError
 from tests import census
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "tune-small.yaml"
-TINY = ["--epochs", "3", "--steps", "4", "--synthetic", "400", "--val-events", "80", "--batch-per-replica", "8"]
+# 24 steps (~2 s) per epoch: ASHA's stop request travels trial report -> Tune driver -> stop file ->
+# the workers' next check (every 5 steps); with 4-step epochs (0.4 s on a fast CPU) a trailing
+# trial finished all its epochs before the request landed.
+TINY = ["--epochs", "3", "--steps", "24", "--synthetic", "400", "--val-events", "80", "--batch-per-replica", "8"]
 
 
 def test_the_shipped_example_space_is_valid_and_names_real_knobs():
