@@ -76,11 +76,13 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=3000)
     parser.add_argument("--keep", type=Path, help="keep every seed's run (report, metrics, checkpoints) under this new directory")
     args = parser.parse_args()
-    if args.keep is not None and args.keep.exists():
+    if args.keep is None:
+        work = Path(tempfile.mkdtemp(prefix="burst-spread-"))
+    elif args.keep.exists():
         raise SystemExit(f"{args.keep} already exists; name a new directory for --keep")
-    if args.keep is not None:
-        args.keep.mkdir(parents=True)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="burst-spread-"))
+    else:
+        work = args.keep
+        work.mkdir(parents=True)
     results: dict[int, dict] = {}
     machine: dict = {}
     seconds: dict[int, float] = {}
