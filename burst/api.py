@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel
 
-from . import runs, state, targets
+from . import command_values, runs, state, targets
 from .errors import BurstError
 from .runs import TrainRequest
 from .state import ClusterHandle, RunRecord
@@ -82,6 +82,7 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
                              storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
                              batch_per_replica=batch_per_replica, epochs=epochs)
     if image is not None:
+        command_values.image(image)
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
         placement = dataclasses.replace(placement, image=image)
@@ -124,7 +125,7 @@ def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preempt
     if accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
-        report.say(f"[yellow]note:[/yellow] {note}; going ahead as asked")
+        report.say(f"note: {note}; going ahead as asked")
     return placement, pol
 
 
@@ -214,7 +215,7 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
         handles = [runs.cluster(name or "local")]
     for handle in handles:
         targets.get(handle.provider).down(handle, report)
-        report.say(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) down; nothing left")
+        report.say(f"cluster {handle.name} ({handle.provider}) down; nothing left")
     return handles
 
 
@@ -240,7 +241,11 @@ def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Re
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
     result = up(provider, request.cluster, wait=True, batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report,
                 **placement)
-    report.say(f"cluster [bold]{request.cluster}[/bold] up; dashboard {result.handle.dashboard_url}")
+    if not result.created_now:  # someone else's cluster (another `burst run`, the user's own `burst up`): not ours to take down
+        raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; `burst run` and `burst tune` "
+                         f"start a cluster of their own and take it down after: pass another --name, or use `burst train --cluster "
+                         f"{request.cluster}` to train on that one")
+    report.say(f"cluster {request.cluster} up; dashboard {result.handle.dashboard_url}")
     try:
         record = work(request, report)
     except BaseException:
@@ -284,11 +289,11 @@ def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = 
         return  # already torn down (the budget guard does that)
     try:
         targets.get(handle.provider).down(handle, report)
-        report.say(f"cluster [bold]{handle.name}[/bold] stopped")
+        report.say(f"cluster {handle.name} stopped")
     except BurstError as exc:
         if raise_errors:
             raise
-        report.say(f"[red]error:[/red] {exc}")
+        report.say(f"error: {exc}")
 
 
 def status() -> Status:
@@ -343,9 +348,9 @@ def prediction_lines(run_id: str) -> list[str]:
     cost_file = Path(record.run_dir) / "cost.json" if record.run_dir else None
     if cost_file is None or not cost_file.exists():
         return []
-    import json
+    from .records import read_json
 
-    cost = json.loads(cost_file.read_text())
+    cost = read_json(cost_file, f"run {run_id}'s cost record")
     measured, predicted = cost.get("measured") or {}, cost.get("predicted") or {}
     lines = [f"cost: ${cost.get('cost_usd', 0):,.4f} over {cost.get('hours', 0):.3f} h at ${cost.get('hourly_usd', 0):,.2f}/h"
              + (f"; about {measured['kgco2e']:.3f} kgCO2e" if measured.get("kgco2e") is not None else "")]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import __version__
+from .records import read_json, write_json_atomic, write_text_atomic
 from .state import ClusterHandle, RunRecord
 
 RUNS_ROOT = Path("burst-runs")
@@ -47,8 +48,7 @@ class RunDirectory:
         return self.path / "job.log"
 
     def save_log(self, text: str) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.job_log.write_text(text)
+        write_text_atomic(self.job_log, text)
 
     def history(self) -> list[dict]:
         """The job's per-epoch records (seconds, steps, samples, losses); empty when it published none."""
@@ -71,12 +71,12 @@ class RunDirectory:
         hours = (run.finished - submitted) / 3600
         cost = {"provider": handle.provider, "hourly_usd": handle.hourly_usd, "hours": round(hours, 5),
                 "cost_usd": round(handle.hourly_usd * hours, 4), **predicted_vs_measured(handle.plan, run.config, self.history(), hours)}
-        (self.path / "cost.json").write_text(json.dumps(cost, indent=1))
+        write_json_atomic(self.path / "cost.json", cost, indent=1)
         metrics = self.path / "report" / "metrics.json"
         if metrics.exists():
-            (self.path / "metrics.json").write_text(metrics.read_text())
+            write_text_atomic(self.path / "metrics.json", metrics.read_text())
         job_file = self.path / "job_provenance.json"
-        job_prov = json.loads(job_file.read_text()) if job_file.exists() else {}
+        job_prov = read_json(job_file, "the job's provenance") if job_file.exists() else {}
         first = tracker.first_step_time
         provenance = {
             "run_id": run.run_id, "workload": run.workload, "config": run.config, "versions": versions(),
@@ -87,7 +87,7 @@ class RunDirectory:
             "resumes": tracker.resumes,
             "machine": tracker.machine,
         }
-        (self.path / "provenance.json").write_text(json.dumps(provenance, indent=1, default=str))
+        write_json_atomic(self.path / "provenance.json", provenance, indent=1)
 
 
 def measured_epoch_s(history: list[dict]) -> Optional[float]:

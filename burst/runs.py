@@ -13,6 +13,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from . import quality, state, targets
 from .errors import BurstError
+from .records import read_json
 from .rundir import RunDirectory
 from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
 from .state import ClusterHandle, RunRecord
@@ -150,12 +151,13 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from"})
     if earlier:
         report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}")
+        clear_verdicts(handle.storage_uri, run.run_id)
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
         guard.check_can_start()
     submitted = time.time()
     jobs.submit(handle, run, cfg, target.job_runtime(handle))
-    report.say(f"run [bold]{run.run_id}[/bold] submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
+    report.say(f"run {run.run_id} submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
     if request.detach:
         report.say(f"detached; follow with `burst logs {run.run_id} --follow`")
         return run
@@ -218,6 +220,17 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     return run
 
 
+def clear_verdicts(storage_uri: str, run_id: str) -> None:
+    """Before a run goes on: its earlier attempt's stop request (the budget guard's) and bad-data
+    verdict would otherwise end the new attempt at its first step."""
+    from .runtime import storage
+    from .runtime.job import RunFiles
+
+    files = RunFiles(storage_uri, run_id)
+    for uri in (files.stop_request, files.data_error):
+        storage.remove(uri)
+
+
 def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Reporter, suffix: str = ""):
     """What a follower calls at every poll: the budget guard's look (nothing without a guard)."""
     from .runtime import jobs
@@ -225,7 +238,7 @@ def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Report
     def watch() -> None:
         message = guard.poll(record.run_id, stop_job=lambda: jobs.client(handle).stop_job(record.job_id)) if guard else None
         if message:
-            report.say(f"[yellow]budget guard:[/yellow] {message}{suffix}")
+            report.say(f"budget guard: {message}{suffix}")
 
     return watch
 
@@ -247,7 +260,7 @@ def interrupted(handle: ClusterHandle, record: RunRecord, cancel: bool, report: 
 def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
     """A run whose model missed its quality gate (the job's verdict in metrics.json) is FAILED_QUALITY."""
     metrics = run_dir.path / "metrics.json"
-    verdict = json.loads(metrics.read_text()).get("verdict") or {} if metrics.exists() else {}
+    verdict = read_json(metrics, f"run {run.run_id}'s metrics").get("verdict") or {} if metrics.exists() else {}
     if verdict.get("passed") is False:
         run.state = "FAILED_QUALITY"
         run.message = "failed its quality gate: " + ", ".join(f"{k} {v['value']:.4g} > {v['max']:.4g}" for k, v in verdict["failing"].items())

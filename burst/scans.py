@@ -9,7 +9,6 @@ with ``config["kind"] == "scan"``), so `burst status`, `burst logs` and `burst r
 from __future__ import annotations
 
 import html
-import json
 import time
 from pathlib import Path
 from typing import Literal, Optional
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import state, targets
 from .errors import BurstError
+from .records import read_json, write_json_atomic, write_text_atomic
 from .rundir import RunDirectory
 from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent
 from .state import ClusterHandle, RunRecord
@@ -162,7 +162,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     if guard is not None:
         guard.check_can_start()
     jobs.submit(handle, record, scan, target.job_runtime(handle), module="burst.runtime.scan")
-    report.say(f"scan [bold]{scan_id}[/bold]: {total} trial(s), {concurrent} at a time, {request.epochs} epoch(s) each, "
+    report.say(f"scan {scan_id}: {total} trial(s), {concurrent} at a time, {request.epochs} epoch(s) each, "
                f"minimising {request.metric}; its log: `burst logs {scan_id}`")
     if request.detach:
         report.say(f"detached; follow with `burst logs {scan_id} --follow`, see the trials with `burst status`")
@@ -222,7 +222,7 @@ class ScanTracker:
 
         if isinstance(event, FailedEvent):
             self.failure = event.message
-            return f"[red]failed:[/red] {event.message}"
+            return f"failed: {event.message}"
         if isinstance(event, StatusEvent):
             return event.message
         if not isinstance(event, TrialEvent):
@@ -272,23 +272,22 @@ def collect(handle: ClusterHandle, record: RunRecord, dest: Path) -> None:
         if item == "best":
             if storage.exists(storage.join(src, "best", "report")):
                 storage.copy(storage.join(src, "best", "report"), str(dest / "best" / "report"))
-                (dest / "best" / "checkpoint_uri.txt").write_text(storage.join(src, "best", "checkpoint") + "\n")
+                write_text_atomic(dest / "best" / "checkpoint_uri.txt", storage.join(src, "best", "checkpoint") + "\n")
         elif storage.exists(storage.join(src, item)):
             storage.copy(storage.join(src, item), str(dest / item))
     hours = max(0.0, (record.finished or time.time()) - record.created) / 3600
     cost = record.hourly_usd * hours
-    rows = json.loads((dest / "trials.json").read_text())
+    summary, rows = load(dest)
     total_s = sum(r["compute_s"] for r in rows) or 1.0
     for r in rows:
         r["cost_usd"] = round(cost * r["compute_s"] / total_s, 4)
-    (dest / "trials.json").write_text(json.dumps(rows, indent=1))
-    summary = json.loads((dest / "scan.json").read_text())
+    write_json_atomic(dest / "trials.json", rows, indent=1)
     summary.update({"cost_usd": round(cost, 4), "hours": round(hours, 4), "hourly_usd": record.hourly_usd})
-    (dest / "scan.json").write_text(json.dumps(summary, indent=1))
+    write_json_atomic(dest / "scan.json", summary, indent=1)
 
 
 def load(run_dir: Path) -> tuple[dict, list[dict]]:
-    return json.loads((run_dir / "scan.json").read_text()), json.loads((run_dir / "trials.json").read_text())
+    return read_json(run_dir / "scan.json", "scan summary"), read_json(run_dir / "trials.json", "scan trials")
 
 
 def table_lines(run_dir: Path) -> list[str]:
@@ -333,7 +332,7 @@ def write_report(run_dir: Path, record: RunRecord) -> Path:
             + (f"<p>{html.escape(table_lines(run_dir)[-1])}</p>" if best.get("summary") else "")
             + "<img src='metric_vs_epoch.png'><br><img src='parallel_coordinates.png'></body></html>")
     path = run_dir / "report.html"
-    path.write_text(text)
+    write_text_atomic(path, text)
     return path
 
 

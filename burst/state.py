@@ -6,10 +6,8 @@ cluster's Ray token lives in its own user-only file and handles hold only its pa
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +17,7 @@ from filelock import FileLock
 from pydantic import BaseModel, Field
 
 from .errors import BurstError
+from .records import write_json_atomic
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,20 +47,6 @@ def locked(timeout: float = 60.0) -> Iterator[None]:
     lock = FileLock(str(home() / "state.lock"), timeout=timeout)
     with lock:
         yield
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ClusterHandle(BaseModel):
@@ -112,6 +97,39 @@ class RunRecord(BaseModel):
     attempts: int = 1  # 1 + the number of `--resume`s
 
 
+def claim(handle: ClusterHandle) -> ClusterHandle | None:
+    """Record ``handle`` unless a cluster of its name is recorded already, in one locked step; returns
+    the one already recorded (None: the name is now this caller's). Every target's ``up`` claims its
+    name this way before it creates anything, so two ``up``s of one name never both create."""
+    with locked():
+        existing = load(ClusterHandle, handle.name)
+        if existing is not None:
+            return existing
+        save(handle)
+        return None
+
+
+def release(handle: ClusterHandle) -> None:
+    """Forget ``handle``'s record if it is still this one (same cluster id): a failed ``up`` gives its name back."""
+    with locked():
+        current = load(ClusterHandle, handle.name)
+        if current is not None and current.cluster_id == handle.cluster_id:
+            delete(ClusterHandle, handle.name)
+
+
+def starter_alive(handle: ClusterHandle) -> bool:
+    """True when the ``burst up`` that is starting ``handle`` still runs (another process than this one)."""
+    import psutil
+
+    pid = handle.starter_pid
+    if not pid or pid == os.getpid():
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _dir(kind: str) -> Path:
     d = home() / kind
     d.mkdir(parents=True, exist_ok=True)
@@ -121,7 +139,7 @@ def _dir(kind: str) -> Path:
 def save(obj: BaseModel) -> None:
     kind, key = ("clusters", obj.name) if isinstance(obj, ClusterHandle) else ("runs", obj.run_id)
     check_name(key, "cluster" if kind == "clusters" else "run")
-    write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"))
+    write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"), private=True)
 
 
 def load(model: Type[M], key: str) -> M | None:

@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from .. import __version__
 from ..errors import BurstError
 from . import clusters, pack, planning, runs, scans
-from .render import console, fail
+from .render import fail, print_error
 
 
 class _Commands(TyperGroup):
@@ -61,5 +61,5 @@ def main() -> None:
     try:
         app()
     except BurstError as exc:  # raised outside a command (e.g. while parsing): still one line
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(exc)
         sys.exit(exc.exit_code)

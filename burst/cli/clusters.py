@@ -66,10 +66,10 @@ def up(
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})
         return
     if handle.state != "running":
-        console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) recorded; it is not running yet")
+        console.print(f"cluster {handle.name} ({handle.provider}) recorded; it is not running yet")
         return
     verb = f"started in {result.seconds:.1f} s" if result.created_now else "already running"
-    console.print(f"cluster [bold]{handle.name}[/bold] ({handle.provider}) {verb}; dashboard {handle.dashboard_url or 'through a tunnel'}")
+    console.print(f"cluster {handle.name} ({handle.provider}) {verb}; dashboard {handle.dashboard_url or 'through a tunnel'}")
 
 
 def _print_dry_run(rendering: dict, as_json: bool) -> None:

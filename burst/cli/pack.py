@@ -22,7 +22,7 @@ def pack(
     from .. import pack as packing
 
     bundle = packing.pack(out, python=python, platform_tag=platform, extras=extras or (), synthetic_events=synthetic,
-                          say=lambda line: console.print(f"[dim]{line}[/dim]"))
+                          say=lambda line: console.print(line, style="dim"))
     if as_json:
         emit_json(bundle.to_dict())
         return

@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import BurstError
 from .render import console, out
@@ -50,12 +51,12 @@ def print_plan(p, limit: Optional[int]) -> None:
     if p.excluded:
         out.print("not considered: " + ", ".join(f"{v} x {k}" for k, v in sorted(p.excluded.items())))
     if p.scan:
-        out.print(f"[bold]scan:[/bold] {p.scan}; a trial's epoch in the table, hours and cost for the whole scan")
+        out.print(Text.assemble(("scan:", "bold"), f" {p.scan}; a trial's epoch in the table, hours and cost for the whole scan"))
     if p.choice:
         c = p.choice
         e = c.estimate
-        out.print(f"[bold green]choice:[/bold green] {c.provider} {c.region} {c.accelerator} x{c.count}"
-                  f"{' preemptible' if c.preemptible else ''} on {c.layout_text}: {e.hours:.2f} h, ${e.cost_usd:,.2f}")
+        out.print(Text.assemble(("choice:", "bold green"), f" {c.provider} {c.region} {c.accelerator} x{c.count}"
+                                f"{' preemptible' if c.preemptible else ''} on {c.layout_text}: {e.hours:.2f} h, ${e.cost_usd:,.2f}"))
         out.print(f"  why: {p.why}")
         out.print(f"  time: queue {e.queue_h:.2f} h + provisioning {e.provision_h:.2f} h + staging {e.staging_h:.2f} h"
                   f" + training {e.training_h:.2f} h + preemption {e.preemption_h:.2f} h")
@@ -67,7 +68,7 @@ def print_plan(p, limit: Optional[int]) -> None:
             if r != p.scan:  # said once above
                 out.print(f"  note: {r}")
     else:
-        out.print(f"[bold red]no feasible target:[/bold red] {p.why}")
+        out.print(Text.assemble(("no feasible target:", "bold red"), f" {p.why}"))
 
 
 def plan(

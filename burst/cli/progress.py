@@ -6,6 +6,7 @@ from typing import Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from ..runtime.job import DoneEvent, EpochEvent, JobEvent, StartEvent, StatusEvent, StepEvent, StoppedEvent
 from ..runtime.jobs import RunTracker
@@ -18,7 +19,7 @@ class RunProgress:
     def __init__(self, console: Console, tracker: RunTracker):
         self.console = console
         self.tracker = tracker
-        self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+        self._bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), TextColumn("{task.fields[info]}", markup=False),
                              TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
         self._task = None
 
@@ -74,8 +75,8 @@ class PulumiProgress:
         self.out = out or console
         self.done = 0
         self.failed: list[str] = []
-        self._bar = Progress(TextColumn(f"[bold]{verb}[/bold]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             TextColumn("{task.description}"), console=self.out, transient=False)
+        self._bar = Progress(TextColumn(verb, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             TextColumn("{task.description}", markup=False), console=self.out, transient=False)
         self._task = self._bar.add_task("", total=total)
 
     def __enter__(self):
@@ -100,7 +101,7 @@ class PulumiProgress:
             self._bar.update(self._task, advance=1, description=f"done: {self._name(outputs.metadata)}")
         elif failed is not None:
             self.failed.append(self._name(failed.metadata))
-            self.out.print(f"[red]failed[/red] {self._name(failed.metadata)}")
+            self.out.print(Text.assemble(("failed", "red"), f" {self._name(failed.metadata)}"))
 
     def on_output(self, line: str) -> None:
         if "error" in line.lower():

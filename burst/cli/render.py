@@ -15,17 +15,25 @@ from typing import Iterator, NoReturn
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import BurstError
 from ..targets.base import Reporter
 
-console = Console(stderr=True, soft_wrap=True)  # an error stays one line, however long
-out = Console(width=None if sys.stdout.isatty() else 150)  # tables are wide; do not fold them into 80 columns when piped
+# markup=False: messages carry names, paths and other programs' words, and a "[/x]" in any of them
+# would be read as a style tag (a MarkupError traceback); styles are given explicitly where wanted.
+console = Console(stderr=True, soft_wrap=True, markup=False)  # an error stays one line, however long
+out = Console(width=None if sys.stdout.isatty() else 150, markup=False)  # tables are wide; do not fold them into 80 columns when piped
+
+
+def print_error(exc: BurstError) -> None:
+    """A user-facing error as one line on stderr, its text shown as written."""
+    console.print(Text.assemble(("error:", "red"), " ", str(exc)), highlight=False)
 
 
 def fail(exc: BurstError) -> NoReturn:
     """Print a user-facing error as one line and exit with its code."""
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    print_error(exc)
     raise typer.Exit(exc.exit_code)
 
 

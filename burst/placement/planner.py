@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import estimate as est_mod
-from .. import targets
+from .. import command_values, targets
 from ..errors import BurstError
 from .catalog import Offer
 from .layout import Layout, MixedInterconnect, resolve
@@ -461,7 +461,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
             raise BurstError(f"the policy's on-prem site {site.name} runs jobs with {site.scheduler}, not {provider}; "
                              f"set onprem.scheduler: {provider} in the policy, or use --provider {site.scheduler}")
         if partition is not None:
-            site = site.model_copy(update={"partition": partition})
+            site = site.model_copy(update={"partition": command_values.slurm_name(partition, "--partition")})
         if preemptible:
             raise BurstError(f"--preemptible does not apply to the on-prem site {site.name}")
         if accelerator is not None and accelerator != site.accelerator:

@@ -14,7 +14,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .. import targets
+from .. import command_values, targets
 from ..errors import BurstError
 from ..userfile import compose_yaml, key_lines, key_path, read_text
 
@@ -48,6 +48,14 @@ def amortised_basis(hardware_usd: float, lifetime_years: float, watts: float, us
             f"{watts:g} W{f' x PUE {pue:g}' if pue is not None else ''} at ${usd_per_kwh:g}/kWh")
 
 
+def _as_value_error(check, value):
+    """A ``command_values`` check inside a pydantic validator (its one line becomes the field's error)."""
+    try:
+        return check(value, "value")
+    except BurstError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class OnPrem(_Strict):
     """The group's own cluster: an existing Ray cluster (provider ``ray``) or a Slurm batch system
     (provider ``slurm``) on which burst starts Ray inside an allocation."""
@@ -72,6 +80,21 @@ class OnPrem(_Strict):
     login: Optional[str] = Field(None, description="Slurm: login host to run the Slurm commands on with ssh (absent: this machine has them)")
     gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
     container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
+
+    @field_validator("login")
+    @classmethod
+    def _login_is_a_host(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(command_values.login_host, v)
+
+    @field_validator("partition", "account", "qos")
+    @classmethod
+    def _slurm_names(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(command_values.slurm_name, v)
+
+    @field_validator("container")
+    @classmethod
+    def _container_is_a_plain_path(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(command_values.plain_path, v)
 
     def hourly_usd_per_device(self, watts: float) -> float:
         """The policy's price, or hardware amortisation plus power (``watts`` per GPU or CPU node, times the PUE)."""

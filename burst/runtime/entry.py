@@ -17,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..records import write_json_atomic
 from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit
 
 # A DataError raised in a worker's input pipeline reaches the driver wrapped twice (TensorFlow's
@@ -116,12 +117,12 @@ def run(cfg: JobConfig) -> int:
 def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_files: list, test_files: list) -> int:
     """Validate the final checkpoint (unless the run was stopped) and publish the run directory."""
     history = json.loads((ckpt_dir / "history.json").read_text())["history"]
-    (out_dir / "history.json").write_text(json.dumps(history, indent=1))
+    write_json_atomic(out_dir / "history.json", history, indent=1)
     if (ckpt_dir / "stopped.json").exists():
         # Stopped on request: keep the checkpoint and its history, skip validation (it costs
         # cluster time the budget no longer has).
         stopped = json.loads((ckpt_dir / "stopped.json").read_text())
-        (out_dir / "job_provenance.json").write_text(json.dumps({"timings": timings, "stopped": stopped}, indent=1))
+        write_json_atomic(out_dir / "job_provenance.json", {"timings": timings, "stopped": stopped}, indent=1)
         _publish(out_dir, cfg)
         emit(DoneEvent(run_dir=str(out_dir), stopped=True))
         return 0
@@ -136,7 +137,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         "train_files": [str(f) for f in train_files],
         "test_files": [str(f) for f in test_files],
     }
-    (out_dir / "job_provenance.json").write_text(json.dumps(provenance, indent=1))
+    write_json_atomic(out_dir / "job_provenance.json", provenance, indent=1)
     _publish(out_dir, cfg)
     emit(DoneEvent(run_dir=str(out_dir), summary=metrics["summary"]))
     return 0

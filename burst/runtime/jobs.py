@@ -11,6 +11,7 @@ from typing import Callable, Optional
 
 from .. import state
 from ..errors import BurstError
+from ..records import write_text_atomic
 from ..state import ClusterHandle, RunRecord
 from ..targets.base import JobRuntime
 from ..targets.local import auth_headers
@@ -148,5 +149,5 @@ def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
         raise BurstError(f"run {run.run_id}: the cluster storage holds no results at {src}", exit_code=1)
     for item in ("report", "history.json", "job_provenance.json"):
         storage.copy(storage.join(src, item), str(dest / item))
-    (dest / "checkpoint_uri.txt").write_text(storage.join(src, "checkpoint") + "\n")
+    write_text_atomic(dest / "checkpoint_uri.txt", storage.join(src, "checkpoint") + "\n")
     return dest

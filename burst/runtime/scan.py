@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..records import write_json_atomic
 from .job import DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
 
 TRIAL_DRIVER_MEMORY = 64 << 20  # bytes of Ray's "memory" resource a trial's driver actor reserves
@@ -257,8 +258,8 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
 
 def write_results(out_dir: Path, rows: list[dict], summary: dict) -> None:
     """trials.json, trials.csv, scan.json and the two plots."""
-    (out_dir / TRIALS_JSON).write_text(json.dumps(rows, indent=1))
-    (out_dir / SCAN_JSON).write_text(json.dumps(summary, indent=1))
+    write_json_atomic(out_dir / TRIALS_JSON, rows, indent=1)
+    write_json_atomic(out_dir / SCAN_JSON, summary, indent=1)
     knobs = sorted({k for r in rows for k in r["config"]})
     with open(out_dir / TRIALS_CSV, "w", newline="") as fh:
         w = csv.writer(fh)

@@ -54,6 +54,18 @@ def write_bytes(uri: str, data: bytes) -> None:
         f.write(data)
 
 
+def remove(uri: str) -> None:
+    """Delete one file, local or in a bucket; nothing happens when it is absent."""
+    if not is_remote(uri):
+        Path(uri).unlink(missing_ok=True)
+        return
+    from pyarrow import fs
+
+    filesystem, inner = fs.FileSystem.from_uri(uri)
+    if filesystem.get_file_info(inner).type != fs.FileType.NotFound:
+        filesystem.delete_file(inner)
+
+
 def copy(src: str, dest: str) -> bool:
     """Copy a file or a directory tree between local paths and bucket URIs; False when ``src`` is absent."""
     if not is_remote(src):

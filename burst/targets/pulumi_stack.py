@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from abc import abstractmethod
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -212,18 +213,32 @@ class PulumiTarget(Target):
         lay = placement.layout
         hours = lease.hours or DEFAULT_LEASE_HOURS
         self.check_prerequisites("create a cluster")
-        with state.locked():
-            existing = state.load(ClusterHandle, name)
-            if existing is not None:
-                if existing.state == "running":
-                    return existing, False
-                raise BurstError(f"cluster {name!r} is recorded in state {existing.state}; run `burst down {name}` first")
+        # The name is claimed, in one locked step with the check, before anything is created: a
+        # second `up` of it finds this one instead of creating a second stack.
+        claim = ClusterHandle(name=name, provider=self.provider, cluster_id=f"claim-{uuid.uuid4().hex[:12]}", state="starting",
+                              storage_uri="", starter_pid=os.getpid())
+        existing = state.claim(claim)
+        if existing is not None:
+            if existing.state == "running" and existing.provider == self.provider:
+                return existing, False
+            if existing.state == "starting" and state.starter_alive(existing):
+                raise BurstError(f"cluster {name!r} is being created by PID {existing.starter_pid}; wait for it (`burst status`), "
+                                 f"then run `burst up` again", exit_code=1)
+            raise BurstError(f"cluster {name!r} is recorded ({existing.provider}, state {existing.state}); run `burst down {name}` first")
+        try:
+            return self._create_somewhere(name, lay, placement, lease, hours, claim, report), True
+        finally:
+            state.release(claim)  # still the claim: nothing was created (a created stack's handle replaced it)
+
+    def _create_somewhere(self, name: str, lay: "Layout", placement: "Placement", lease: Lease, hours: float, claim: ClusterHandle,
+                          report: Reporter) -> ClusterHandle:
+        """The stack in the layout's zones, moving to the region's other zones on a stock-out."""
         self.preflight(placement, report)
         wheel = self.wheel()
         tried: set[str] = set()
         while True:
             try:
-                return self._create(name, lay, placement, lease, hours, wheel, report), True
+                return self._create(name, lay, placement, lease, hours, wheel, claim, report)
             except StockOut as out:
                 tried |= set(out.zones)
                 moved = lay.without_zones(tried)
@@ -236,7 +251,7 @@ class PulumiTarget(Target):
                 lay = moved
 
     def _create(self, name: str, lay: "Layout", placement: "Placement", lease: Lease, hours: float, wheel: Optional[str],
-                report: Reporter) -> ClusterHandle:
+                claim: ClusterHandle, report: Reporter) -> ClusterHandle:
         """One attempt at the stack; a failure destroys what it created (``StockOut`` when for want of capacity)."""
         preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
@@ -245,7 +260,7 @@ class PulumiTarget(Target):
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
                                storage_uri="", layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
-                               preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name,
+                               preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name, starter_pid=os.getpid(),
                                outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
         with state.locked():
             state.save(handle)  # before Pulumi runs: `burst down` can always find and destroy the stack
@@ -265,7 +280,7 @@ class PulumiTarget(Target):
                 with stack_errors():
                     driver.destroy()
                 with state.locked():
-                    state.delete(ClusterHandle, name)
+                    state.save(claim)  # nothing is left: the name stays claimed for the next zone, or is released by `up`
                 if any(marker in str(exc) for marker in STOCKOUT_MARKERS):
                     raise StockOut([z for z in lay.zones if z in str(exc)] or lay.zones, reason) from None
                 raise BurstError(f"creating cluster {name!r} on {self.provider} failed: {reason}; everything it created was destroyed",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -233,12 +234,9 @@ class SlurmTarget(Target):
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
         site = placement.site
-        with state.locked():
-            existing = state.load(ClusterHandle, name)
+        existing = state.load(ClusterHandle, name)
         if existing is not None:
-            if existing.provider != self.provider:
-                raise BurstError(f"cluster {name!r} is a {existing.provider} cluster; pick another --name")
-            return self._wait_for_head(existing, lease.wait, report), False
+            return self._existing(existing, lease, report), False
         part = self.check_site(site)
         site = site.model_copy(update={"partition": part["name"]})
         nodes = placement.nodes or 1
@@ -247,24 +245,28 @@ class SlurmTarget(Target):
         hours = lease.hours or DEFAULT_WALLTIME_H
         cluster_id = uuid.uuid4().hex[:12]
         cdir = state.home() / "clusters" / name
-        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (cdir / "head.json").unlink(missing_ok=True)
-        local.new_token(cdir / "auth_token")
         storage = site.storage or str(cdir / "storage")
         script = cdir / "job.sh"
         body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container)
-        script.write_text(body)
-        script.chmod(0o700)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id, state="starting", expires=time.time() + hours * 3600,
                                token_path=str(cdir / "auth_token"), storage_uri=storage,
                                layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,
                                        "accelerator": placement.accelerator, "description": f"{nodes} node(s) of partition {part['name']}"},
                                accelerator=placement.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
-                               region=site.name, outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir), "python": python})
+                               region=site.name, starter_pid=os.getpid(),
+                               outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir), "python": python})
         args = ["sbatch", "--parsable", f"--job-name=burst-{name}", *self._request(site, nodes, hours),
                 f"--output={cdir}/slurm-%j.out", f"--chdir={cdir}", str(script)]
-        with state.locked():
-            state.save(handle)  # before sbatch: `burst down` can always find what was submitted
+        # Claimed before sbatch, in one locked step with the check: `burst down` can always find what
+        # was submitted, and a second `up` of this name finds this one instead of submitting again.
+        existing = state.claim(handle)
+        if existing is not None:
+            return self._existing(existing, lease, report), False
+        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the name is ours: its directory may be rewritten
+        (cdir / "head.json").unlink(missing_ok=True)
+        local.new_token(cdir / "auth_token")
+        script.write_text(body)
+        script.chmod(0o700)
         try:
             proc = run_slurm(site, args)
         except BurstError:
@@ -283,6 +285,19 @@ class SlurmTarget(Target):
             report.say(f"interrupted: Slurm job {handle.outputs['job_id']} stays in the queue; `burst up --provider slurm --name {name} "
                        f"--wait` waits for it again, `burst down {name}` cancels it")
             raise
+
+    def _existing(self, existing: ClusterHandle, lease: Lease, report: Reporter) -> ClusterHandle:
+        """``up`` of a name already recorded: wait for its job like the first ``up`` would, unless that
+        ``up`` is still submitting it."""
+        if existing.provider != self.provider:
+            raise BurstError(f"cluster {existing.name!r} is a {existing.provider} cluster; pick another --name")
+        if not existing.outputs.get("job_id"):
+            if state.starter_alive(existing):
+                raise BurstError(f"cluster {existing.name!r} is being submitted by PID {existing.starter_pid}; wait for it "
+                                 f"(`burst status`), then run `burst up` again", exit_code=1)
+            raise BurstError(f"cluster {existing.name!r} is recorded without a Slurm job (its `burst up` was stopped while submitting); "
+                             f"run `burst down {existing.name}` first")
+        return self._wait_for_head(existing, lease.wait, report)
 
     def _wait_for_head(self, handle: ClusterHandle, wait: bool, report: Reporter) -> ClusterHandle:
         """Until the head answers; or, for a queued job without ``wait``, say so and return."""
