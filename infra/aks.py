@@ -7,7 +7,9 @@ when asked with its automatic ``scalesetpriority=spot:NoSchedule`` taint tolerat
 workers, and the same KubeRay module as GKE. AKS installs the NVIDIA driver on GPU nodes but not
 the device plugin: without the plugin's DaemonSet no node advertises ``nvidia.com/gpu`` and
 every Ray worker stays Pending, so the stack deploys it on the GPU pools (tolerating their GPU
-and Spot taints).
+and Spot taints). The Ray pods reach the blob container through Azure AD workload identity (a
+managed identity of their own, federated with their Kubernetes service account, allowed that one
+storage account's blobs): no account key exists in the cluster, in a Secret or in any pod's environment.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import base64
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_azure_native import containerservice, resources, storage
+from pulumi_azure_native import authorization, containerservice, managedidentity, resources, storage
 
 from . import kuberay
-from .spec import RAY_NAMESPACE, StackSpec
+from .spec import KSA, RAY_NAMESPACE, StackSpec
 
 SYSTEM_VM = "Standard_D4s_v5"
+BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # Azure's built-in role: read, write and delete blobs
+WORKLOAD_IDENTITY_AUDIENCE = "api://AzureADTokenExchange"
 
 
 def program(spec: StackSpec) -> dict:
@@ -33,6 +37,9 @@ def program(spec: StackSpec) -> dict:
         agent_pool_profiles=[containerservice.ManagedClusterAgentPoolProfileArgs(
             name="system", mode=containerservice.AgentPoolMode.SYSTEM, vm_size=SYSTEM_VM, count=1, os_type="Linux",
             type=containerservice.AgentPoolType.VIRTUAL_MACHINE_SCALE_SETS, tags=tags)],
+        oidc_issuer_profile=containerservice.ManagedClusterOIDCIssuerProfileArgs(enabled=True),
+        security_profile=containerservice.ManagedClusterSecurityProfileArgs(
+            workload_identity=containerservice.ManagedClusterSecurityProfileWorkloadIdentityArgs(enabled=True)),
         tags=tags, opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="45m")),
     )
     pools = []
@@ -55,19 +62,18 @@ def program(spec: StackSpec) -> dict:
                                       metadata=tags)
     creds = containerservice.list_managed_cluster_user_credentials_output(resource_group_name=rg.name, resource_name=cluster.name)
     config = pulumi.Output.secret(creds.kubeconfigs[0].value.apply(lambda b64: base64.b64decode(b64).decode()))
-    keys = storage.list_storage_account_keys_output(resource_group_name=rg.name, account_name=account.name)
-    env = [{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name},
-           {"name": "AZURE_STORAGE_ACCOUNT_KEY", "valueFrom": {"secretKeyRef": {"name": "burst-storage", "key": "key"}}}]
+    identity = storage_identity(spec, rg, cluster, account, tags)
     ray = kuberay.KubeRay(
         "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"burst-pool": p.name},
         system_selector={"kubernetes.azure.com/mode": "system"},
         tolerations=[kuberay.GPU_TOLERATION] + ([kuberay.AKS_SPOT_TOLERATION] if spec.preemptible else []),
-        env=env,
+        env=[{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name}], service_account=KSA,
+        pod_labels={"azure.workload.identity/use": "true"},  # the webhook gives these pods the federated token
     )
-    secret = k8s.core.v1.Secret(
-        "storage-key", metadata={"name": "burst-storage", "namespace": RAY_NAMESPACE, "labels": tags},
-        string_data={"key": pulumi.Output.secret(keys.keys[0].value)},
+    ksa = k8s.core.v1.ServiceAccount(
+        "ray-ksa", metadata={"name": KSA, "namespace": RAY_NAMESPACE, "labels": tags,
+                             "annotations": {"azure.workload.identity/client-id": identity.client_id}},
         opts=ray.object_opts,
     )
     plugin = device_plugin(spec, tags, ray.object_opts)
@@ -77,8 +83,25 @@ def program(spec: StackSpec) -> dict:
     pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("resource_group", rg.name)
-    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray, "secret": secret,
-            "device_plugin": plugin}
+    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray,
+            "identity": identity, "ksa": ksa, "device_plugin": plugin}
+
+
+def storage_identity(spec: StackSpec, rg, cluster, account, tags: dict) -> managedidentity.UserAssignedIdentity:
+    """The Ray pods' Azure identity: trusted for their service account's tokens, allowed the account's blobs."""
+    identity = managedidentity.UserAssignedIdentity("ray-identity", resource_name_=f"{spec.slug}-ray", resource_group_name=rg.name,
+                                                   location=rg.location, tags=tags)
+    managedidentity.FederatedIdentityCredential(
+        "ray-federation", federated_identity_credential_resource_name="burst-ray", resource_group_name=rg.name,
+        resource_name_=identity.name, issuer=cluster.oidc_issuer_profile.apply(lambda p: p.issuer_url if p else None),
+        subject=f"system:serviceaccount:{RAY_NAMESPACE}:{KSA}", audiences=[WORKLOAD_IDENTITY_AUDIENCE])
+    subscription = authorization.get_client_config_output().subscription_id
+    authorization.RoleAssignment(
+        "ray-blob-access", principal_id=identity.principal_id, principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
+        role_definition_id=subscription.apply(
+            lambda s: f"/subscriptions/{s}/providers/Microsoft.Authorization/roleDefinitions/{BLOB_DATA_CONTRIBUTOR}"),
+        scope=account.id)
+    return identity
 
 
 def device_plugin(spec: StackSpec, tags: dict, opts: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:

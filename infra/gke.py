@@ -17,10 +17,9 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from . import kuberay
-from .spec import GKE_ACCELERATORS, RAY_NAMESPACE, StackSpec
+from .spec import GKE_ACCELERATORS, KSA, RAY_NAMESPACE, StackSpec
 
 SYSTEM_MACHINE = "e2-standard-4"
-KSA = "burst-ray"  # Kubernetes service account of the Ray pods
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 TIMEOUTS = pulumi.CustomTimeouts(create="60m", update="60m", delete="45m")
 

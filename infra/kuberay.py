@@ -1,7 +1,10 @@
 """KubeRay on a Kubernetes cluster: the operator (Helm chart, pinned) and one ``RayCluster``.
 
 The head runs on the system pool and is exposed only as a ClusterIP service (burst reaches it
-with ``kubectl port-forward``). Each GPU pool gets one worker group with one pod per node that
+with ``kubectl port-forward``, which connects to the pod's own loopback, where the dashboard and
+Jobs API listen). Every Ray container runs with Ray's token authentication, the token coming from
+a Kubernetes Secret: the GCS, which workers reach on the pod's address, and every other Ray
+service refuse requests without it. Each GPU pool gets one worker group with one pod per node that
 requests all the node's GPUs, so Ray Train's workers own whole nodes (the measured optimum).
 """
 
@@ -12,13 +15,17 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .spec import KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
+from .spec import KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+# Ray's token mode on every Ray container; the token itself from the Secret, never written into the manifest.
+AUTH_ENV = [{"name": "RAY_AUTH_MODE", "value": "token"},
+            {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": RAY_AUTH_SECRET, "key": RAY_AUTH_KEY}}}]
 
 
-def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, tolerations: list, env: list, service_account: Optional[str]) -> dict:
+def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, tolerations: list, env: list, service_account: Optional[str],
+                 pod_labels: Optional[dict] = None) -> dict:
     cpu = max(1, (pool.vcpus or 8) - 2)  # leave room for kubelet and daemon sets
     memory = f"{int((pool.memory_gib or 30) * 0.8)}Gi"
     resources = {"nvidia.com/gpu": pool.gpus_per_node, "cpu": str(cpu), "memory": memory}
@@ -27,31 +34,34 @@ def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, toleratio
         "nodeSelector": node_selector,
         "containers": [{
             "name": "ray-worker", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311-gpu",
-            "resources": {"limits": resources, "requests": resources}, "env": env,
+            "resources": {"limits": resources, "requests": resources}, "env": AUTH_ENV + env,
         }],
     }
     if service_account:
         pod["serviceAccountName"] = service_account
     return {"groupName": pool.name, "replicas": pool.nodes, "minReplicas": pool.nodes, "maxReplicas": pool.nodes,
-            "rayStartParams": {"num-gpus": str(pool.gpus_per_node)}, "template": {"metadata": {"labels": spec.labels()}, "spec": pod}}
+            "rayStartParams": {"num-gpus": str(pool.gpus_per_node)},
+            "template": {"metadata": {"labels": {**spec.labels(), **(pod_labels or {})}}, "spec": pod}}
 
 
-def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict], env: list, service_account: Optional[str]) -> dict:
+def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict], env: list, service_account: Optional[str],
+                     pod_labels: Optional[dict] = None) -> dict:
     head_pod = {
         "nodeSelector": system_selector,
         "containers": [{
             "name": "ray-head", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311",
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
             "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
-            "env": env,
+            "env": AUTH_ENV + env,
         }],
     }
     if service_account:
         head_pod["serviceAccountName"] = service_account
     return {
         "rayVersion": spec.ray_version,
-        "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
-                          "template": {"metadata": {"labels": spec.labels()}, "spec": head_pod}},
+        # dashboard (Jobs API) on the pod's loopback: the port-forward reaches it there, nothing else in the cluster does
+        "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": {"dashboard-host": "127.0.0.1", "num-gpus": "0"},
+                          "template": {"metadata": {"labels": {**spec.labels(), **(pod_labels or {})}}, "spec": head_pod}},
         "workerGroupSpecs": groups,
     }
 
@@ -68,7 +78,7 @@ class KubeRay(pulumi.ComponentResource):
     def __init__(self, name: str, spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource,
                  pool_resources: Sequence[pulumi.Resource], node_selector_for, system_selector: dict, tolerations: list,
                  env: Optional[list] = None, service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = (),
-                 opts: Optional[pulumi.ResourceOptions] = None):
+                 pod_labels: Optional[dict] = None, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("burst:index:KubeRay", name, None, opts)
         env = env or []
         self.provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
@@ -83,12 +93,17 @@ class KubeRay(pulumi.ComponentResource):
             values={"nodeSelector": system_selector, "labels": spec.labels()},
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource])),
         )
-        groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account) for p in spec.pools]
+        self.auth_secret = k8s.core.v1.Secret(
+            "ray-auth", metadata={"name": RAY_AUTH_SECRET, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
+            string_data={RAY_AUTH_KEY: pulumi.Output.secret(spec.require_token())},
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource])),
+        )
+        groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account, pod_labels) for p in spec.pools]
         self.ray_cluster = k8s.apiextensions.CustomResource(
             "raycluster", api_version="ray.io/v1", kind="RayCluster",
             metadata={"name": RAY_CLUSTER_NAME, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
-            spec=ray_cluster_spec(spec, system_selector, groups, env, service_account),
-            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.operator, *extra])),
+            spec=ray_cluster_spec(spec, system_selector, groups, env, service_account, pod_labels),
+            opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.operator, self.auth_secret, *extra])),
         )
         self.namespace = RAY_NAMESPACE
         self.head_service = f"{RAY_CLUSTER_NAME}-head-svc"

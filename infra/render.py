@@ -11,6 +11,7 @@ import base64
 from typing import Callable
 
 import pulumi
+from pulumi.runtime import rpc
 from pulumi.runtime.mocks import MockMonitor
 
 SUMMARY_KEYS = ("machineType", "accelerator", "count", "nodeCount", "spot", "preemptible", "location", "zone", "region",
@@ -29,6 +30,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs.update(endpoint="203.0.113.10", masterAuth={"clusterCaCertificate": "Q0EK"})
         elif args.typ == "gcp:serviceaccount/account:Account":
             outputs.update(email=f"{args.inputs.get('accountId', 'sa')}@project.iam.gserviceaccount.com")
+        elif args.typ == "azure-native:containerservice:ManagedCluster":
+            outputs.update(oidcIssuerProfile={"enabled": True, "issuerURL": "https://oidc.example.invalid/tenant/issuer/"})
+        elif args.typ == "azure-native:managedidentity:UserAssignedIdentity":
+            outputs.update(clientId="00000000-0000-0000-0000-00000000c11e", principalId="00000000-0000-0000-0000-0000000000a1")
         elif args.typ == "gcp:tpu/v2Vm:V2Vm":
             outputs.update(networkEndpoints=[{"ipAddress": f"10.0.0.{i + 2}", "port": 8470} for i in range(_tpu_hosts(args.inputs))])
         if "name" not in outputs:  # azure-native resources output their name under `name`
@@ -43,8 +48,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         if args.token == "azure-native:containerservice:listManagedClusterUserCredentials":
             return {"kubeconfigs": [{"name": "clusterUser", "value": base64.b64encode(b"apiVersion: v1\nkind: Config\n").decode()}]}
-        if args.token == "azure-native:storage:listStorageAccountKeys":
-            return {"keys": [{"keyName": "key1", "value": "bW9jaw==", "permissions": "FULL"}]}
+        if args.token == "azure-native:authorization:getClientConfig":
+            return {"subscriptionId": "00000000-0000-0000-0000-000000000000", "tenantId": "00000000-0000-0000-0000-0000000000te",
+                    "clientId": "00000000-0000-0000-0000-0000000000c1", "objectId": "00000000-0000-0000-0000-0000000000b1"}
         return {}
 
 
@@ -54,7 +60,10 @@ def _tpu_hosts(inputs: dict) -> int:
 
 
 def _plain(value):
-    """Mock inputs carry floats for integers; give JSON-friendly values back."""
+    """Mock inputs carry floats for integers and secrets in Pulumi's envelope; give JSON-friendly values back
+    (what a secret holds is the caller's to mask, as ``burst up --dry-run`` does)."""
+    if isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+        return _plain(value.get("value"))
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):

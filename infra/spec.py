@@ -13,6 +13,9 @@ KUBERAY_CHART_VERSION = "1.5.1"  # pinned: KubeRay operator Helm chart
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 RAY_NAMESPACE = "burst"
 RAY_CLUSTER_NAME = "burst"
+RAY_AUTH_SECRET = "burst-ray-auth"  # the Kubernetes Secret holding the Ray token (key RAY_AUTH_KEY)
+RAY_AUTH_KEY = "auth_token"
+KSA = "burst-ray"  # Kubernetes service account of the Ray pods (workload identity: the bucket, nothing else)
 TPU_TENSORFLOW = "2.18.0"  # the TensorFlow the TPU VM runtime image carries (its image name follows from it)
 
 GKE_ACCELERATORS = {  # catalog name -> GKE guest accelerator type
@@ -53,6 +56,7 @@ class StackSpec:
     wheel_path: Optional[str] = None  # the burst wheel the TPU hosts install
     image: Optional[str] = None  # prebuilt Ray + TensorFlow + burst image for the pods (None: stock Ray image)
     device_plugin_image: Optional[str] = None  # NVIDIA device plugin, where the provider does not install one
+    auth_token: Optional[str] = field(default=None, repr=False)  # Ray's token: every head requires it (a Pulumi secret in the stack)
     config: dict = field(default_factory=dict)  # the stack's Pulumi configuration, e.g. {"gcp:region": ...}
     extra: dict = field(default_factory=dict)
 
@@ -68,6 +72,12 @@ class StackSpec:
     def labels(self) -> dict[str, str]:
         """Labels/tags on every resource, so a sweeper can find leftovers of an expired lease."""
         return {"burst-lease": self.lease_id, "burst-expires": str(self.expires), "burst-cluster": safe_name(self.cluster, 63)}
+
+    def require_token(self) -> str:
+        """The Ray token, which no stack may be built without (a head without one takes jobs from anyone who reaches it)."""
+        if not self.auth_token:
+            raise ValueError("a Ray stack needs spec.auth_token: every Ray head burst starts requires the token")
+        return self.auth_token
 
     @property
     def total_gpus(self) -> int:

@@ -8,6 +8,11 @@ IP unless asked: the tunnel goes through Identity-Aware Proxy (a firewall rule l
 reach port 22 on the slice's network tag), and the hosts reach the bucket and PyPI through a
 Cloud Router with Cloud NAT of their own (without it the startup script cannot download
 anything, Ray never starts, and `pulumi up` still reports success).
+
+Every host runs Ray with its token authentication: the token is a Secret Manager secret that only
+the slice's own service account may read (it may also use the bucket, and nothing else), fetched
+at boot into a root-only file. The GCS listens on the host's address, where the other hosts join
+it, and refuses any request without the token.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from .spec import StackSpec
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes"
 NETWORK = "default"
 IAP_RANGE = "35.235.240.0/20"  # where Identity-Aware Proxy's TCP forwarding connects from
+TOKEN_FILE = "/run/burst/ray_token"  # on the host, root-only: where the startup script puts Ray's token
+GCS_PORT = 6379
+DASHBOARD_PORT = 8265
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]  # what the service account's roles allow is the limit
 
 
 def runtime_version(spec: StackSpec) -> str:
@@ -30,19 +39,28 @@ def runtime_version(spec: StackSpec) -> str:
     return spec.tpu_runtime
 
 
+def token_secret_id(spec: StackSpec) -> str:
+    return f"{spec.slug}-ray-token"
+
+
 def startup_script(spec: StackSpec, wheel_uri: str) -> str:
     return f"""#!/bin/bash
-# burst {spec.cluster} lease {spec.lease_id}: install burst, start Ray (head on host 0).
+# burst {spec.cluster} lease {spec.lease_id}: install burst, start Ray with token authentication (head on host 0).
 set -euo pipefail
 md() {{ curl -sf -H 'Metadata-Flavor: Google' "{METADATA}/$1"; }}
 WORKER=$(md agent-worker-number || echo 0)
 HEAD_IP=$(md worker-network-endpoints | cut -d, -f1 | cut -d: -f3)
+TOKEN_FILE={TOKEN_FILE}
+install -d -m 700 "$(dirname "$TOKEN_FILE")"
+(umask 077; gcloud secrets versions access latest --secret='{token_secret_id(spec)}' --project='{spec.project}' > "$TOKEN_FILE")
+test -s "$TOKEN_FILE"
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$TOKEN_FILE"
 gcloud storage cp '{wheel_uri}' /tmp/
 python3 -m pip install --quiet /tmp/$(basename '{wheel_uri}') 'ray[default,train]=={spec.ray_version}'
 if [ "$WORKER" = "0" ]; then
-  ray start --head --port=6379 --dashboard-host=127.0.0.1 --dashboard-port=8265 --resources='{{"TPU_HOST": 1}}'
+  ray start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1}}'
 else
-  ray start --address="$HEAD_IP:6379" --resources='{{"TPU_HOST": 1}}'
+  ray start --address="$HEAD_IP:{GCS_PORT}" --resources='{{"TPU_HOST": 1}}'
 fi
 """
 
@@ -58,6 +76,7 @@ def program(spec: StackSpec) -> dict:
                                      source=pulumi.FileAsset(spec.wheel_path) if spec.wheel_path else pulumi.StringAsset(""),
                                      metadata=labels)
     wheel_uri = pulumi.Output.concat("gs://", bucket.name, "/", wheel.name)
+    account, token = host_identity(spec, bucket, labels)
     network: list = []
     if not spec.external_ip:
         router = gcp.compute.Router("nat-router", name=f"{spec.slug}-router", project=spec.project, region=spec.region,
@@ -75,16 +94,31 @@ def program(spec: StackSpec) -> dict:
         accelerator_type=accelerator, runtime_version=runtime_version(spec),
         scheduling_config=gcp.tpu.V2VmSchedulingConfigArgs(spot=True) if spec.preemptible else None,
         network_config=gcp.tpu.V2VmNetworkConfigArgs(network="default", enable_external_ips=spec.external_ip),
+        service_account=gcp.tpu.V2VmServiceAccountArgs(email=account.email, scopes=SCOPES),
         labels=labels, metadata={"startup-script": wheel_uri.apply(lambda uri: startup_script(spec, uri))},
-        # the hosts download at boot: the NAT must exist before they start
-        opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m"), depends_on=network),
+        # the hosts download and read the token at boot: the NAT and the token's grant must exist before they start
+        opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m"), depends_on=[*network, *token]),
     )
     hosts = tpu.network_endpoints.apply(lambda eps: [e.ip_address for e in eps])
     pulumi.export("tpu_name", tpu.name)
     pulumi.export("zone", pool.zone)
     pulumi.export("tpu_hosts", hosts)
     pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
-    return {"tpu": tpu, "bucket": bucket, "wheel": wheel, "network": network}
+    return {"tpu": tpu, "bucket": bucket, "wheel": wheel, "network": network, "account": account, "token": token}
+
+
+def host_identity(spec: StackSpec, bucket: gcp.storage.Bucket, labels: dict) -> tuple[gcp.serviceaccount.Account, list]:
+    """The slice's own service account, allowed the bucket and the Ray token's secret, and the secret itself."""
+    account = gcp.serviceaccount.Account("tpu-sa", account_id=f"{spec.slug[:24]}-tpu".strip("-"), project=spec.project,
+                                         display_name=f"burst TPU hosts of {spec.cluster}", description=_describe(labels))
+    member = account.email.apply(lambda e: f"serviceAccount:{e}")
+    access = gcp.storage.BucketIAMMember("tpu-bucket-access", bucket=bucket.name, role="roles/storage.objectAdmin", member=member)
+    secret = gcp.secretmanager.Secret("ray-token", secret_id=token_secret_id(spec), project=spec.project, labels=labels,
+                                      replication=gcp.secretmanager.SecretReplicationArgs(auto=gcp.secretmanager.SecretReplicationAutoArgs()))
+    version = gcp.secretmanager.SecretVersion("ray-token-value", secret=secret.id, secret_data=pulumi.Output.secret(spec.require_token()))
+    reader = gcp.secretmanager.SecretIamMember("tpu-token-access", secret_id=secret.secret_id, project=spec.project,
+                                               role="roles/secretmanager.secretAccessor", member=member)
+    return account, [access, secret, version, reader]
 
 
 def _describe(labels: dict) -> str:

@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,8 +37,10 @@ def failure_line(exc: BaseException) -> str:
 
 
 def _work_dir(run_id: str) -> Path:
-    """The job driver's local copy of a bucket-backed run (data, results) before publishing."""
-    return Path(tempfile.gettempdir()) / "burst" / run_id
+    """The job driver's local copy of a bucket-backed run (data, results) before publishing (private to the user)."""
+    from . import scratch
+
+    return scratch.run_path("work", run_id)
 
 
 def _prepare_data(cfg: JobConfig, storage_dir: Path) -> tuple[list[Path], list[Path]]:
@@ -70,11 +71,12 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     directory, training files, held-out files here). A bucket cannot be written like a directory:
     the job then works on local disk, and workers on other nodes read the files from the bucket
     (``with_test_files``: the held-out files too, for a scan's per-epoch validation)."""
-    from . import storage
+    from . import scratch, storage
 
     files = RunFiles(cfg.storage, cfg.run_id)
     remote = storage.is_remote(cfg.storage)
-    storage_dir = _work_dir(cfg.run_id) if remote else Path(cfg.storage)
+    # a bucket-backed run works in a private directory, emptied of what a killed attempt left
+    storage_dir = scratch.fresh(_work_dir(cfg.run_id)) if remote else Path(cfg.storage)
     train_files, test_files = _prepare_data(cfg, storage_dir)
     shared = {"train_files": train_files, "val_files": test_files if with_test_files else []}
     update = {k: tuple(str(f) for f in v) for k, v in shared.items()}

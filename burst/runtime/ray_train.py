@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .job import JobConfig, RunFiles
+from .scratch import private_dir
 from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
 
 
@@ -67,8 +68,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     held_out = (pipeline.HeldOut(local_files(cfg.val_files, f"{cfg.run_id}-val"), trainer.preset, cfg.val_events, cfg.seed)
                 if cfg.validate_each_epoch and rank == 0 else None)
 
-    scratch = node_scratch_dir(cfg.run_id)
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = private_dir(node_scratch_dir(cfg.run_id))
 
     def save_epoch(metrics: dict) -> None:
         if held_out is not None:  # a scan's trial: the epoch's physics goes into its history and its report

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from .job import JobConfig, RunFiles
@@ -19,7 +18,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
 
     from workloads.gan3d import pipeline
 
-    from . import storage
+    from . import scratch, storage
 
     cfg = JobConfig.from_arg(cfg_arg)
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
@@ -27,7 +26,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
     ckpt_root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
-    local_root = Path(tempfile.gettempdir()) / "burst-tpu-ckpt" / cfg.run_id
+    local_root = scratch.fresh(scratch.run_path("tpu-checkpoints", cfg.run_id))  # the storage holds the truth
     if storage.exists(ckpt_root):
         storage.copy_dir(ckpt_root, str(local_root))
     resume = latest_checkpoint(sorted(local_root.glob("epoch_*"))) if local_root.exists() else None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
+from . import scratch
 from .job import EpochEvent, JobConfig, RunFiles, StartEvent, StepEvent, StoppedEvent, emit
 
 STEP_EVENTS_PER_EPOCH = 10
@@ -38,13 +38,13 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
 
 
 def node_data_dir(run_id: str) -> Path:
-    """Where a worker node keeps the training files it copied from the bucket."""
-    return Path(tempfile.gettempdir()) / "burst-data" / run_id
+    """Where a worker node keeps the training files it copied from the bucket (private to the user)."""
+    return scratch.run_path("data", run_id)
 
 
 def node_scratch_dir(run_id: str) -> Path:
-    """Where a worker writes a checkpoint before Ray Train takes it (removed when the run ends)."""
-    return Path(tempfile.gettempdir()) / "burst-scratch" / run_id
+    """Where a worker writes a checkpoint before Ray Train takes it (private; removed when the run ends)."""
+    return scratch.run_path("checkpoints", run_id)
 
 
 def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
@@ -53,10 +53,8 @@ def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
 
     if not files or not storage.is_remote(files[0]):
         return [Path(f) for f in files]
-    local = node_data_dir(run_id)
     parent = files[0].rsplit("/", 1)[0]
-    if not local.exists():
-        storage.copy_dir(parent, str(local))
+    local = scratch.filled(node_data_dir(run_id), lambda tmp: storage.copy_dir(parent, str(tmp)))
     return [local / f.rsplit("/", 1)[1] for f in files]
 
 

@@ -150,12 +150,9 @@ def runtime_root() -> Path:
         root = Path(xdg) / "burst"
     else:
         root = Path("/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()) / f"burst-{os.getuid()}"
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = root.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise BurstError(f"{root} is not private to this user (owner uid {st.st_uid}, mode {oct(st.st_mode & 0o777)}); "
-                         f"remove it or set XDG_RUNTIME_DIR to a directory of yours", exit_code=1)
-    return root
+    from ..runtime.scratch import private_dir
+
+    return private_dir(root)
 
 
 def _temp_dir(cluster_id: str) -> Path:

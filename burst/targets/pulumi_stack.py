@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
+from . import local
 from .base import QUIET, Lease, Reporter, Target
 from .tunnel import tunnel
 
@@ -70,13 +71,20 @@ def stack_errors() -> Iterator[None]:
 
 
 def _mask(value, key: str = ""):
-    if key in ("stringData", "data") or key in SECRET_OUTPUTS:
+    if key in ("stringData", "data", "secretData") or key in SECRET_OUTPUTS:
         return "[secret]"
     if isinstance(value, dict):
         return {k: _mask(v, k) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask(v) for v in value]
     return value
+
+
+def token_file(name: str) -> Path:
+    """Where this machine keeps the Ray token of cloud cluster ``name`` (a user-only file)."""
+    cdir = state.home() / "clusters" / name
+    cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return cdir / "auth_token"
 
 
 class PulumiTarget(Target):
@@ -147,8 +155,10 @@ class PulumiTarget(Target):
     # ------------------------------------------------------------------ spec and rendering
 
     def build_spec(self, name: str, lay: "Layout", preemptible: bool, hours: float, lease_id: Optional[str] = None,
-                   project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None):
-        import uuid
+                   project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None,
+                   auth_token: Optional[str] = None):
+        """The stack's spec; ``auth_token``: the Ray token its heads require (None: a throwaway one, for a rendering)."""
+        import secrets
 
         from infra.spec import TPU_TENSORFLOW, PoolSpec, StackSpec, safe_name
 
@@ -164,7 +174,8 @@ class PulumiTarget(Target):
         fields = dict(provider=self.provider, cluster=name, lease_id=lease_id or uuid.uuid4().hex[:12],
                       expires=int(time.time() + hours * 3600), region=lay.region, pools=tuple(pools), preemptible=preemptible,
                       ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path,
-                      image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None)
+                      image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None,
+                      auth_token=auth_token or secrets.token_hex(32))
         if lay.is_tpu:
             fields["tpu_runtime"] = known.tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return StackSpec(**fields, config=self.stack_config(fields))
@@ -256,9 +267,12 @@ class PulumiTarget(Target):
         preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
                    f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
-        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image)
+        token_path = token_file(name)
+        local.new_token(token_path)  # this machine's copy; the stack keeps it as a Pulumi secret
+        spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
+                               auth_token=token_path.read_text().strip())
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
-                               storage_uri="", layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
+                               storage_uri="", token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
                                preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name, starter_pid=os.getpid(),
                                outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
@@ -279,6 +293,7 @@ class PulumiTarget(Target):
                 report.say(f"up failed ({reason}); destroying what was created")
                 with stack_errors():
                     driver.destroy()
+                token_path.unlink(missing_ok=True)
                 with state.locked():
                     state.save(claim)  # nothing is left: the name stays claimed for the next zone, or is released by `up`
                 if any(marker in str(exc) for marker in STOCKOUT_MARKERS):
@@ -306,6 +321,8 @@ class PulumiTarget(Target):
             self._driver(handle.stack, watcher).destroy()
         with state.locked():
             state.delete(ClusterHandle, handle.name)
+        if handle.token_path:
+            Path(handle.token_path).unlink(missing_ok=True)
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """A cloud cluster is alive while its stack is up; the Ray head is checked through the tunnel."""

@@ -236,7 +236,7 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
     assert len(trained) == len(set(trained))  # no epoch trained (announced) twice
     assert sorted(set(trained) | set(replayed)) == list(range(1, epochs + 1))  # none skipped
     # the killed worker's half-written checkpoint (if it died saving) went with the run
-    assert not (Path(tempfile.gettempdir()) / "burst-scratch" / run_id).exists()
+    assert not (Path(tempfile.gettempdir()) / f"burst-{os.getuid()}" / "checkpoints" / run_id).exists()
     assert not [p for p in Path(tempfile.gettempdir()).glob("checkpoint_tmp_*") if p.stat().st_mtime > first_start["time"]]
     # A replay is an epoch restored from a checkpoint (one killed before its announcement), never a retrained one.
     assert all(epoch <= starts[-1]["epoch"] for epoch in replayed)
@@ -522,9 +522,11 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monk
         local = Path(run["run_dir"])
         assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1
         assert (local / "checkpoint_uri.txt").read_text().strip() == f"{bucket.as_uri()}/runs/{run['run_id']}/checkpoint"
-        assert not (job_tmp / "burst" / run["run_id"]).exists()  # the job's local work copy is gone
-        assert not (job_tmp / "burst-data" / run["run_id"]).exists()  # and the worker's copy of the data
-        assert not (job_tmp / "burst-scratch" / run["run_id"]).exists()  # and its checkpoint scratch
+        scratch = job_tmp / f"burst-{os.getuid()}"  # private to the user (0700)
+        assert scratch.stat().st_mode & 0o777 == 0o700
+        assert not (scratch / "work" / run["run_id"]).exists()  # the job's local work copy is gone
+        assert not (scratch / "data" / run["run_id"]).exists()  # and the worker's copy of the data
+        assert not (scratch / "checkpoints" / run["run_id"]).exists()  # and its checkpoint scratch
     finally:
         burst("down", "bucket", home=home, cwd=tmp_path)
 

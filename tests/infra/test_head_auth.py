@@ -1,0 +1,199 @@
+"""Every cloud Ray head burst renders refuses a request without its token.
+
+Each head is started for real on this machine from what its stack renders: the KubeRay head with
+the RayCluster's ``rayStartParams`` and its container's environment (the token resolved from the
+rendered Secret, as the kubelet would), the TPU host by running the rendered startup script itself
+with stand-ins only at the cloud boundary (metadata server, ``gcloud``, ``pip``). Only ports and
+directories are made local (a fixed port or path could collide with another Ray on this machine);
+nothing about authentication comes from the test. Then, from 127.0.0.1: the Jobs API (job
+submission is code execution) without a token is 401, with a wrong one 403, with the token 200.
+The Slurm head is asked the same in tests/burst/test_slurm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from burst import targets
+from burst.placement import catalog, layout
+from burst.targets import local
+from infra import render as infra_render
+
+pytestmark = pytest.mark.slow
+
+
+def _raw_resources(provider: str, accelerator: str, gpus):
+    """The stack's resources as the program registers them (secrets unmasked: the test needs the token)."""
+    lay = layout.resolve(catalog.load(), provider, accelerator, gpus, preemptible=False)
+    target = targets.get(provider)
+    spec = target.build_spec("t", lay, False, hours=2, lease_id="lease0123456", project="proj")
+    return spec, infra_render.render(target.program(spec), stack=spec.stack_name)
+
+
+def _status(url: str, token: str | None) -> int:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _wait_until_answers(url: str, token: str, timeout: float = 90.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if _status(url, token) == 200:
+                return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the head at {url} did not answer within {timeout:.0f} s")
+
+
+def _assert_refuses_strangers(dashboard: str, token: str) -> None:
+    jobs = f"{dashboard}/api/jobs/"
+    _wait_until_answers(jobs, token)
+    assert _status(jobs, None) == 401  # no token: refused
+    assert _status(jobs, "0" * 64) == 403  # a wrong one: refused
+    assert _status(jobs, token) == 200
+    submit = urllib.request.Request(jobs, data=json.dumps({"entrypoint": "touch /tmp/pwned"}).encode(), method="POST",
+                                    headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(submit, timeout=5)
+    assert refused.value.code == 401
+
+
+def _stop(cluster_id: str, temp_dir: Path) -> None:
+    survivors = local.stop_processes(cluster_id, str(temp_dir))
+    assert not survivors, f"Ray processes left: {survivors}"
+
+
+@pytest.mark.parametrize("provider, accelerator, gpus", [("gcp", "V100", 8), ("azure", "T4", 4)])
+def test_the_rendered_kuberay_head_refuses_requests_without_the_token(provider, accelerator, gpus):
+    spec, resources = _raw_resources(provider, accelerator, gpus)
+    (cluster,) = [r for r in resources if r["type"].endswith("RayCluster")]
+    head = cluster["inputs"]["spec"]["headGroupSpec"]
+    params = head["rayStartParams"]
+    assert params.get("dashboard-host") != "0.0.0.0"
+    secrets = {r["inputs"]["metadata"]["name"]: r["inputs"]["stringData"] for r in resources if r["type"] == "kubernetes:core/v1:Secret"}
+    rendered_env = {}
+    for item in head["template"]["spec"]["containers"][0]["env"]:
+        if "value" in item:
+            rendered_env[item["name"]] = item["value"]
+        elif "secretKeyRef" in item.get("valueFrom", {}):
+            ref = item["valueFrom"]["secretKeyRef"]
+            rendered_env[item["name"]] = secrets[ref["name"]][ref["key"]]  # what the kubelet injects
+    assert spec.auth_token in rendered_env.values()  # the stack's token, from the Secret
+    for group in cluster["inputs"]["spec"]["workerGroupSpecs"]:  # workers join with the same token
+        names = {e["name"] for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} <= names
+
+    cluster_id = uuid.uuid4().hex[:12]
+    temp_dir = local.runtime_root() / cluster_id
+    ports = local.choose_ports()
+    cmd = local.head_command(ports, 1, 0, temp_dir)
+    for key, value in params.items():  # the rendered parameters win over burst's local ones
+        flag = f"--{key}"
+        if flag in cmd:
+            cmd[cmd.index(flag) + 1] = str(value)
+        else:
+            cmd += [flag, str(value)]
+    env = local.head_env(cluster_id, "unused", ports)
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)  # authentication comes from the rendering alone
+    env.update(rendered_env)
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        _assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
+    finally:
+        _stop(cluster_id, temp_dir)
+
+
+FAKE_CURL = """#!/bin/sh
+case "$*" in
+  *agent-worker-number*) echo 0 ;;
+  *worker-network-endpoints*) echo "w0:0:127.0.0.1" ;;
+  *) exit 22 ;;
+esac
+"""
+# gcloud at the cloud boundary: Secret Manager answers with the secret's rendered value, storage copies nothing.
+FAKE_GCLOUD = """#!/bin/sh
+echo "$*" >> "$FAKE_GCLOUD_LOG"
+case "$*" in
+  "secrets versions access latest --secret=$FAKE_SECRET_ID --project=proj") cat "$FAKE_SECRET_FILE" ;;
+  "storage cp "*) exit 0 ;;
+  *) echo "gcloud: unexpected call: $*" >&2; exit 1 ;;
+esac
+"""
+FAKE_PYTHON3 = f"""#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi  # burst and Ray are installed here already
+exec {sys.executable} "$@"
+"""
+
+
+def _executable(path: Path, text: str) -> None:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_without_the_token(tmp_path):
+    from infra import tpu
+
+    spec, resources = _raw_resources("gcp-tpu", "v3-8", None)
+    (vm,) = [r for r in resources if r["type"] == "gcp:tpu/v2Vm:V2Vm"]
+    (version,) = [r for r in resources if r["type"] == "gcp:secretmanager/secretVersion:SecretVersion"]
+    (secret,) = [r for r in resources if r["type"] == "gcp:secretmanager/secret:Secret"]
+    (reader,) = [r for r in resources if r["type"] == "gcp:secretmanager/secretIamMember:SecretIamMember"]
+    assert version["inputs"]["secretData"] == spec.auth_token
+    assert reader["inputs"]["role"] == "roles/secretmanager.secretAccessor"
+    assert reader["inputs"]["member"] == f"serviceAccount:{vm['inputs']['serviceAccount']['email']}"  # the slice's own account only
+    script = vm["inputs"]["metadata"]["startup-script"]
+
+    cluster_id = uuid.uuid4().hex[:12]
+    temp_dir = local.runtime_root() / cluster_id
+    ports = local.choose_ports()
+    token_file = tmp_path / "run" / "burst" / "ray_token"
+    extra = " ".join(f"{flag} {ports[role]}" for flag, role in (
+        ("--ray-client-server-port", "client server"), ("--dashboard-agent-listen-port", "dashboard agent (HTTP)"),
+        ("--dashboard-agent-grpc-port", "dashboard agent (gRPC)"), ("--metrics-export-port", "metrics exporter"),
+        ("--runtime-env-agent-port", "runtime-env agent"), ("--node-manager-port", "node manager"),
+        ("--object-manager-port", "object manager")))
+    localised = script
+    for old, new in ((f"TOKEN_FILE={tpu.TOKEN_FILE}", f"TOKEN_FILE={token_file}"),
+                     (f"--port={tpu.GCS_PORT}", f"--port={ports['GCS server']}"),
+                     (f"--dashboard-port={tpu.DASHBOARD_PORT}", f"--dashboard-port={ports['dashboard']}"),
+                     ("ray start --head", f"ray start --head --node-ip-address 127.0.0.1 --temp-dir {temp_dir} {extra}")):
+        assert localised.count(old) == 1, old
+        localised = localised.replace(old, new)
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    _executable(fakes / "curl", FAKE_CURL)
+    _executable(fakes / "gcloud", FAKE_GCLOUD)
+    _executable(fakes / "python3", FAKE_PYTHON3)
+    (tmp_path / "secret").write_text(version["inputs"]["secretData"])
+    env = local.head_env(cluster_id, "unused", ports)
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)  # authentication comes from the script alone
+    env.update(PATH=f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin", FAKE_GCLOUD_LOG=str(tmp_path / "gcloud.log"),
+               FAKE_SECRET_ID=secret["inputs"]["secretId"], FAKE_SECRET_FILE=str(tmp_path / "secret"))
+    try:
+        proc = subprocess.run(["bash", "-c", localised], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        _assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
+    finally:
+        _stop(cluster_id, temp_dir)
+    assert os.path.exists(tmp_path / "gcloud.log")
