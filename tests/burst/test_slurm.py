@@ -10,6 +10,7 @@ import pytest
 
 from burst.targets import local
 from tests import census, slurm_site
+from tests.ray_auth import assert_refuses_strangers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")]
 
@@ -104,6 +105,8 @@ def test_a_job_cancelled_by_the_site_is_reported_and_resumes_on_a_new_allocation
     policy = site.policy(tmp_path / "slurm.yaml")
     up = burst(site, "up", "--provider", "slurm", "--name", "first", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path)
     assert up.returncode == 0, up.stderr
+    handle = json.loads((home / "clusters" / "first.json").read_text())  # the head inside the allocation takes no job without its token
+    assert_refuses_strangers(handle["dashboard_url"], Path(handle["token_path"]).read_text().strip())
     env = {**site.env, "BURST_HOME": str(home)}
     train = subprocess.Popen([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "first", "--epochs", "3", "--steps", "6", *TRAIN],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
@@ -182,3 +185,27 @@ def test_bad_slurm_requests_are_one_line_and_submit_nothing(site, home, tmp_path
                      env_extra=env, timeout=120)
         assert fragment in one_line_error(proc), proc.stderr
         assert not list(home.glob("clusters/*.json")) and site.jobs() == []
+
+
+def test_two_ups_of_one_name_submit_one_job(site, home, tmp_path):
+    """The check for an existing cluster and the submission are one step: the second `up` finds the
+    first's job (or says it is being submitted), never submits a second allocation that nothing tears down."""
+    import shutil
+
+    policy = site.policy(tmp_path / "slurm.yaml")
+    slow = tmp_path / "slow-bin"  # a controller slow to answer `sinfo` holds both `up`s between their check and their submission
+    slow.mkdir()
+    (slow / "sinfo").write_text(f"#!/bin/sh\nsleep 2\nexec {shutil.which('sinfo')} \"$@\"\n")
+    (slow / "sinfo").chmod(0o755)
+    env = {**site.env, "BURST_HOME": str(home), "PATH": f"{slow}:{site.env['PATH']}"}
+    args = [sys.executable, "-m", "burst.cli", "up", "--provider", "slurm", "--name", "twin", "--policy", str(policy), "--hours", "1"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    try:
+        assert len(site.jobs()) == 1, (site.jobs(), [o[1][-1500:] for o in outs])
+        for proc, (_, err) in zip(procs, outs):
+            assert proc.returncode == 0 or "is being submitted by PID" in err, err[-1500:]
+            assert "Traceback" not in err
+    finally:
+        assert burst(site, "down", "twin", home=home, cwd=tmp_path).returncode == 0
+    assert site.jobs() == []

@@ -12,14 +12,10 @@ The Slurm head is asked the same in tests/burst/test_slurm.py.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -29,6 +25,7 @@ from burst import targets
 from burst.placement import catalog, layout
 from burst.targets import local
 from infra import render as infra_render
+from tests.ray_auth import assert_refuses_strangers
 
 pytestmark = pytest.mark.slow
 
@@ -39,40 +36,6 @@ def _raw_resources(provider: str, accelerator: str, gpus):
     target = targets.get(provider)
     spec = target.build_spec("t", lay, False, hours=2, lease_id="lease0123456", project="proj")
     return spec, infra_render.render(target.program(spec), stack=spec.stack_name)
-
-
-def _status(url: str, token: str | None) -> int:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-
-
-def _wait_until_answers(url: str, token: str, timeout: float = 90.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if _status(url, token) == 200:
-                return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"the head at {url} did not answer within {timeout:.0f} s")
-
-
-def _assert_refuses_strangers(dashboard: str, token: str) -> None:
-    jobs = f"{dashboard}/api/jobs/"
-    _wait_until_answers(jobs, token)
-    assert _status(jobs, None) == 401  # no token: refused
-    assert _status(jobs, "0" * 64) == 403  # a wrong one: refused
-    assert _status(jobs, token) == 200
-    submit = urllib.request.Request(jobs, data=json.dumps({"entrypoint": "touch /tmp/pwned"}).encode(), method="POST",
-                                    headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(submit, timeout=5)
-    assert refused.value.code == 401
 
 
 def _stop(cluster_id: str, temp_dir: Path) -> None:
@@ -117,7 +80,7 @@ def test_the_rendered_kuberay_head_refuses_requests_without_the_token(provider, 
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        _assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
+        assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
     finally:
         _stop(cluster_id, temp_dir)
 
@@ -193,7 +156,7 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
         proc = subprocess.run(["bash", "-c", localised], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
-        _assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
+        assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
     finally:
         _stop(cluster_id, temp_dir)
     assert os.path.exists(tmp_path / "gcloud.log")
