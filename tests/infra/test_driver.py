@@ -319,3 +319,46 @@ def test_pulumi_events_drive_the_progress_display():
         progress.on_event(ev.EngineEvent(3, 0, res_op_failed_event=ev.ResOpFailedEvent(meta(ev.OpType.CREATE, "gcp:storage/bucket:Bucket", "b"), 1, 1)))
     assert progress.done == 2 and progress.failed == ["Bucket b"]
     assert "2/2" in buf.getvalue() and "failed" in buf.getvalue()
+
+
+def test_two_ups_of_one_name_create_one_stack(home, monkeypatch):
+    """The name is claimed before the pre-flight and the stack: a second `up` while the first is still
+    asking the provider finds the first's claim and creates nothing (it used to create a second
+    stack, one of which nothing would ever tear down)."""
+    fake = RecordingPulumi()
+    gke = targets.get("gcp")
+    first_in_preflight, release_first = threading.Event(), threading.Event()
+    original = type(gke).preflight
+    first = {}
+
+    def slow_preflight(self, placement, report=None):
+        if threading.current_thread() is first.get("thread"):
+            first_in_preflight.set()
+            release_first.wait(10)
+        return original(self, placement)
+
+    monkeypatch.setattr(type(gke), "preflight", slow_preflight)
+    monkeypatch.setattr(gke, "command", fake, raising=False)  # one stand-in for both `up`s
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), "gcp", gpus=8, accelerator="V100",
+                            preemptible=True, region="us-central1")
+
+    def run_first():
+        try:
+            first["result"] = gke.up("t", placement, Lease(hours=2))
+        except BaseException as exc:  # noqa: BLE001 - the thread's outcome is checked below
+            first["error"] = exc
+
+    first["thread"] = threading.Thread(target=run_first)
+    first["thread"].start()
+    assert first_in_preflight.wait(10)
+    try:
+        with pytest.raises(BurstError, match="cluster 't' is (being created|recorded)"):
+            gke.up("t", placement, Lease(hours=2))
+    finally:
+        release_first.set()
+        first["thread"].join(30)
+    assert "error" not in first, first.get("error")
+    handle, created = first["result"]
+    assert created and handle.state == "running"
+    assert fake.commands().count("stack init") == 1 and fake.commands().count("up") == 1
+    assert state.load(ClusterHandle, "t").cluster_id == handle.cluster_id
