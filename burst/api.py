@@ -78,11 +78,11 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
                nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
                bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
                epochs: Optional[int] = None):
+    command_values.image(image)  # before anything is planned or said
     placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
                              storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
                              batch_per_replica=batch_per_replica, epochs=epochs)
     if image is not None:
-        command_values.image(image)
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
         placement = dataclasses.replace(placement, image=image)

@@ -103,3 +103,53 @@ def test_json_output_never_holds_non_finite_numbers(monkeypatch, tmp_path):
     monkeypatch.setattr("typer.echo", lambda text, **_: printed.append(text))
     emit_json({"time_h": float("inf"), "rows": [1.5, float("nan"), {"cost": float("-inf")}]})
     assert json.loads(printed[0]) == {"time_h": None, "rows": [1.5, None, {"cost": None}]}
+
+
+# Values a shared policy file or a flag hands to ssh, sbatch or a manifest: each must fit its narrow form.
+HOSTILE_SITE = {
+    "ssh option as login": ('login: "-oProxyCommand=touch {marker}"', "onprem.login"),
+    "ssh option after user@": ('login: "me@-oProxyCommand=touch {marker}"', "onprem.login"),
+    "command in login": ('login: "host; touch {marker}"', "onprem.login"),
+    "newline in partition": ('partition: "gpu\\n#SBATCH --wrap=touch {marker}"', "onprem.partition"),
+    "option as account": ('account: "--wrap=touch {marker}"', "onprem.account"),
+    "shell in qos": ('qos: "$(touch {marker})"', "onprem.qos"),
+    "relative container": ('container: "image; touch {marker}"', "onprem.container"),
+}
+
+
+@pytest.mark.parametrize("line, field", list(HOSTILE_SITE.values()), ids=list(HOSTILE_SITE))
+def test_site_values_that_would_reach_a_shell_are_one_line(tmp_path, monkeypatch, line, field):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    marker = tmp_path / "pwned"
+    path = tmp_path / "policy.yaml"
+    path.write_text("providers: [slurm]\nonprem:\n  scheduler: slurm\n  accelerator: V100\n  gpus: 8\n  " + line.format(marker=marker) + "\n")
+    for args in (["policy", "check", str(path)], ["plan", "--policy", str(path)], ["up", "--provider", "slurm", "--policy", str(path)]):
+        _one_line_error(CliRunner().invoke(app, args), f"{field}: Value error")
+    assert not marker.exists() and not (tmp_path / "home" / "clusters").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["up", "--provider", "slurm", "--partition", "-x --wrap=id"], "--partition '-x --wrap=id' is not allowed"),
+    (["up", "--provider", "gcp", "--dry-run", "--image", "ray\nkind: Pod"], "--image 'ray\\nkind: Pod' is not allowed"),
+    (["up", "--provider", "gcp", "--dry-run", "--image", "--help"], "--image '--help' is not allowed"),
+])
+def test_flags_that_would_reach_sbatch_or_a_manifest_are_one_line(tmp_path, monkeypatch, args, fragment):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("providers: [slurm, gcp]\nonprem:\n  scheduler: slurm\n  accelerator: V100\n  gpus: 8\n")
+    _one_line_error(CliRunner().invoke(app, [*args, "--policy", str(policy)]), fragment)
+
+
+@pytest.mark.parametrize("name", ["[/x]", "[bold]x", "[red]"])
+def test_a_name_that_looks_like_markup_is_shown_as_written(tmp_path, monkeypatch, name):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(app, ["up", "--name", name])
+    _one_line_error(result, f"cluster name {name!r} is not allowed")
+
+
+def test_messages_are_printed_as_written(capsys):
+    """Reporter lines carry paths and other programs' words: a '[/x]' in them is text, not a style tag."""
+    from burst.cli.render import ConsoleReporter
+
+    ConsoleReporter().say("copying /data/[/x]/[bold]run to gs://b")
+    assert "copying /data/[/x]/[bold]run to gs://b" in capsys.readouterr().err

@@ -485,7 +485,7 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     monkeypatch.setattr(budget, "now", clock)
     monkeypatch.setenv("BURST_HOME", str(home))
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "budget", "--epochs", "200", *TRAIN_ARGS])
+    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "budget", "--epochs", "3", "--steps", "10", *TRAIN_ARGS])
     assert result.exit_code == 3, result.output[-3000:]
     assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
     assert "torn down" in result.output and "did not stop in time" not in result.output  # the workers stopped themselves
@@ -497,6 +497,20 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     stopped = json.loads((ckpt / "stopped.json").read_text())
     assert stopped["step"] % 5 == 0 and stopped["step"] >= 5  # an agreed step (the workers check every 5)
     assert list(ckpt.glob("gan3d.data-*")) and checkpoint_tensors(ckpt)
+    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
+
+    # With more budget, the stopped run goes on, on a cluster of the same name (the same storage, where
+    # the guard's stop request was left): every epoch trains once and the run succeeds.
+    assert (Path(handle["storage_uri"]) / "runs" / run["run_id"] / "STOP").exists()
+    burst("up", "--provider", "local", "--name", "budget", "--cpus", "2", home=home, cwd=tmp_path)
+    try:
+        resumed = burst("train", "gan3d", "--cluster", "budget", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        record = json.loads(resumed.stdout)
+        assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
+        assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3]
+    finally:
+        burst("down", "budget", home=home, cwd=tmp_path)
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
@@ -706,3 +720,18 @@ def test_a_run_that_misses_its_quality_gate_ends_failed_quality_with_its_report(
     assert metrics["verdict"]["passed"] is False and set(metrics["verdict"]["failing"]) == {"classifier_auc"}
     assert metrics["noise_floor"]["events"] == metrics["gan_same_size"]["events"] == 50
     assert "<b>Verdict:</b> FAILED the quality gate" in (run_dir / "report" / "report.html").read_text()
+
+
+def test_run_never_takes_down_a_cluster_it_did_not_start(cluster, home, tmp_path):
+    """`burst run --name t` with the user's cluster t running (or a second `burst run` beside a first;
+    `burst tune` shares the path): refused in one line, and t still answers (it used to be trained on
+    and then torn down)."""
+    from burst.state import ClusterHandle
+    from burst.targets import local
+
+    handle, _ = cluster
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "t", "--epochs", "1", *TRAIN_ARGS, home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "cluster 't' is already up, started by another command" in " ".join(proc.stderr.split())
+    assert local.is_alive(ClusterHandle.model_validate(json.loads((home / "clusters" / "t.json").read_text())))
+    assert marked(handle["cluster_id"])
