@@ -53,3 +53,29 @@ def test_concurrent_writers_never_corrupt_or_lose_updates(burst_home):
     assert run.progress == {"w0": 40, "w1": 40, "w2": 40}
     assert not list((burst_home / "runs").glob(".*"))  # no temp files left behind
     json.loads((burst_home / "runs" / "shared.json").read_text())
+
+
+def _claim(home: str, worker: int, results) -> None:
+    import os
+
+    os.environ["BURST_HOME"] = home
+    mine = ClusterHandle(name="same", provider="local", cluster_id=f"c{worker}", storage_uri="/tmp/s")
+    results.put((worker, state.claim(mine) is None))
+
+
+def test_exactly_one_of_several_ups_claims_a_name(burst_home):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_claim, args=(str(burst_home), w, results)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    won = [w for w, ok in (results.get(timeout=5) for _ in procs) if ok]
+    assert len(won) == 1
+    assert state.load(ClusterHandle, "same").cluster_id == f"c{won[0]}"
+    state.release(ClusterHandle(name="same", provider="local", cluster_id="someone-else", storage_uri="/tmp/s"))
+    assert state.load(ClusterHandle, "same") is not None  # only the claim's owner gives it back
+    state.release(ClusterHandle(name="same", provider="local", cluster_id=f"c{won[0]}", storage_uri="/tmp/s"))
+    assert state.load(ClusterHandle, "same") is None
