@@ -1,12 +1,15 @@
 """Does each test catch the regression its name promises? Break the code on purpose and see.
 
 Each entry below is one deliberate regression (a text replacement in one source file) and the
-tests that must fail because of it. ``python -m tests.breaks [NAME ...]`` copies the working tree
-(tracked and untracked, not ignored files) into a temporary directory once per break, applies the
-break there, runs the named tests from that copy (``PYTHONPATH`` points every subprocess, Ray's
-included, at the copy) and prints, per break, whether the tests caught it. Nothing in the working
-tree is touched. The slow ones start a real local Ray cluster: run on an otherwise idle machine (Ray
-processes a break leaves behind are killed afterwards).
+tests that must fail because of it. ``python -m tests.breaks [--fast] [NAME ...]`` first runs each
+entry's tests on an unbroken copy of the working tree (tracked and untracked, not ignored files):
+a test that fails there proves nothing about the break, and the entry is reported INVALID. Then,
+once per break, it applies the break in a fresh copy, runs the named tests from it (``PYTHONPATH``
+points every subprocess, Ray's included, at the copy) and prints whether they caught it. Nothing in
+the working tree is touched. ``--fast`` takes only the entries whose tests start no cluster and
+train nothing (about a minute; ``tests/test_breaks.py`` runs them in the suite). The others start
+real Ray clusters and a Slurm site: about 25 minutes, run weekly and before a release on an
+otherwise idle machine (Ray processes a break leaves behind are killed afterwards).
 
 Not collected by pytest (the file name does not start with ``test_``).
 """
@@ -34,6 +37,7 @@ class Break:
     edits: tuple[tuple[str, str], ...]  # (text, its replacement), each text found exactly once
     tests: tuple[str, ...]
     what: str
+    fast: bool = False  # its tests start no cluster and train nothing
 
 
 BREAKS = [
@@ -56,11 +60,11 @@ BREAKS = [
     Break("undescribed-nested-field", "burst/placement/policy.py",
           (('description="GPUs this run may use on-prem"', 'description=""'),),
           ("tests/burst/test_policy.py::test_schema_describes_every_field",),
-          "a nested policy field loses its description"),
+          "a nested policy field loses its description", fast=True),
     Break("budget-never-stops-hard", "burst/runtime/budget.py",
           (("            stop_job()\n", "            pass\n"),),
           ("tests/burst/test_budget.py::test_workers_that_ignore_the_stop_request_are_stopped_hard_once",),
-          "workers that ignore the stop request are never stopped"),
+          "workers that ignore the stop request are never stopped", fast=True),
     Break("resume-repeats-an-epoch", "workloads/gan3d/train.py",
           (('        self.history = list(meta["history"])\n        return int(self.epoch.numpy())', '        self.history = list(meta["history"])[:-1]\n        self.epoch.assign_sub(1)\n        return int(self.epoch.numpy())'),),
           ("tests/burst/test_local_cluster.py::test_detached_cli_and_preempted_worker_resume_exactly",),
@@ -86,6 +90,65 @@ BREAKS = [
           (("    _down_quietly(result.handle, report, raise_errors=True)\n    return record", "    return record"),),
           ("tests/burst/test_local_cluster.py::test_headline_run_trains_validates_reports_and_leaves_nothing",),
           "`burst run` does not take its cluster down after success"),
+    # Every cluster closed to strangers, and no state lost to a race.
+    Break("kuberay-head-without-token", "infra/kuberay.py",
+          (('            "env": AUTH_ENV + env,\n        }],\n    }\n    if service_account:\n        head_pod',
+            '            "env": env,\n        }],\n    }\n    if service_account:\n        head_pod'),),
+          ("tests/infra/test_stacks.py::test_every_ray_container_requires_the_token_from_the_secret",
+           "tests/infra/test_head_auth.py::test_the_rendered_kuberay_head_refuses_requests_without_the_token"),
+          "the KubeRay head runs without Ray's token authentication"),
+    Break("kuberay-dashboard-on-every-address", "infra/kuberay.py",
+          (('"dashboard-host": "127.0.0.1"', '"dashboard-host": "0.0.0.0"'),),
+          ("tests/infra/test_stacks.py::test_every_ray_container_requires_the_token_from_the_secret",),
+          "the KubeRay head's Jobs API listens on every address of the pod", fast=True),
+    Break("tpu-head-without-token", "infra/tpu.py",
+          (('export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$TOKEN_FILE"', 'export RAY_AUTH_TOKEN_PATH="$TOKEN_FILE"'),),
+          ("tests/infra/test_head_auth.py::test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_without_the_token",),
+          "the TPU hosts start Ray without token authentication"),
+    Break("aks-pods-without-workload-identity", "infra/aks.py",
+          (('pod_labels={"azure.workload.identity/use": "true"}', "pod_labels={}"),),
+          ("tests/infra/test_stacks.py::test_aks_ray_pods_reach_storage_through_workload_identity_and_no_key_exists",),
+          "the AKS Ray pods get no federated identity for the storage", fast=True),
+    Break("run-tears-down-a-cluster-it-found", "burst/api.py",
+          (("    if not result.created_now:  # someone else's cluster", "    if False:  # someone else's cluster"),),
+          ("tests/burst/test_local_cluster.py::test_run_never_takes_down_a_cluster_it_did_not_start",),
+          "`burst run` trains on, then tears down, a cluster it did not start"),
+    Break("cloud-check-then-create", "burst/targets/pulumi_stack.py",
+          (("        existing = state.claim(claim)\n", "        existing = state.load(ClusterHandle, name)\n"),),
+          ("tests/infra/test_driver.py::test_two_ups_of_one_name_create_one_stack",),
+          "two `up`s of one cloud name both create a stack", fast=True),
+    Break("slurm-check-then-create", "burst/targets/slurm.py",
+          (("        existing = state.claim(handle)\n", "        existing = None\n        state.save(handle)\n"),),
+          ("tests/burst/test_slurm.py::test_two_ups_of_one_name_submit_one_job",),
+          "two `up`s of one Slurm name both submit an allocation"),
+    Break("resume-keeps-the-stop-request", "burst/runs.py",
+          (("        clear_verdicts(handle.storage_uri, run.run_id)\n", ""),),
+          ("tests/burst/test_local_cluster.py::test_budget_guard_checkpoints_stops_and_tears_down",),
+          "a budget-stopped run stops again at its first step when resumed"),
+    Break("login-becomes-an-ssh-option", "burst/placement/policy.py",
+          (("        return _as_value_error(command_values.login_host, v)", "        return v"),),
+          ("tests/burst/test_bad_input.py::test_site_values_that_would_reach_a_shell_are_one_line",),
+          "a policy's login host reaches ssh unchecked", fast=True),
+    Break("markup-parsed-in-messages", "burst/cli/render.py",
+          (("console = Console(stderr=True, soft_wrap=True, markup=False)", "console = Console(stderr=True, soft_wrap=True)"),),
+          ("tests/burst/test_bad_input.py::test_messages_are_printed_as_written",),
+          "a '[/x]' in a message is read as a style tag", fast=True),
+    Break("records-written-in-place", "burst/records.py",
+          (("        os.replace(tmp, path)\n", "        path.write_text(text)\n        os.replace(tmp, path)\n"),),
+          ("tests/burst/test_records.py::test_an_interrupted_write_leaves_the_old_record_and_no_temporary_file",),
+          "a record is rewritten in place (a killed writer leaves half of it)", fast=True),
+    Break("damaged-record-traceback", "burst/records.py",
+          (("    except (OSError, ValueError) as exc:", "    except OSError as exc:"),),
+          ("tests/burst/test_records.py::test_a_damaged_cost_record_is_one_line",),
+          "a truncated cost.json is a traceback", fast=True),
+    Break("scratch-trusts-a-planted-root", "burst/runtime/scratch.py",
+          (("    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:", "    if False:"),),
+          ("tests/burst/test_scratch.py::test_a_scratch_root_prepared_by_someone_else_is_refused",),
+          "a scratch directory another user prepared is used", fast=True),
+    Break("partial-copy-trusted", "burst/runtime/scratch.py",
+          (("    if (dest / COMPLETE).exists():\n        return dest", "    if dest.exists():\n        return dest"),),
+          ("tests/burst/test_scratch.py::test_a_partial_copy_left_by_a_killed_worker_is_copied_again",),
+          "a node's partial copy of the data is trained on", fast=True),
 ]
 
 
@@ -115,6 +178,49 @@ def _kill_leftovers(before: set, copy: Path) -> None:
                 pass
 
 
+def _run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[subprocess.CompletedProcess, float, str | None]:
+    """The tests from ``copy`` (its packages first on the path); (result, seconds, why not run)."""
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    which = subprocess.run([sys.executable, "-c", "import burst, workloads; print(burst.__file__, workloads.__file__)"],
+                           cwd=copy, env=env, capture_output=True, text=True)
+    if not all(path.startswith(str(copy)) for path in which.stdout.split()):
+        return None, 0.0, f"not run: the copy's packages do not shadow the installed ones ({which.stdout.strip()})"
+    before = census.snapshot()
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+                          cwd=copy, env=env, capture_output=True, text=True)
+    took = time.monotonic() - start
+    _kill_leftovers(before, copy)
+    return proc, took, None
+
+
+def _failures(proc: subprocess.CompletedProcess) -> str:
+    # a test's own failure first; an ERROR is a fixture's teardown tripping over the same break
+    failed = sorted((line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), key=lambda line: not line.startswith("FAILED"))
+    return "; ".join(failed)[:300] or "tests failed"
+
+
+def unbroken(items: list[Break]) -> dict[tuple[str, ...], str | None]:
+    """Each entry's tests on one unbroken copy: None where they pass, else why the entry proves nothing."""
+    verdicts: dict[tuple[str, ...], str | None] = {}
+    with tempfile.TemporaryDirectory(prefix="burst-unbroken-") as tmp:
+        copy = Path(tmp)
+        _copy_tree(copy)
+        for item in items:
+            if item.tests in verdicts:
+                continue
+            proc, took, why = _run_tests(copy, item.tests)
+            if why:
+                verdicts[item.tests] = why
+            elif proc.returncode == 0 and "passed" in proc.stdout and " skipped" not in proc.stdout:
+                verdicts[item.tests] = None
+            elif proc.returncode == 0:
+                verdicts[item.tests] = f"INVALID: the tests did not all run unbroken ({proc.stdout.strip().splitlines()[-1]})"
+            else:
+                verdicts[item.tests] = f"INVALID: the tests fail unbroken: {_failures(proc)}"
+    return verdicts
+
+
 def check(item: Break) -> tuple[str, float]:
     """Apply one break in a fresh copy and run its tests there; 'caught', 'MISSED' or why not run."""
     with tempfile.TemporaryDirectory(prefix="burst-break-") as tmp:
@@ -127,37 +233,31 @@ def check(item: Break) -> tuple[str, float]:
                 return f"not applied: the text to replace occurs {text.count(old)} times in {item.file}", 0.0
             text = text.replace(old, new)
         target.write_text(text)
-        env = {**os.environ, "PYTHONPATH": str(copy)}
-        which = subprocess.run([sys.executable, "-c", "import burst, workloads; print(burst.__file__, workloads.__file__)"],
-                               cwd=copy, env=env, capture_output=True, text=True)
-        if not all(path.startswith(str(copy)) for path in which.stdout.split()):
-            return f"not run: the copy's packages do not shadow the installed ones ({which.stdout.strip()})", 0.0
-        before = census.snapshot()
-        start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *item.tests],
-                              cwd=copy, env=env, capture_output=True, text=True)
-        took = time.monotonic() - start
-        _kill_leftovers(before, copy)
+        proc, took, why = _run_tests(copy, item.tests)
+        if why:
+            return why, 0.0
         if proc.returncode == 1:
-            # a test's own failure first; an ERROR is a fixture's teardown tripping over the same break
-            failed = sorted((line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))), key=lambda line: not line.startswith("FAILED"))
-            return "caught: " + ("; ".join(failed)[:300] or "tests failed"), took
+            return "caught: " + _failures(proc), took
         if proc.returncode == 0:
             return "MISSED: the tests passed with the break in place", took
         return f"not run: pytest exited {proc.returncode}: {proc.stdout[-500:]}", took
 
 
-def main(names: list[str]) -> int:
-    chosen = [b for b in BREAKS if not names or b.name in names]
+def main(args: list[str]) -> int:
+    fast = "--fast" in args
+    names = [a for a in args if a != "--fast"]
     unknown = set(names) - {b.name for b in BREAKS}
     if unknown:
         print(f"unknown break(s): {', '.join(sorted(unknown))}; known: {', '.join(b.name for b in BREAKS)}")
         return 2
+    chosen = [b for b in BREAKS if (not names or b.name in names) and (b.fast or not fast)]
+    baseline = unbroken(chosen)
     missed = 0
     for item in chosen:
-        verdict, took = check(item)
+        verdict, took = (baseline[item.tests], 0.0) if baseline[item.tests] else check(item)
         missed += not verdict.startswith("caught")
-        print(f"{item.name:30s} {item.what}\n    {item.file}: {verdict} ({took:.0f} s)", flush=True)
+        print(f"{item.name:36s} {item.what}\n    {item.file}: {verdict} ({took:.0f} s)", flush=True)
+    print(f"{len(chosen) - missed} caught, {missed} not caught, of {len(chosen)} break(s)")
     return 1 if missed else 0
 
 

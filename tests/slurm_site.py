@@ -17,10 +17,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from burst.targets.local import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 HOW_TO_ENABLE = "Slurm tests need Debian's slurm-wlm and munge and root: apt-get install slurm-wlm munge"
+# Set by .ci/run once it has installed Slurm, munge and Charliecloud: there a site test that would
+# skip is a broken CI machine, and the run fails instead of going green without them.
+REQUIRED = "BURST_REQUIRE_SITE_TESTS"
 
 
 def missing() -> str | None:
@@ -30,6 +35,18 @@ def missing() -> str | None:
     if os.geteuid() != 0:
         return f"{HOW_TO_ENABLE} (the tests start slurmd, which must run as root)"
     return None
+
+
+def needs(*reasons: str | None) -> pytest.MarkDecorator:
+    """Skip when a site tool is missing (each reason: why, or None when present); under ``REQUIRED`` fail instead."""
+    why = "; ".join(r for r in reasons if r)
+    if why and os.environ.get(REQUIRED) == "1":
+        pytest.fail(f"{REQUIRED}=1 (the CI machine installed the site tools), yet these tests cannot run: {why}", pytrace=False)
+    return pytest.mark.skipif(bool(why), reason=why)
+
+
+def charliecloud_missing() -> str | None:
+    return None if shutil.which("ch-run") else "Charliecloud (ch-run) is not installed: apt-get install charliecloud"
 
 
 @dataclass

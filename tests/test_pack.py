@@ -92,7 +92,7 @@ def test_a_tampered_wheel_stops_install_sh_with_one_line_naming_it(bundle, tmp_p
     assert not (tmp_path / "venv").exists()  # nothing was installed
 
 
-@pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")
+@slurm_site.needs(slurm_site.missing())
 def test_a_slurm_allocation_runs_burst_from_the_bundle(bundle, tmp_path):
     site = slurm_site.start()
     before = census.snapshot()
@@ -132,8 +132,7 @@ def image_from_this_root(image: Path, venv: Path) -> Path:
     return image
 
 
-@pytest.mark.skipif(shutil.which("ch-run") is None, reason="Charliecloud (ch-run) is not installed")
-@pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")
+@slurm_site.needs(slurm_site.charliecloud_missing(), slurm_site.missing())
 def test_a_slurm_job_runs_inside_a_charliecloud_image(bundle, tmp_path):
     venv = bundle / "venv"
     if not (venv / "bin" / "python").exists():  # this test alone: install the bundle first

@@ -12,7 +12,7 @@ from burst.targets import local
 from tests import census, slurm_site
 from tests.ray_auth import assert_refuses_strangers
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(slurm_site.missing() is not None, reason=slurm_site.missing() or "")]
+pytestmark = [pytest.mark.slow, slurm_site.needs(slurm_site.missing())]
 
 TRAIN = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
 

@@ -203,3 +203,44 @@ def test_dry_run_cli_json_for_every_provider(tmp_path):
     v100_zones = facts.load("gcp").zones_for("V100", "us-central1")
     assert gcp["layout"]["zones"] and set(gcp["layout"]["zones"]) <= set(v100_zones)
     assert gcp["hourly_usd"] == pytest.approx(16 * (8 * 1.0885 + 32 * 0.0963 / 8), rel=1e-3)
+
+
+def test_aks_ray_pods_reach_storage_through_workload_identity_and_no_key_exists():
+    """No storage account key in the cluster (Secret or env): the Ray pods' service account is federated
+    with a managed identity of their own that may use that account's blobs and nothing else."""
+    lay, spec, resources, result = render("azure", "T4", 4, False, region="eastus")
+    everything = json.dumps(result)
+    assert "AZURE_STORAGE_ACCOUNT_KEY" not in everything and "listStorageAccountKeys" not in everything
+    (cluster,) = of_type(resources, "ManagedCluster")
+    assert cluster["inputs"]["oidcIssuerProfile"] == {"enabled": True}
+    assert cluster["inputs"]["securityProfile"]["workloadIdentity"] == {"enabled": True}
+    (identity,) = of_type(resources, "UserAssignedIdentity")
+    (federation,) = of_type(resources, "FederatedIdentityCredential")
+    assert federation["inputs"]["subject"] == "system:serviceaccount:burst:burst-ray"
+    assert federation["inputs"]["audiences"] == ["api://AzureADTokenExchange"]
+    (grant,) = of_type(resources, "RoleAssignment")
+    assert grant["inputs"]["roleDefinitionId"].endswith("/roleDefinitions/ba92f5b4-2d11-453d-a403-e96b0029c9fe")  # Storage Blob Data Contributor
+    assert grant["inputs"]["scope"] == "storage-id"  # the storage account, not the subscription or the group
+    (ksa,) = [r for r in of_type(resources, "core/v1:ServiceAccount") if r["inputs"]["metadata"]["name"] == "burst-ray"]
+    assert ksa["inputs"]["metadata"]["annotations"]["azure.workload.identity/client-id"] == "00000000-0000-0000-0000-00000000c11e"
+    rc = ray_groups(resources)
+    for pod in [rc["headGroupSpec"]["template"]] + [g["template"] for g in rc["workerGroupSpecs"]]:
+        assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+        assert pod["spec"]["serviceAccountName"] == "burst-ray"
+
+
+@pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])
+def test_every_ray_container_requires_the_token_from_the_secret(provider, accelerator, gpus, region):
+    """Rendered only (tests/infra/test_head_auth.py starts the head for real): token mode on the head and
+    every worker, the token from the stack's Secret, the Jobs API on the pod's loopback."""
+    lay, spec, resources, _ = render(provider, accelerator, gpus, False, region=region)
+    rc = ray_groups(resources)
+    assert rc["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    (secret,) = [r for r in of_type(resources, "core/v1:Secret") if r["inputs"]["metadata"]["name"] == "burst-ray-auth"]
+    assert secret["inputs"]["stringData"] == "[secret]"  # masked in a rendering, like every secret
+    for pod in [rc["headGroupSpec"]["template"]] + [g["template"] for g in rc["workerGroupSpecs"]]:
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "burst-ray-auth", "key": "auth_token"}}
+    (cluster,) = of_type(resources, "RayCluster")
+    assert "ray-auth" in cluster["dependsOn"]  # the pods never start before their token exists
