@@ -606,7 +606,8 @@ def test_the_plan_hands_its_batch_to_the_job_and_the_run_records_predicted_again
 
 def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tmp_path, monkeypatch):
     # `burst train` on GKE/AKS reaches the head with `kubectl port-forward`; a stand-in kubectl
-    # forwards to this module's real Ray dashboard, so the tunnel's whole life is exercised.
+    # forwards to this module's real Ray dashboard, so the tunnel's whole life is exercised. Like a
+    # KubeRay head, that head requires its cluster's token (the one a cloud handle carries: test_driver).
     from urllib.parse import urlparse
 
     from burst import targets
@@ -632,6 +633,9 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
         req = urllib.request.Request(reachable.dashboard_url + "/api/version", headers=auth_headers(handle))
         with urllib.request.urlopen(req, timeout=10) as resp:
             assert resp.status == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the port-forward is no way around the token
+            urllib.request.urlopen(reachable.dashboard_url + "/api/version", timeout=10)
+        assert refused.value.code == 401
         (config,) = set(home.glob("kubeconfig-*")) - before
         assert oct(config.stat().st_mode & 0o777) == "0o600"
     assert not config.exists()  # the kubeconfig never outlives the command

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pulumi import automation as auto
@@ -197,11 +198,19 @@ def test_every_zone_stocked_out_is_one_line_and_nothing_is_left(home):
     assert state.load(ClusterHandle, "t") is None
 
 
-def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
+def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home, monkeypatch):
     fake = RecordingPulumi()
+    gke = targets.get("gcp")
+    built = []
+    original = type(gke).build_spec
+    monkeypatch.setattr(type(gke), "build_spec", lambda self, *a, **kw: built.append(original(self, *a, **kw)) or built[-1])
     handle, created = gke_up(fake)
     assert created and handle.state == "running" and handle.storage_uri == "gs://b"
     assert "kubeconfig" not in handle.outputs  # secrets never reach the state directory
+    # the handle holds the path of the token the stack's heads require, readable by the user only
+    token = Path(handle.token_path)
+    assert token.read_text().strip() == built[-1].auth_token and len(built[-1].auth_token) == 64
+    assert oct(token.stat().st_mode & 0o777) == "0o600" and built[-1].auth_token not in (home / "clusters" / "t.json").read_text()
     stuck = RecordingPulumi(leftover_destroys=5)
     stuck.stacks = fake.stacks
     with pytest.raises(BurstError) as err:
@@ -215,7 +224,7 @@ def test_down_retries_then_names_what_is_left_and_keeps_the_handle(home):
     healed.stacks = fake.stacks
     with pulumi_command(healed) as gke:
         gke.down(state.load(ClusterHandle, "t"))
-    assert state.load(ClusterHandle, "t") is None
+    assert state.load(ClusterHandle, "t") is None and not token.exists()
 
 
 @pytest.fixture
