@@ -240,9 +240,8 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
         if existing is not None:
             if existing.state == "running" and is_alive(existing):
                 return existing, False
-            starter = existing.starter_pid
-            if existing.state == "starting" and starter and starter != os.getpid() and _alive(starter):
-                raise BurstError(f"cluster {name!r} is starting, started by PID {starter}; wait for it to finish "
+            if existing.state == "starting" and state.starter_alive(existing):
+                raise BurstError(f"cluster {name!r} is starting, started by PID {existing.starter_pid}; wait for it to finish "
                                  f"(`burst status`), then run `burst up` again", exit_code=1)
             raise BurstError(f"cluster {name!r} is recorded but not answering (state {existing.state}); run `burst down {name}` first")
         cluster_id = uuid.uuid4().hex[:12]
@@ -352,15 +351,6 @@ def _taken_by_others(ports: dict[str, int], since: float) -> str | None:
             holder = f"PID {pid}" if pid else "a process of another user"
             return f"port {port} (Ray's {role}) is taken by {holder}; run `burst up` again (it picks new ports)"
     return None
-
-
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _cleanup_failed(handle: ClusterHandle) -> None:
