@@ -97,6 +97,13 @@ class RunRecord(BaseModel):
     attempts: int = 1  # 1 + the number of `--resume`s
 
 
+def cluster_dir(name: str) -> Path:
+    """``clusters/<name>/`` under the state directory, user-only: a cluster's token file, job script, local storage."""
+    path = _dir("clusters") / check_name(name)
+    path.mkdir(exist_ok=True, mode=0o700)
+    return path
+
+
 def claim(handle: ClusterHandle) -> ClusterHandle | None:
     """Record ``handle`` unless a cluster of its name is recorded already, in one locked step; returns
     the one already recorded (None: the name is now this caller's). Every target's ``up`` claims its

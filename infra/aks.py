@@ -71,11 +71,7 @@ def program(spec: StackSpec) -> dict:
         env=[{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name}], service_account=KSA,
         pod_labels={"azure.workload.identity/use": "true"},  # the webhook gives these pods the federated token
     )
-    ksa = k8s.core.v1.ServiceAccount(
-        "ray-ksa", metadata={"name": KSA, "namespace": RAY_NAMESPACE, "labels": tags,
-                             "annotations": {"azure.workload.identity/client-id": identity.client_id}},
-        opts=ray.object_opts,
-    )
+    ksa = ray.service_account({"azure.workload.identity/client-id": identity.client_id})
     plugin = device_plugin(spec, tags, ray.object_opts)
     pulumi.export("kubeconfig", config)
     pulumi.export("ray_namespace", ray.namespace)

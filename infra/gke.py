@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_gcp as gcp
-import pulumi_kubernetes as k8s
 
 from . import kuberay
 from .spec import GKE_ACCELERATORS, KSA, RAY_NAMESPACE, StackSpec
@@ -115,11 +114,7 @@ def program(spec: StackSpec) -> dict:
         system_selector={"cloud.google.com/gke-nodepool": "system"},
         tolerations=[kuberay.GPU_TOLERATION], service_account=KSA,
     )
-    ksa = k8s.core.v1.ServiceAccount(
-        "ray-ksa", metadata={"name": KSA, "namespace": RAY_NAMESPACE, "labels": labels,
-                             "annotations": {"iam.gke.io/gcp-service-account": gsa.email}},
-        opts=ray.object_opts,
-    )
+    ksa = ray.service_account({"iam.gke.io/gcp-service-account": gsa.email})
     pulumi.export("kubeconfig", config)
     pulumi.export("ray_namespace", ray.namespace)
     pulumi.export("ray_head_service", ray.head_service)

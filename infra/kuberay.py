@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .spec import KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
+from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
@@ -105,7 +105,14 @@ class KubeRay(pulumi.ComponentResource):
             spec=ray_cluster_spec(spec, system_selector, groups, env, service_account, pod_labels),
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.operator, self.auth_secret, *extra])),
         )
+        self.labels = spec.labels()
         self.namespace = RAY_NAMESPACE
         self.head_service = f"{RAY_CLUSTER_NAME}-head-svc"
         self.object_opts = pulumi.ResourceOptions(provider=self.provider, depends_on=[self.namespace_resource], deleted_with=cluster)
         self.register_outputs({"namespace": self.namespace, "head_service": self.head_service})
+
+    def service_account(self, annotations: dict) -> k8s.core.v1.ServiceAccount:
+        """The Ray pods' Kubernetes service account (``KSA``); ``annotations`` tie it to the cloud identity that may use the bucket."""
+        return k8s.core.v1.ServiceAccount(
+            "ray-ksa", metadata={"name": KSA, "namespace": self.namespace, "labels": self.labels, "annotations": annotations},
+            opts=self.object_opts)

@@ -245,8 +245,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
                                  f"(`burst status`), then run `burst up` again", exit_code=1)
             raise BurstError(f"cluster {name!r} is recorded but not answering (state {existing.state}); run `burst down {name}` first")
         cluster_id = uuid.uuid4().hex[:12]
-        cdir = state.home() / "clusters" / name
-        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cdir = state.cluster_dir(name)
         token_path = cdir / "auth_token"
         new_token(token_path)
         temp_dir = _temp_dir(cluster_id)

@@ -80,13 +80,6 @@ def _mask(value, key: str = ""):
     return value
 
 
-def token_file(name: str) -> Path:
-    """Where this machine keeps the Ray token of cloud cluster ``name`` (a user-only file)."""
-    cdir = state.home() / "clusters" / name
-    cdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return cdir / "auth_token"
-
-
 class PulumiTarget(Target):
     """A cloud provider whose clusters are Pulumi stacks (subclasses: the stack program, the
     credentials it needs, the tunnel to the head)."""
@@ -267,8 +260,8 @@ class PulumiTarget(Target):
         preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
                    f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
-        token_path = token_file(name)
-        local.new_token(token_path)  # this machine's copy; the stack keeps it as a Pulumi secret
+        token_path = state.cluster_dir(name) / "auth_token"
+        local.new_token(token_path)  # this machine's copy (user-only); the stack keeps it as a Pulumi secret
         spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
                                auth_token=token_path.read_text().strip())
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),

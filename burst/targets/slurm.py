@@ -244,7 +244,7 @@ class SlurmTarget(Target):
             raise BurstError(f"{nodes} nodes is more than partition {part['name']} has ({part['nodes']}); ask for fewer with --nodes")
         hours = lease.hours or DEFAULT_WALLTIME_H
         cluster_id = uuid.uuid4().hex[:12]
-        cdir = state.home() / "clusters" / name
+        cdir = state.cluster_dir(name)
         storage = site.storage or str(cdir / "storage")
         script = cdir / "job.sh"
         body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container)
@@ -262,8 +262,7 @@ class SlurmTarget(Target):
         existing = state.claim(handle)
         if existing is not None:
             return self._existing(existing, lease, report), False
-        cdir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the name is ours: its directory may be rewritten
-        (cdir / "head.json").unlink(missing_ok=True)
+        (cdir / "head.json").unlink(missing_ok=True)  # the name is ours: its directory may be rewritten
         local.new_token(cdir / "auth_token")
         script.write_text(body)
         script.chmod(0o700)
