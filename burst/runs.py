@@ -64,7 +64,7 @@ def check_data(data: Optional[str], synthetic: Optional[int]) -> None:
 
 
 # fields whose command-line flag is not the field's name
-FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_interrupt": "--cancel"}
+FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_interrupt": "--cancel", "checkpoint_every_steps": "--checkpoint-every"}
 
 
 def _flag_error(exc: ValidationError) -> str:
@@ -194,7 +194,16 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     run.progress = tracker.snapshot()
     run_dir = RunDirectory(run.run_id)
     run_dir.save_log(jobs.client(handle).get_job_logs(run.job_id))
-    stopped = tracker.stopped is not None or (guard is not None and guard.requested_at is not None)
+    on_notice = tracker.stopped is not None and tracker.stopped.on_notice and (guard is None or guard.requested_at is None)
+    stopped = not on_notice and (tracker.stopped is not None or (guard is not None and guard.requested_at is not None))
+    if on_notice:  # the cluster said it is going: the run checkpointed where it was and ended, to go on elsewhere
+        where = tracker.stopped
+        run.state = "LOST"
+        run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
+                       f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
+        with state.locked():
+            state.save(run)
+        raise BurstError(f"run {run.run_id} {run.message}", exit_code=1)
     if status == "SUCCEEDED":
         run_dir.collect(handle, run)
         run.run_dir = str(run_dir.path.resolve())
@@ -314,6 +323,9 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
     tracker = _replay(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None:
         run.progress = tracker.snapshot()
+    if run.state == "SUCCEEDED" and tracker.stopped is not None:  # ended early, its checkpoint saved: not a result
+        run.state = "LOST" if tracker.stopped.on_notice else "STOPPED_BUDGET"
+        run.message = f"stopped at epoch {tracker.stopped.epoch} step {tracker.stopped.step} ({tracker.stopped.reason}); --resume goes on from there"
     return run
 
 

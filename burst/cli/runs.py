@@ -24,6 +24,8 @@ Workers = Annotated[int, typer.Option(help="Ray Train workers (one per node; CPU
 Seed = Annotated[int, typer.Option()]
 ValEvents = Annotated[int, typer.Option(help="held-out events used by validation")]
 Steps = Annotated[Optional[int], typer.Option("--steps", help="steps per epoch (default: events // global batch)")]
+CheckpointEvery = Annotated[Optional[int], typer.Option("--checkpoint-every", help="also checkpoint inside an epoch every this many steps "
+                                                                              "(default: the policy's checkpoint_every_steps; whole epochs only without either)")]
 GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: YAML of summary metric -> largest accepted value; "
                                                                  "a run that misses it ends FAILED_QUALITY (exit 4)")]
 
@@ -60,6 +62,7 @@ def train(
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
+    checkpoint_every_steps: CheckpointEvery = None,
     resume: Annotated[Optional[str], typer.Option(help="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
@@ -96,6 +99,7 @@ def run(
     val_events: ValEvents = 400,
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
+    checkpoint_every_steps: CheckpointEvery = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on shared storage the nodes install burst from")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run (docker/Dockerfile)")] = None,
 ) -> None:

@@ -34,6 +34,7 @@ class TrainSettings(BaseModel):
     steps_per_epoch: Optional[int] = Field(None, gt=0, description="steps per epoch (default: events // global batch)")
     val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
     gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.quality)")
+    checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps")
 
 
 class JobConfig(TrainSettings):
@@ -115,7 +116,23 @@ class EpochEvent(_Event):
 
 
 class StoppedEvent(_Event):
+    """Training ended early at this position, its checkpoint saved: on request (the budget guard) or on a notice."""
+
     type: Literal["stopped"] = "stopped"
+    epoch: int
+    step: int
+    steps: int
+    reason: str = "request"
+
+    @property
+    def on_notice(self) -> bool:
+        return self.reason.startswith("notice")
+
+
+class CheckpointEvent(_Event):
+    """A checkpoint inside an epoch (the step interval, or a notice) is on storage."""
+
+    type: Literal["checkpoint"] = "checkpoint"
     epoch: int
     step: int
     steps: int
@@ -145,7 +162,8 @@ class FailedEvent(_Event):
     message: str
 
 
-JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, TrialEvent, DoneEvent, FailedEvent], Field(discriminator="type")]
+JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, CheckpointEvent, TrialEvent, DoneEvent, FailedEvent],
+                     Field(discriminator="type")]
 _EVENT = TypeAdapter(JobEvent)
 
 

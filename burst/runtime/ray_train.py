@@ -77,9 +77,16 @@ def train_loop_per_worker(loop_config: dict) -> None:
             trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
 
+    def save_position(position: dict) -> None:
+        """A checkpoint inside an epoch (its history file holds the position); reported like an epoch's."""
+        with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+            trainer.save(tmp)
+            ray.train.report({"within_epoch": True, **position}, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
+
     try:
-        fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=rank == 0, resumed=resume_dir is not None,
-                        replicas=strategy.num_replicas_in_sync)
+        # A scan's trials keep their best checkpoint by a metric only whole epochs report: no mid-epoch ones there.
+        notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=rank == 0, resumed=resume_dir is not None,
+                                  replicas=strategy.num_replicas_in_sync, save_position=None if held_out is not None or cfg.validate_each_epoch else save_position)
     except Exception as exc:
         line = failure_line(exc)
         if world > 1 or not line.startswith("bad input data: "):
@@ -93,14 +100,14 @@ def train_loop_per_worker(loop_config: dict) -> None:
         shutil.rmtree(node_data_dir(cfg.run_id), ignore_errors=True)
         shutil.rmtree(node_data_dir(f"{cfg.run_id}-val"), ignore_errors=True)
     if trainer.stopped:
-        # Asked to stop (the budget guard): a final checkpoint of the weights as they are now. It
-        # records only the whole epochs done, so a resume would redo the interrupted epoch.
+        # Asked to stop (the budget guard, a notice): a final checkpoint of the weights as they are
+        # now, with the position inside the epoch, so that a resume goes on from this very step.
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             trainer.save(tmp)
             (Path(tmp) / "stopped.json").write_text(json.dumps(trainer.stopped))
             ray.train.report({"stopped": True, **trainer.stopped}, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
         if rank == 0:
-            announce_stop(trainer)
+            announce_stop(trainer, notices)
 
 
 def tensorflow_trainer(cfg: JobConfig, ray_train_storage: str, callbacks: tuple = (), keep_best: str | None = None):

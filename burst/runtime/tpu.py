@@ -35,16 +35,23 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
         seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch)
 
     def save_epoch(metrics: dict) -> None:
-        local = local_root / f"epoch_{metrics['epoch']:04d}"
+        keep(f"epoch_{metrics['epoch']:04d}")
+
+    def save_position(position: dict) -> None:
+        keep(f"epoch_{position['epoch'] - 1:04d}_step_{position['step']:06d}")
+
+    def keep(name: str) -> None:
+        local = local_root / name
         trainer.save(local)
         storage.copy_dir(str(local), storage.join(ckpt_root, local.name))
 
-    fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=True, resumed=resume is not None,
-                    replicas=strategy.num_replicas_in_sync)
+    notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=True, resumed=resume is not None,
+                              replicas=strategy.num_replicas_in_sync, save_position=save_position)
     trainer.save(final_dir)
     if trainer.stopped:
+        keep(f"epoch_{trainer.stopped['epoch'] - 1:04d}_step_{trainer.stopped['step']:06d}")  # the next attempt starts here
         (Path(final_dir) / "stopped.json").write_text(json.dumps(trainer.stopped))
-        announce_stop(trainer)
+        announce_stop(trainer, notices)
     shutil.rmtree(local_root, ignore_errors=True)
     return final_dir
 

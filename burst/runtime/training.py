@@ -9,31 +9,40 @@ from pathlib import Path
 from typing import Callable
 
 from . import scratch
-from .job import EpochEvent, JobConfig, RunFiles, StartEvent, StepEvent, StoppedEvent, emit
+from .job import CheckpointEvent, EpochEvent, JobConfig, RunFiles, StartEvent, StepEvent, StoppedEvent, emit
+from .notice import NoticeWatch
 
 STEP_EVENTS_PER_EPOCH = 10
 
 
-def epochs_in(checkpoint: Path) -> int:
-    """Epochs a checkpoint directory holds, or -1 when it is incomplete (a copy cut short)."""
+def progress_in(checkpoint: Path) -> tuple[int, int]:
+    """(whole epochs, steps into the next one) a checkpoint directory holds, or (-1, 0) when it is
+    incomplete (a copy cut short)."""
     try:
-        history = json.loads((checkpoint / "history.json").read_text())["history"]
-    except (OSError, ValueError, KeyError):
-        return -1
+        meta = json.loads((checkpoint / "history.json").read_text())
+        history, step = meta["history"], int((meta.get("position") or {}).get("step", 0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return -1, 0
     if not (checkpoint / "gan3d.index").exists() or not list(checkpoint.glob("gan3d.data-*")):
-        return -1
-    return len(history)
+        return -1, 0
+    return len(history), step
+
+
+def epochs_in(checkpoint: Path) -> int:
+    """Whole epochs a checkpoint directory holds, or -1 when it is incomplete."""
+    return progress_in(checkpoint)[0]
 
 
 def latest_checkpoint(candidates: list[Path]) -> Path | None:
-    """The complete checkpoint with the most epochs among the candidates (a tie goes to the later one).
+    """The complete checkpoint furthest on (most epochs, then most steps into the next) among the
+    candidates (a tie goes to the later one).
 
     Ray Train registers a reported checkpoint only when its controller next polls the worker
     (every 2 s); a worker preempted inside that window has its checkpoint on storage but Ray's
     bookkeeping still points at the previous one. Callers pass both, so no epoch is redone.
     """
-    scored = [(epochs_in(c), i, c) for i, c in enumerate(candidates)]
-    scored = [item for item in scored if item[0] >= 0]
+    scored = [(progress_in(c), i, c) for i, c in enumerate(candidates)]
+    scored = [item for item in scored if item[0][0] >= 0]
     return max(scored, key=lambda item: item[:2])[2] if scored else None
 
 
@@ -59,12 +68,15 @@ def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
 
 
 def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch: Callable[[dict], None], *, speaks: bool,
-                    resumed: bool, replicas: int) -> None:
-    """Train the remaining epochs, saying what happens; ``save_epoch`` keeps each epoch's checkpoint.
+                    resumed: bool, replicas: int, save_position: Callable[[dict], None] | None = None) -> NoticeWatch:
+    """Train the remaining epochs, saying what happens; ``save_epoch`` keeps each epoch's checkpoint
+    and ``save_position`` one taken inside an epoch (every ``cfg.checkpoint_every_steps`` steps, and
+    when a ``checkpoint`` notice comes).
 
     ``speaks`` is true on the one worker that talks for the job (rank 0). Training ends early when
-    the run's stop request appears on storage (``trainer.stopped`` says where); the caller then
-    writes a final checkpoint and calls ``announce_stop``.
+    the run's stop request or a ``stop`` notice appears on storage (``trainer.stopped`` says where
+    and why); the caller then writes a final checkpoint and calls ``announce_stop`` with the
+    returned watch.
     """
     from . import storage
     from workloads.gan3d.cpu import machine_facts
@@ -88,11 +100,28 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
         if speaks:
             emit(EpochEvent(epochs=cfg.epochs, **metrics))
 
+    notices = NoticeWatch(cfg.storage)
+
+    def on_checkpoint(position: dict) -> None:
+        if save_position is None:
+            return
+        save_position(position)
+        if speaks:
+            notices.done()
+            emit(CheckpointEvent(**position))
+
     stop_files = cfg.stop_files or (RunFiles(cfg.storage, cfg.run_id).stop_request,)
     trainer.fit(dataset_fn, cfg.epochs, steps, on_epoch_end=[on_epoch_end], on_step=on_step,
-                should_stop=lambda: any(storage.exists(f) for f in stop_files))
+                should_stop=lambda: any(storage.exists(f) for f in stop_files) or notices.stop_now(),
+                on_checkpoint=on_checkpoint, checkpoint_every=cfg.checkpoint_every_steps if save_position else None,
+                should_checkpoint=notices.checkpoint_now if save_position else None)
+    if trainer.stopped:
+        trainer.stopped["reason"] = f"notice: {notices.acting.source}" if notices.acting is not None else "request"
+    return notices
 
 
-def announce_stop(trainer) -> None:
-    """After the final checkpoint of a run stopped on request: where it stopped."""
+def announce_stop(trainer, notices: NoticeWatch | None = None) -> None:
+    """After the final checkpoint of a run stopped on request or on notice: where it stopped."""
+    if notices is not None:
+        notices.done()
     emit(StoppedEvent(**trainer.stopped))

@@ -145,6 +145,37 @@ def test_checkpoint_restore_continue_equals_uninterrupted_run(spec, tmp_path):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+def test_a_checkpoint_taken_inside_an_epoch_resumes_at_its_step_as_if_never_stopped(spec, tmp_path):
+    # What a notice (walltime, preemption) or the step interval saves: the weights after step 3 of
+    # 4, the epoch's metric sums and its seconds so far. Resumed, training goes on at step 4 of the
+    # same data order, and the epoch's record covers all four steps.
+    steps = 4
+    fn = data.make_dataset_fn(spec, SMALL, BATCH, steps, seed=0)
+    straight = _trainer(seed=5)
+    whole = straight.fit(fn, 2, steps)
+
+    first = _trainer(seed=5)
+    saved = []
+    first.fit(fn, 2, steps, on_checkpoint=lambda pos: saved.append((pos, first.save(tmp_path / f"at{pos['epoch']}-{pos['step']}"))),
+              checkpoint_every=3, should_stop=lambda: first.epoch_step == 3 and first.epoch.numpy() == 1, stop_check_every=1)
+    assert [pos for pos, _ in saved] == [{"epoch": 1, "step": 3, "steps": 4}, {"epoch": 2, "step": 3, "steps": 4}]
+    assert first.stopped == {"epoch": 2, "step": 3, "steps": 4}
+    meta = json.loads((saved[-1][1] / "history.json").read_text())
+    assert meta["position"]["step"] == 3 and len(meta["history"]) == 1
+
+    resumed = _trainer(seed=77)
+    assert resumed.restore(saved[-1][1]) == 1 and resumed.epoch_step == 3
+    stepped = []
+    history = resumed.fit(fn, 2, steps, on_step=stepped.append)
+    assert [s["step"] for s in stepped] == [4]  # one step left of epoch 2, none repeated
+    assert [h["epoch"] for h in resumed.history] == [1, 2]
+    assert history[0]["steps"] == steps and history[0]["samples"] == steps * BATCH
+    assert history[0]["d_loss"] == pytest.approx(whole[1]["d_loss"], rel=1e-4)  # the sums of steps 1-3 came back
+    for x, y in zip(_weights(straight), _weights(resumed)):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert resumed.position() is None  # between epochs again: a checkpoint now holds whole epochs
+
+
 def test_restore_refuses_another_preset(spec, tmp_path):
     from workloads.gan3d.presets import PAPER
     from workloads.gan3d.train import GAN3DTrainer
