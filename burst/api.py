@@ -77,11 +77,11 @@ def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, *
 def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
                nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
                bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
-               epochs: Optional[int] = None):
+               epochs: Optional[int] = None, avoid: tuple[str, ...] = ()):
     command_values.image(image)  # before anything is planned or said
     placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
                              storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
-                             batch_per_replica=batch_per_replica, epochs=epochs)
+                             batch_per_replica=batch_per_replica, epochs=epochs, avoid=avoid)
     if image is not None:
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
@@ -97,7 +97,7 @@ def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, pree
 
 def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
             nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None,
-            batch_per_replica: Optional[int] = None, epochs: Optional[int] = None):
+            batch_per_replica: Optional[int] = None, epochs: Optional[int] = None, avoid: tuple[str, ...] = ()):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
@@ -114,7 +114,7 @@ def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preempt
         if storage is not None:
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                                gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs)
+                                gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=avoid)
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and cpus is not None:
             chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
@@ -140,24 +140,33 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
        bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
-       epochs: Optional[int] = None, report: Reporter = QUIET) -> UpResult:
+       epochs: Optional[int] = None, avoid: tuple[str, ...] = (), idle_minutes: Optional[float] = None,
+       report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
-    queued and returns; the handle's ``state`` is then ``starting``)."""
+    queued and returns; the handle's ``state`` is then ``starting``). ``avoid``: targets the plan
+    must not choose (``provider`` or ``provider:region``; a managed run's lost ones).
+    ``idle_minutes``: a watcher process takes the cluster down after that long without a job
+    (and at its lease's end), whether or not a CLI is running."""
     started = time.perf_counter()
     if name is not None:
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                                 region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
-                                bundle=bundle, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs)
+                                bundle=bundle, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs,
+                                avoid=avoid)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
     if created and placement.estimate is not None:
         handle = handle.model_copy(update={"plan": prediction(placement)})
         state.save(handle)
+    if created and (idle_minutes is not None or handle.expires is not None):
+        from . import controller
+
+        handle = controller.watch_cluster(handle, idle_minutes, report)
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 

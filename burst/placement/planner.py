@@ -105,11 +105,25 @@ def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs:
                accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
                region: Optional[str] = None, gpus_per_node: Optional[int] = None,
                batch_per_replica: Optional[int] = None, nodes: Optional[int] = None,
-               scan: Optional[ScanShape] = None) -> tuple[list[Candidate], dict[str, int]]:
+               scan: Optional[ScanShape] = None, avoid: tuple[str, ...] = ()) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing) allows, with its estimate.
 
     ``nodes`` keeps only layouts spanning that many nodes (this machine is one). ``scan``: the
-    candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs)."""
+    candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs).
+    ``avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``."""
+    out, excluded = _candidates(policy, profile, offers, epochs=epochs, gpus=gpus, events=events, provider=provider,
+                                accelerator=accelerator, preemptible=preemptible, region=region, gpus_per_node=gpus_per_node,
+                                batch_per_replica=batch_per_replica, nodes=nodes, scan=scan)
+    kept = [c for c in out if c.provider not in avoid and f"{c.provider}:{c.region}" not in avoid]
+    if len(kept) < len(out):
+        excluded["lost a cluster there"] = len(out) - len(kept)
+    return kept, excluded
+
+
+def _candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int], gpus: Optional[int],
+                events: Optional[int], provider: Optional[str], accelerator: Optional[str], preemptible: Optional[bool],
+                region: Optional[str], gpus_per_node: Optional[int], batch_per_replica: Optional[int], nodes: Optional[int],
+                scan: Optional[ScanShape]) -> tuple[list[Candidate], dict[str, int]]:
     epochs = _epochs(policy, profile, epochs)
     cpu_scan = scan is not None and scan.gpus_per_trial is None and gpus is None
     if scan is not None:

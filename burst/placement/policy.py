@@ -80,6 +80,7 @@ class OnPrem(_Strict):
     login: Optional[str] = Field(None, description="Slurm: login host to run the Slurm commands on with ssh (absent: this machine has them)")
     gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
     container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
+    notice_seconds: int = Field(120, ge=10, le=3600, description="Slurm: seconds before the walltime at which the job is signalled (sbatch --signal) to checkpoint and end; keep it above the site's KillWait")
 
     @field_validator("login")
     @classmethod
@@ -153,6 +154,15 @@ class DataLocation(_Strict):
         raise ValueError(f"must be {', '.join(DATA_SITES)}, or <cloud>:<region> with a cloud of {', '.join(targets.vendors())}")
 
 
+class Recovery(_Strict):
+    """What a managed run (``--managed``) may do when its cluster is lost (preempted, cancelled,
+    out of walltime, stocked out): plan again without the target that failed and go on there."""
+
+    max_restarts: int = Field(3, ge=0, le=100, description="moves to a new cluster before a managed run gives up (0: never move)")
+    allow_providers: Optional[list[Provider]] = Field(None, description="targets a managed run may move to (absent: the policy's providers)")
+    fallback_on_demand_after: Optional[int] = Field(1, ge=0, le=100, description="after this many lost preemptible clusters, move to on-demand capacity only (absent: never)")
+
+
 class Policy(_Strict):
     """Where a run may go and what it should optimise."""
 
@@ -174,6 +184,8 @@ class Policy(_Strict):
     local: LocalMachine = Field(default_factory=LocalMachine, description="this machine as a target")
     burst_when: Optional[BurstWhen] = Field(None, description="when to leave on-prem for a cloud")
     data: DataLocation = Field(default_factory=DataLocation, description="where the training data is and what moving it costs")
+    recovery: Recovery = Field(default_factory=Recovery, description="how a managed run recovers from a lost cluster")
+    checkpoint_every_steps: Optional[int] = Field(None, gt=0, le=10_000_000, description="also checkpoint inside an epoch every this many steps (default: whole epochs only; a notice of lost capacity checkpoints either way)")
 
     @field_validator("deadline")
     @classmethod

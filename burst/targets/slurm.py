@@ -47,6 +47,7 @@ COMMAND_TIMEOUT_S = 15.0
 HEAD_TIMEOUT_S = 120.0      # from the job running to its Ray head answering
 CANCEL_TIMEOUT_S = 90.0     # Slurm's KillWait (30 s by default) and a margin
 PENDING_GRACE_S = 10.0      # a free partition starts a job within the scheduler's next pass
+NOTICE_MARGIN_S = 5         # of the notice period: left for stopping Ray once the workers have checkpointed
 DEFAULT_WALLTIME_H = 24.0
 START_AT = re.compile(r"to start at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "RESIZING", "SUSPENDED")
@@ -93,18 +94,21 @@ def _this_host(host: str) -> bool:
 CONTAINER_PYTHON = "/opt/burst/venv/bin/python"  # where docker/Dockerfile.charliecloud installs the bundle
 
 
-def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Optional[str], container: Optional[str]) -> tuple[str, str]:
+def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Optional[str], container: Optional[str],
+               notice_s: int = 120) -> tuple[str, str]:
     """The batch script, and the Python the cluster's jobs run.
 
     Plain: this machine's Python (the nodes share its installation). ``bundle``: the nodes install
     burst from the bundle into BUNDLE/venv the first time (under flock: several jobs may start
     together) and run that. ``container``: the job runs inside the Charliecloud image directory with
-    ``ch-run``, binding the cluster directory and a path storage at the same paths.
+    ``ch-run``, binding the cluster directory and a path storage at the same paths. On SIGTERM the
+    job posts a notice on ``storage`` and gives the workers up to ``notice_s`` less a margin to
+    checkpoint before it stops Ray.
     """
     from ..pack import bundle_python, install_command
 
     lines = ["#!/bin/bash", f"# burst cluster {name}: Ray inside this allocation", "set -e"]
-    args = f"-m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id}"
+    args = f"-m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id} {shlex.quote(storage)} {max(5, notice_s - NOTICE_MARGIN_S)}"
     if container:
         binds = [str(cdir)] + ([storage] if "://" not in storage and not Path(storage).is_relative_to(cdir) else [])
         for path in binds:  # ch-run binds onto existing directories of the image
@@ -216,6 +220,8 @@ class SlurmTarget(Target):
     @staticmethod
     def _request(site, nodes: int, hours: float) -> list[str]:
         args = [f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive", f"--time={_walltime(hours)}"]
+        if hours * 3600 > 2 * site.notice_seconds:  # the batch script alone is told, this long before the walltime
+            args.append(f"--signal=B:TERM@{site.notice_seconds}")
         if site.partition:
             args.append(f"--partition={site.partition}")
         if site.account:
@@ -247,7 +253,7 @@ class SlurmTarget(Target):
         cdir = state.cluster_dir(name)
         storage = site.storage or str(cdir / "storage")
         script = cdir / "job.sh"
-        body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container)
+        body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container, site.notice_seconds)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id, state="starting", expires=time.time() + hours * 3600,
                                token_path=str(cdir / "auth_token"), storage_uri=storage,
                                layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,

@@ -1,11 +1,16 @@
-"""What runs inside a Slurm allocation: ``python -m burst.targets.slurm_job CLUSTER_DIR CLUSTER_ID``.
+"""What runs inside a Slurm allocation: ``python -m burst.targets.slurm_job CLUSTER_DIR CLUSTER_ID [STORAGE GRACE_S]``.
 
 Starts the Ray head on the allocation's first node (the node this batch script runs on) on ports
 chosen free there, its dashboard on that node's loopback, token authentication on, its temp dir
 private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
-cluster directory (shared storage) so that ``burst up`` learns where the head is. On SIGTERM
-(``scancel``, the walltime, a preemption) it stops exactly this cluster's processes, removes the
-head's Ray directory and ends.
+cluster directory (shared storage) so that ``burst up`` learns where the head is.
+
+On SIGTERM it first posts a ``stop`` notice on the cluster's storage (``burst.runtime.notice``)
+and waits up to GRACE_S for the training workers to checkpoint where they are and for the jobs to
+end: the signal sbatch's ``--signal=B:TERM@N`` sends this script alone N seconds before the
+walltime. (A ``scancel`` or the walltime itself signals every process of the job: Ray ends at once
+and the wait with it.) Then it stops exactly this cluster's processes, removes the head's Ray
+directory and ends.
 """
 
 from __future__ import annotations
@@ -28,7 +33,24 @@ def _gpus_here() -> int:
     return len([d for d in visible.split(",") if d.strip()]) if visible else 0
 
 
-def main(cluster_dir: Path, cluster_id: str) -> int:
+def _jobs_running(url: str, token: Path) -> bool:
+    """True while the head's Jobs API lists a job that is still going (False when it does not answer)."""
+    import urllib.request
+
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token.read_text().strip()}"})
+    try:
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            jobs = json.loads(resp.read())
+    except (OSError, ValueError):
+        return False
+    return any(j.get("status") in ("PENDING", "RUNNING") for j in jobs if isinstance(j, dict))
+
+
+def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0) -> int:
+    from ..runtime import notice
+
+    if storage:
+        notice.clear(storage)  # a notice to the allocation before this one is not for this one
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
     host = socket.gethostname()
     multi = nodes > 1
@@ -62,7 +84,17 @@ def main(cluster_dir: Path, cluster_id: str) -> int:
             except subprocess.TimeoutExpired:
                 pass
 
+    noticed = []
+
     def on_signal(signum, frame) -> None:
+        if signum == signal.SIGTERM and storage and grace_s > 0 and not noticed:
+            noticed.append(signum)  # a second signal (the walltime, scancel) cuts the wait short
+            deadline = time.time() + grace_s
+            posted = notice.write(storage, "stop", f"Slurm job {os.environ.get('SLURM_JOB_ID')} signalled (walltime near, or cancelled)")
+            notice.wait_taken(storage, posted, grace_s, alive=lambda: procs[0].poll() is None)
+            jobs_url = f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/"
+            while time.time() < deadline and procs[0].poll() is None and _jobs_running(jobs_url, token):
+                time.sleep(0.5)  # the job publishes what it has and ends
         cleanup()
         sys.exit(128 + signum)
 
@@ -80,4 +112,4 @@ def main(cluster_dir: Path, cluster_id: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2]))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2], *(sys.argv[3:4]), *(float(a) for a in sys.argv[4:5])))

@@ -29,7 +29,7 @@ def test_a_bundle_job_installs_once_under_a_lock_then_runs_the_bundles_python(tm
     script, python = job_script("c", tmp_path / "cl", "id1", str(tmp_path / "cl" / "storage"), str(bundle), None)
     lines = script.splitlines()
     assert lines[-2] == f"flock {bundle}/.install.lock sh -c '[ -x {bundle}/venv/bin/python ] || {bundle}/install.sh {bundle}/venv'"
-    assert lines[-1] == f"exec {bundle}/venv/bin/python -m burst.targets.slurm_job {tmp_path}/cl id1"
+    assert lines[-1] == f"exec {bundle}/venv/bin/python -m burst.targets.slurm_job {tmp_path}/cl id1 {tmp_path}/cl/storage 115"
     assert python == f"{bundle}/venv/bin/python"
     handle = ClusterHandle(name="c", provider="slurm", cluster_id="id1", storage_uri="x", outputs={"python": python})
     assert targets.get("slurm").job_runtime(handle).python == python and not targets.get("slurm").job_runtime(handle).runtime_env
@@ -40,7 +40,7 @@ def test_a_container_job_runs_ch_run_with_the_cluster_dir_and_storage_bound(tmp_
     image.mkdir()
     script, python = job_script("c", tmp_path / "cl", "id1", "/scratch/s", None, str(image))
     assert script.splitlines()[-1] == (f"exec ch-run -b {tmp_path}/cl -b /scratch/s {image} -- {CONTAINER_PYTHON} "
-                                       f"-m burst.targets.slurm_job {tmp_path}/cl id1")
+                                       f"-m burst.targets.slurm_job {tmp_path}/cl id1 /scratch/s 115")
     assert python == CONTAINER_PYTHON
     assert (image / str(tmp_path / "cl").lstrip("/")).is_dir() and (image / "scratch" / "s").is_dir()  # mount points
     (image / "elsewhere").write_text("")  # a file where a mount point must go: mkdir cannot make it
