@@ -52,6 +52,8 @@ class ClusterStatus(BaseModel):
 class Status(BaseModel):
     clusters: list[ClusterStatus]
     runs: list[RunRecord]
+    moves: dict[str, list[str]] = {}  # a managed run's moves, one line each (run id -> lines)
+    revived: list[str] = []           # managed runs whose controller was gone and was started again
 
 
 def _policy(policy):
@@ -153,6 +155,8 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     if name is not None:
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
+    if idle_minutes is not None and not 0 < idle_minutes <= MAX_LEASE_HOURS * 60:  # also NaN
+        raise BurstError(f"--idle-minutes must be a number of minutes above 0, got {idle_minutes}")
     placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                                 region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
                                 bundle=bundle, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs,
@@ -166,7 +170,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     if created and (idle_minutes is not None or handle.expires is not None):
         from . import controller
 
-        handle = controller.watch_cluster(handle, idle_minutes, report)
+        handle = controller.watch_cluster(handle, idle_minutes, report)  # a lease alone is watched on clouds only
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 
@@ -222,15 +226,34 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
         handles = state.load_all(ClusterHandle)
     else:
         handles = [runs.cluster(name or "local")]
+    from .controller import stop_watcher
+
     for handle in handles:
         targets.get(handle.provider).down(handle, report)
+        stop_watcher(handle)
         report.say(f"cluster {handle.name} ({handle.provider}) down; nothing left")
     return handles
 
 
-def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
-    """Train on a running cluster as a Ray job, validate, collect; the finished run's record."""
-    return runs.train(request, report)
+def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRecord:
+    """Train on a running cluster as a Ray job, validate, collect; the finished run's record.
+
+    ``request.managed``: a controller process carries the run (``burst.controller``): it goes on
+    when this process ends, and moves to another cluster, planned under ``policy`` (default: the
+    default policy), when this one is lost."""
+    if not request.managed:
+        return runs.train(request, report)
+    if request.resume:
+        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `--resume RUN` without --managed goes on with one")
+    handle = runs.cluster(request.cluster)
+    target = targets.get(handle.provider)
+    if not target.is_alive(handle):
+        raise BurstError(target.not_ready(handle), exit_code=1)
+    from . import controller
+
+    budget = request.budget_usd if request.budget_usd is not None else handle.budget_usd
+    record = controller.hand_over(request, {"provider": handle.provider}, policy, own_first=False, budget_usd=budget, report=report)
+    return record if request.detach else _follow_managed(record.run_id, report)
 
 
 def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
@@ -238,10 +261,50 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
         nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
         region: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one (the plan estimates the run's own epochs and batch); the cluster (``request.cluster``) goes down on success,
-    failure and interruption alike."""
+    failure and interruption alike. With ``request.managed`` a controller process does all of it
+    (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
+    if request.detach and not request.managed:
+        raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
+    if request.managed:
+        return _run_managed(request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
                            preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
                            gpus_per_node=gpus_per_node)
+
+
+def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, **placement) -> RunRecord:
+    """Check the placement here (a bad flag is one line now, not in a detached process), then hand
+    the run to its controller."""
+    from . import controller
+
+    if request.resume:
+        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `burst train --resume RUN` goes on with one")
+    _lease(None, placement.get("hours"))
+    given = {k: v for k, v in placement.items() if v is not None}
+    chosen, pol = _placement(provider, policy, report=report, storage=None, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
+                             **{k: placement.get(k) for k in ("gpus", "cpus", "accelerator", "preemptible", "region", "nodes", "image",
+                                                              "bundle", "gpus_per_node")})
+    flags = {**given, "provider": provider or chosen.provider, "batch_per_replica": request.batch_per_replica, "epochs": request.epochs}
+    budget = request.budget_usd if request.budget_usd is not None else (pol.budget_usd if pol is not None else None)
+    record = controller.hand_over(request, {k: v for k, v in flags.items() if v is not None}, policy, own_first=True, budget_usd=budget,
+                                  report=report)
+    return record if request.detach else _follow_managed(record.run_id, report)
+
+
+def _follow_managed(run_id: str, report: Reporter) -> RunRecord:
+    """Follow a managed run to its end; its final state as the CLI's exit (Ctrl-C leaves it running)."""
+    from . import controller, quality
+
+    try:
+        record = controller.follow(run_id, report)
+    except KeyboardInterrupt:
+        report.say(f"detached; managed run {run_id} goes on under its controller: `burst status`, `burst logs {run_id} --follow`")
+        raise
+    if record.state == "SUCCEEDED":
+        return record
+    codes = {"STOPPED_BUDGET": 3, "FAILED_QUALITY": quality.EXIT_CODE}
+    raise BurstError(f"run {run_id} {record.state.lower()}: {record.message}", exit_code=codes.get(record.state, 1))
 
 
 def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Reporter, **placement):
@@ -296,8 +359,11 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:
     if state.load(ClusterHandle, handle.name) is None:
         return  # already torn down (the budget guard does that)
+    from .controller import stop_watcher
+
     try:
         targets.get(handle.provider).down(handle, report)
+        stop_watcher(handle)
         report.say(f"cluster {handle.name} stopped")
     except BurstError as exc:
         if raise_errors:
@@ -314,8 +380,13 @@ def status() -> Status:
         rows.append(ClusterStatus(name=h.name, provider=h.provider, state=targets.get(h.provider).describe_state(h),
                                   layout=h.layout, age_s=round(now - h.created), expires=h.expires,
                                   accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
+    from . import controller
+
+    revived = controller.revive()  # a controller that was killed picks its run up again
     by_name = {h.name: h for h in handles}
-    return Status(clusters=rows, runs=[runs.refresh(r, by_name) for r in state.load_all(RunRecord)])
+    records = state.load_all(RunRecord)
+    return Status(clusters=rows, runs=[r if r.managed else runs.refresh(r, by_name) for r in records],
+                  moves={r.run_id: controller.moves(r.run_id) for r in records if r.managed}, revived=revived)
 
 
 def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,

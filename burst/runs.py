@@ -38,6 +38,8 @@ class TrainRequest(TrainSettings):
     detach: bool = False                # submit and return
     cancel_on_interrupt: bool = False   # Ctrl-C cancels the job instead of detaching
     resume: Optional[str] = Field(None, description="go on with this earlier run from its newest checkpoint, with its settings")
+    managed: bool = False               # hand the run to a controller process (burst.controller)
+    run_id: Optional[str] = Field(None, description="the run's id (default: a new one); a managed run's controller sets it")
 
     @classmethod
     def of(cls, **fields) -> "TrainRequest":
@@ -99,11 +101,13 @@ def load_run(run_id: str) -> RunRecord:
     return record
 
 
-def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
+def train(request: TrainRequest, report: Reporter = QUIET, resume_from: Optional[str] = None) -> RunRecord:
     """Train on a running cluster as a Ray job, then validate; returns the finished run's record.
 
     Raises ``BurstError`` when the run fails (exit code 1) or the budget guard stops it (3, the
     cluster torn down); with ``request.detach`` it returns once the job is submitted.
+    ``resume_from``: where a resumed run's checkpoints are when not on its earlier storage (staged
+    there by a managed run's move).
     """
     handle = cluster(request.cluster)
     target = targets.get(handle.provider)
@@ -111,7 +115,7 @@ def train(request: TrainRequest, report: Reporter = QUIET) -> RunRecord:
     if not target.is_alive(handle):
         raise BurstError(target.not_ready(handle), exit_code=1)
     with target.reach(handle) as reachable:
-        return _train_on(target, reachable, request if earlier is None else _resumed(request, earlier), report, earlier)
+        return _train_on(target, reachable, request if earlier is None else _resumed(request, earlier), report, earlier, resume_from)
 
 
 def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
@@ -125,25 +129,25 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
     old = earlier.config
     kept = {k: old[k] for k in TrainSettings.model_fields if k in old}
     return request.model_copy(update={**kept, "workload": earlier.workload, "workers": old.get("workers", request.workers),
-                                      "data": old.get("data"), "synthetic": old.get("synthetic")})
+                                      "data": old.get("data"), "synthetic": old.get("synthetic"), "managed": earlier.managed or request.managed})
 
 
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
-              earlier: Optional[RunRecord] = None) -> RunRecord:
+              earlier: Optional[RunRecord] = None, resume_from: Optional[str] = None) -> RunRecord:
     from .runtime import jobs
     from .runtime.budget import BudgetGuard
     from .runtime.job import RunFiles
 
-    run = RunRecord(run_id=earlier.run_id if earlier else new_run_id(request.workload), workload=request.workload, cluster=handle.name,
-                    provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
-                    attempts=earlier.attempts + 1 if earlier else 1)
+    run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or new_run_id(request.workload), workload=request.workload,
+                    cluster=handle.name, provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
+                    attempts=earlier.attempts + 1 if earlier else 1, managed=request.managed)
     planned = handle.plan.get("batch_per_replica")
     if request.batch_per_replica is None and planned and request.preset == handle.plan.get("preset") and earlier is None:
         request = request.model_copy(update={"batch_per_replica": int(planned)})  # the run the plan estimated
         report.say(f"batch per replica {planned}, as planned by `burst up`")
     resources = target.job_resources(handle, request.workers)
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
-    resume_from = RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None
+    resume_from = resume_from or (RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None)
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=handle.storage_uri, data=data,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
@@ -291,9 +295,10 @@ def last_checkpoint(storage_uri: str, run_id: str) -> str:
     return f"{newest} (epoch {epochs})"
 
 
-def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
+def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False) -> RunRecord:
     """Ask the cluster for the state of a run that is not finished yet (only clusters that answer
-    without a tunnel; ``burst logs RUN`` opens one for the others)."""
+    without a tunnel, unless the handles are ``reached`` through one; ``burst logs RUN`` opens one
+    for the others)."""
     if run.state in FINISHED or run.job_id is None:
         return run
     handle = handles.get(run.cluster)
@@ -302,7 +307,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle]) -> RunRecord:
         run.message = f"cluster {run.cluster!r} is gone"
         return run
     target = targets.get(handle.provider)
-    if not target.answers_here(handle):
+    if not reached and not target.answers_here(handle):
         return run
     if not target.is_alive(handle):
         run.state = "UNREACHABLE"
@@ -339,12 +344,14 @@ def _replay(run: RunRecord, log: str):
     return tracker
 
 
-def collect_finished(record: RunRecord) -> RunRecord:
-    """Fetch the results of a run that succeeded while nothing followed it (detached, or the CLI killed)."""
-    handle = state.load(ClusterHandle, record.cluster)
+def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
+    """Fetch the results of a run that succeeded while nothing followed it (detached, or the CLI killed);
+    ``handle``: its cluster as reached from here (default: as recorded)."""
+    reached = handle is not None
+    handle = handle or state.load(ClusterHandle, record.cluster)
     if handle is None:
         return record
-    record = refresh(record, {handle.name: handle})
+    record = refresh(record, {handle.name: handle}, reached)
     if record.state != "SUCCEEDED":
         return record
     from .runtime import jobs

@@ -75,6 +75,8 @@ class ClusterHandle(BaseModel):
     stack: str | None = None  # Pulumi stack name (cloud providers)
     outputs: dict = Field(default_factory=dict)  # non-secret stack outputs
     plan: dict = Field(default_factory=dict)  # the plan's prediction at `up` (batch, epoch seconds, power): runs compare against it
+    idle_minutes: float | None = None  # its watcher takes it down after this long without a job
+    watcher_pid: int | None = None  # that watcher (burst.controller cluster NAME)
 
 
 class RunRecord(BaseModel):
@@ -95,6 +97,7 @@ class RunRecord(BaseModel):
     message: str | None = None
     storage_uri: str | None = None  # the storage its checkpoints went to (where `burst train --resume` finds them)
     attempts: int = 1  # 1 + the number of `--resume`s
+    managed: bool = False  # carried by a controller (burst.controller), which moves it when its cluster is lost
 
 
 def cluster_dir(name: str) -> Path:

@@ -43,6 +43,7 @@ def up(
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on storage the nodes share; they install burst from it, not from the network")] = None,
     batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica the plan predicts and `burst train` on this cluster then uses (default: the preset's)")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="epochs the plan estimates (default: the policy's, then the workload profile's)")] = None,
+    idle_minutes: Annotated[Optional[float], typer.Option("--idle-minutes", help="a watcher process takes the cluster down after this many minutes without a job, with or without a CLI (clouds: also at the lease's end)")] = None,
     check: Annotated[bool, typer.Option("--check", help="cloud: only run the pre-flight (quota, zone, runtime) against the provider's APIs; create nothing")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
@@ -60,7 +61,7 @@ def up(
                   gpus_per_node=gpus_per_node, report=flags["report"])
         return
     result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, bundle=bundle, batch_per_replica=batch_per_replica,
-                    epochs=epochs, **flags)
+                    epochs=epochs, idle_minutes=idle_minutes, **flags)
     handle = result.handle
     if as_json:
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})
@@ -127,3 +128,8 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
             progress = f"epoch {done}/{p.get('epochs', '-')}" if p else "-"
         t.add_row(r.run_id, r.cluster, r.state, progress, r.run_dir or "-")
     out.print(t)
+    for run_id, lines in now.moves.items():
+        for line in lines:
+            out.print(f"{run_id}: {line}", highlight=False)
+    for run_id in now.revived:
+        console.print(f"managed run {run_id}: its controller was gone; started again")

@@ -26,6 +26,8 @@ ValEvents = Annotated[int, typer.Option(help="held-out events used by validation
 Steps = Annotated[Optional[int], typer.Option("--steps", help="steps per epoch (default: events // global batch)")]
 CheckpointEvery = Annotated[Optional[int], typer.Option("--checkpoint-every", help="also checkpoint inside an epoch every this many steps "
                                                                               "(default: the policy's checkpoint_every_steps; whole epochs only without either)")]
+Managed = Annotated[bool, typer.Option("--managed", help="hand the run to a controller process: it goes on without this terminal, moves to "
+                                                          "another target (policy: recovery) when its cluster is lost, enforces the budget and the lease")]
 GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: YAML of summary metric -> largest accepted value; "
                                                                  "a run that misses it ends FAILED_QUALITY (exit 4)")]
 
@@ -65,12 +67,14 @@ def train(
     checkpoint_every_steps: CheckpointEvery = None,
     resume: Annotated[Optional[str], typer.Option(help="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
+    managed: Managed = False,
+    policy_file: Annotated[Optional[Path], typer.Option("--policy", help="with --managed: the policy a move to another target is planned under")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Train a workload on a running cluster as a Ray job, then validate it."""
     from .. import api
 
-    run = api.train(_request(locals()), ConsoleReporter())
+    run = api.train(_request(locals()), ConsoleReporter(), policy=policy_file)
     _finished(run)
     if as_json:
         emit_json(run.model_dump(mode="json"))
@@ -102,6 +106,9 @@ def run(
     checkpoint_every_steps: CheckpointEvery = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on shared storage the nodes install burst from")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run (docker/Dockerfile)")] = None,
+    budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's)")] = None,
+    managed: Managed = False,
+    detach: Annotated[bool, typer.Option("--detach", help="with --managed: hand the run over and return")] = False,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api
@@ -115,6 +122,10 @@ def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer
     """Print a run's job log (from its cluster), optionally following it until the job ends."""
     from .. import api
 
+    from ..controller import moves
+
+    for line in moves(run_id):  # a managed run: where it ran and why it moved
+        typer.echo(f"managed: {line}")
     if follow:
         api.logs(run_id, follow=True, on_line=typer.echo,
                  on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e.model_dump(mode='json'))}"))

@@ -1,0 +1,179 @@
+"""Managed runs on real targets: a controller process carries the run with no CLI attached
+(``burst.controller``). A Slurm allocation cancelled under the run moves it to this machine; a
+killed controller is started again by ``burst status``; the budget stops a detached run; an idle
+cluster takes itself down. Every test ends with a process census."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests import census, slurm_site
+
+pytestmark = pytest.mark.slow
+
+TRAIN = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
+
+
+def burst(*args, home, cwd, env=None, timeout=300):
+    env = {**(env or os.environ), "BURST_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def handed_over(proc) -> str:
+    """The run id a `--managed --detach` command handed to its controller."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    words = " ".join(proc.stderr.split())
+    assert "handed to its controller" in words, proc.stderr
+    return words.split("run ", 1)[1].split(" ", 1)[0]
+
+
+def record(home: Path, run_id: str) -> dict:
+    return json.loads((home / "runs" / f"{run_id}.json").read_text())
+
+
+def managed(home: Path, run_id: str) -> dict:
+    return json.loads((home / "managed" / f"{run_id}.json").read_text())
+
+
+def wait_until(check, timeout: float, what: str, poll: float = 0.5):
+    deadline = time.time() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll)
+
+
+def finished(home: Path, run_id: str, timeout: float = 400) -> dict:
+    """The run's record once its controller has ended it and exited."""
+    m = wait_until(lambda: (mm := managed(home, run_id))["phase"] == "finished" and mm, timeout, f"run {run_id} to finish")
+    pid = m["controller_pid"]
+    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the controller to exit")
+    return record(home, run_id)
+
+
+def history_of(run: dict) -> list[int]:
+    return [h["epoch"] for h in json.loads((Path(run["run_dir"]) / "history.json").read_text())]
+
+
+@pytest.fixture
+def home(tmp_path):
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def site():
+    why = slurm_site.missing()
+    slurm_site.needs(why)  # fails under BURST_REQUIRE_SITE_TESTS=1 when the site tools are missing
+    if why:
+        pytest.skip(why)
+    started = slurm_site.start()
+    yield started
+    slurm_site.stop(started)
+
+
+def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trains_every_epoch_once(site, home, tmp_path):
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "site.yaml")
+    proc = burst("run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy), "--hours", "1", "--managed", "--detach",
+                 "--epochs", "3", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=home, cwd=tmp_path, env=site.env)
+    run_id = handed_over(proc)  # the CLI is gone: only the controller follows the run from here
+    storage = home / "clusters" / "mv" / "storage" / "ray-train" / run_id
+    wait_until(lambda: (record(home, run_id).get("progress") or {}).get("epoch") == 1 and len(list(storage.glob("checkpoint_*"))) >= 2,
+               300, "epoch 1 and a checkpoint inside epoch 2")
+    (job,) = [j.split("|")[0] for j in site.jobs()]
+    cancelled_at = time.time()
+    site.slurm("scancel", job)  # the site takes the allocation back in the middle of epoch 2
+
+    run = finished(home, run_id)
+    assert run["state"] == "SUCCEEDED", run
+    assert history_of(run) == [1, 2, 3]  # every epoch once, across both targets
+    m = managed(home, run_id)
+    attempts = m["attempts"]
+    assert [(a["provider"], a["cluster"]) for a in attempts] == [("slurm", "mv"), ("local", "mv-2")]
+    assert attempts[0]["how"].startswith("lost: Slurm job") and "CANCELLED" in attempts[0]["how"]
+    assert m["avoid"] == ["slurm"]
+    # resumed from the newest checkpoint: the second attempt's first epoch event is epoch 2 or 3, never 1 again
+    job_log = (Path(run["run_dir"]) / "job.log").read_text()
+    starts = [json.loads(line.split("BURST_EVENT ", 1)[1]) for line in job_log.splitlines() if '"type": "start"' in line]
+    assert starts and all(s["resumed"] and s["epoch"] >= 1 for s in starts)
+
+    cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
+    assert [a["provider"] for a in cost["attempts"]] == ["slurm", "local"]
+    assert cost["attempts"][0]["cost_usd"] > 0 and cost["cost_usd"] >= cost["attempts"][0]["cost_usd"]
+    assert 0 < cost["recovery_s"] < 300 and attempts[1]["first_step"] - cancelled_at < 300
+
+    status = burst("status", "--json", home=home, cwd=tmp_path, env=site.env)
+    lines = json.loads(status.stdout)["moves"][run_id]
+    assert any("lost after" in line and "slurm cluster mv" in line for line in lines)
+    assert any("moving run" in line for line in lines) and any("run resumed on local cluster mv-2" in line for line in lines)
+    logs = burst("logs", run_id, home=home, cwd=tmp_path, env=site.env)
+    assert "managed: " in logs.stdout and "lost after" in logs.stdout
+    assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
+    assert site.jobs() == []
+    census.assert_none_left(before)
+
+
+def test_a_killed_controller_is_started_again_by_status_and_the_run_neither_loses_nor_repeats_an_epoch(home, tmp_path):
+    before = census.snapshot()
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "kc", "--cpus", "2", "--managed", "--detach",
+                 "--epochs", "3", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
+    run_id = handed_over(proc)
+    wait_until(lambda: (record(home, run_id).get("progress") or {}).get("epoch") == 1, 300, "epoch 1")
+    first = managed(home, run_id)["controller_pid"]
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 30, "the kill")
+
+    status = burst("status", "--json", home=home, cwd=tmp_path)
+    assert json.loads(status.stdout)["revived"] == [run_id]
+    assert managed(home, run_id)["controller_pid"] != first
+    run = finished(home, run_id)
+    assert run["state"] == "SUCCEEDED" and run["attempts"] == 1  # the job went on; only its follower was replaced
+    assert history_of(run) == [1, 2, 3]
+    lines = (home / "managed" / f"{run_id}.log").read_text()
+    assert "controller restarted" in lines and "following attempt 1" in lines
+    census.assert_none_left(before)
+
+
+def test_the_budget_stops_a_detached_managed_run_with_no_cli_attached(home, tmp_path):
+    before = census.snapshot()
+    policy = tmp_path / "priced.yaml"
+    # $1 a second on this machine; the guard keeps 75 s in reserve (checkpoint, tear-down), so a
+    # $120 budget stops the run about 45 s after its cluster started: inside training.
+    policy.write_text("budget_usd: 120\nproviders: [local]\nlocal: {usd_per_hour: 3600}\n")
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "bud", "--cpus", "2", "--policy", str(policy), "--managed", "--detach",
+                 "--epochs", "50", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
+    run_id = handed_over(proc)
+    run = finished(home, run_id)
+    assert run["state"] == "STOPPED_BUDGET", run
+    assert "stopped by the budget guard" in run["message"]
+    m = managed(home, run_id)
+    (attempt,) = m["attempts"]
+    assert attempt["how"] == "stopped by the budget guard" and attempt["cost_usd"] < 120
+    storage = home / "clusters" / "bud" / "storage"
+    assert json.loads((storage / "runs" / run_id / "checkpoint" / "stopped.json").read_text())["reason"] == "request"
+    assert not (home / "clusters" / "bud.json").exists()
+    census.assert_none_left(before)
+
+
+def test_an_idle_cluster_is_taken_down_by_its_watcher(home, tmp_path):
+    before = census.snapshot()
+    up = burst("up", "--provider", "local", "--name", "idle", "--cpus", "1", "--idle-minutes", "0.1", "--json", home=home, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    handle = json.loads(up.stdout)
+    assert handle["idle_minutes"] == 0.1 and handle["watcher_pid"]
+    assert "taken down after 0.1 idle minute(s)" in " ".join(up.stderr.split())
+    wait_until(lambda: not (home / "clusters" / "idle.json").exists(), 90, "the idle cluster to go")
+    log = (home / "managed" / "cluster-idle.log").read_text()
+    assert "taken down by its watcher: no job for 0.1 minute(s)" in log
+    census.assert_none_left(before)
