@@ -364,10 +364,12 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
         with state.locked():
             state.save(record)
         return record
-    tracker = _replay(record, jobs.client(handle).get_job_logs(record.job_id))
+    log = jobs.client(handle).get_job_logs(record.job_id)
+    tracker = _replay(record, log)
     record.finished = record.finished or time.time()
     run_dir = RunDirectory(record.run_id)
     run_dir.collect(handle, record)
+    run_dir.save_log(log)
     record.run_dir = str(run_dir.path.resolve())
     run_dir.write_summary(record, handle, tracker, record.created)
     _judge(record, run_dir)

@@ -117,6 +117,8 @@ def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trai
     lines = json.loads(status.stdout)["moves"][run_id]
     assert any("lost after" in line and "slurm cluster mv" in line for line in lines)
     assert any("moving run" in line for line in lines) and any("run resumed on local cluster mv-2" in line for line in lines)
+    print(burst("status", home=home, cwd=tmp_path, env=site.env).stdout)  # for the record (pytest -s)
+    print(json.dumps(cost, indent=1))
     logs = burst("logs", run_id, home=home, cwd=tmp_path, env=site.env)
     assert "managed: " in logs.stdout and "lost after" in logs.stdout
     assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
