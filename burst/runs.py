@@ -185,6 +185,14 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         run.state = "LOST"
         run.message = (f"the cluster stopped ({why}); the run's last checkpoint is {last_checkpoint(handle.storage_uri, run.run_id)}; "
                        f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` continues on a running cluster")
+        if tracker.stopped is not None and tracker.stopped.on_notice:  # it saw the end coming and checkpointed where it was
+            where = tracker.stopped
+            run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
+                           f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
+            run.progress = tracker.snapshot()
+            with state.locked():
+                state.save(run)
+            raise BurstError(f"run {run.run_id} {run.message}", exit_code=1) from None
         run.progress = tracker.snapshot()
         with state.locked():
             state.save(run)

@@ -53,7 +53,8 @@ class RunProgress:
                 f"ECAL-sum MAPE {m.get('g_ecal_mape', float('nan')):.1f}%"
             )
         elif isinstance(event, StoppedEvent):
-            self.console.print(f"stopped on request at epoch {event.epoch} step {event.step}/{event.steps}; final checkpoint written")
+            why = event.reason if event.on_notice else "on request"
+            self.console.print(f"stopped ({why}) at epoch {event.epoch} step {event.step}/{event.steps}; final checkpoint written")
         elif isinstance(event, DoneEvent) and event.stopped:
             self._bar.update(self._task, description="stopped")
         elif isinstance(event, DoneEvent):

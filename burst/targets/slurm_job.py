@@ -33,6 +33,9 @@ def _gpus_here() -> int:
     return len([d for d in visible.split(",") if d.strip()]) if visible else 0
 
 
+FOLLOWER_GRACE_S = 3.0
+
+
 def _jobs_running(url: str, token: Path) -> bool:
     """True while the head's Jobs API lists a job that is still going (False when it does not answer)."""
     import urllib.request
@@ -95,6 +98,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
             jobs_url = f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/"
             while time.time() < deadline and procs[0].poll() is None and _jobs_running(jobs_url, token):
                 time.sleep(0.5)  # the job publishes what it has and ends
+            time.sleep(max(0.0, min(FOLLOWER_GRACE_S, deadline - time.time())))  # a follower's next look sees how it ended
         cleanup()
         sys.exit(128 + signum)
 

@@ -144,25 +144,35 @@ def test_a_job_cancelled_by_the_site_is_reported_and_resumes_on_a_new_allocation
     census.assert_none_left(before)
 
 
-def test_a_walltime_shorter_than_the_run_ends_it_and_the_checkpoint_stays_usable(site, home, tmp_path):
-    from burst.runtime.training import latest_checkpoint
+def test_a_run_that_reaches_its_walltime_checkpoints_on_the_notice_and_loses_under_one_interval(site, home, tmp_path):
+    from burst.runtime.training import latest_checkpoint, progress_in
 
     before = census.snapshot()
-    policy = site.policy(tmp_path / "slurm.yaml")
-    up = burst(site, "up", "--provider", "slurm", "--name", "short", "--policy", str(policy), "--hours", "0.016", "--wait",
-               home=home, cwd=tmp_path)  # one minute of walltime
+    policy = site.policy(tmp_path / "slurm.yaml", notice_seconds=30)  # Slurm signals the batch script 30 s (+ its own slack) before the end
+    up = burst(site, "up", "--provider", "slurm", "--name", "short", "--policy", str(policy), "--hours", "0.033", "--wait",
+               home=home, cwd=tmp_path)  # two minutes of walltime
     assert up.returncode == 0, up.stderr
-    proc = burst(site, "train", "gan3d", "--cluster", "short", "--epochs", "100", "--steps", "4", *TRAIN, home=home, cwd=tmp_path, timeout=400)
+    (job,) = [j.split("|")[0] for j in site.jobs()]
+    interval = 25  # steps between checkpoints inside an epoch
+    proc = burst(site, "train", "gan3d", "--cluster", "short", "--epochs", "100", "--steps", "60", "--checkpoint-every", str(interval),
+                 *TRAIN, home=home, cwd=tmp_path, timeout=400)
     error = one_line_error(proc)
-    assert "lost its cluster" in error and "TIMEOUT" in error, proc.stderr[-2000:]
+    assert "checkpointed at epoch" in error and "notice: Slurm job" in error, proc.stderr[-2000:]
     (run_file,) = list((home / "runs").glob("gan3d-*.json"))
+    run = json.loads(run_file.read_text())
+    assert run["state"] == "LOST" and "--resume" in run["message"]
     checkpoints = sorted((home / "clusters" / "short" / "storage" / "ray-train" / run_file.stem).glob("checkpoint_*"))
     newest = latest_checkpoint(checkpoints)
     assert newest is not None  # complete: history, index and data files
-    history = json.loads((newest / "history.json").read_text())["history"]
-    assert len(history) >= 1
+    epochs, step = progress_in(newest)
+    stopped = json.loads((home / "clusters" / "short" / "storage" / "runs" / run_file.stem / "checkpoint" / "stopped.json").read_text())
+    assert stopped["reason"].startswith("notice") and (stopped["epoch"] - 1, stopped["step"]) == (epochs, step)
+    # what the job trained after its newest checkpoint: nothing; at most a checkpoint interval in any case
+    log = (home / "clusters" / "short" / f"slurm-{job}.out")
+    assert (stopped["epoch"] - 1) * 60 + stopped["step"] - (epochs * 60 + step) < interval
     assert burst(site, "down", "short", home=home, cwd=tmp_path).returncode == 0
     assert site.jobs() == []
+    assert log.parent.exists()
     census.assert_none_left(before)
 
 
