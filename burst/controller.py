@@ -192,6 +192,22 @@ def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: 
     return record
 
 
+def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float], report: Reporter = QUIET) -> None:
+    """A run no CLI follows any more (``--detach``, a CLI interrupted or hung up): a controller
+    enforces its budget and its cluster's lease and collects its results; it moves nothing and takes
+    down only what the budget or the lease stops."""
+    attempt = Attempt(number=record.attempts, cluster=handle.name, own=False, provider=handle.provider, region=handle.region,
+                      preemptible=handle.preemptible, hourly_usd=handle.hourly_usd, started=handle.created,
+                      cluster_created=handle.created, submitted=time.time())
+    m = ManagedRun(run_id=record.run_id, request={}, cluster=handle.name, own_first=False, recover=False, budget_usd=budget_usd,
+                   phase="running", attempts=[attempt])
+    save(m)
+    m.controller_pid = _spawn("run", record.run_id, m.cwd, _file(record.run_id, ".out"))
+    save(m)
+    report.say(f"a controller (PID {m.controller_pid}) now enforces the budget of run {record.run_id} "
+               f"(${budget_usd:,.2f}) and collects its results, with no CLI attached")
+
+
 def revive() -> list[str]:
     """Start again the controller of every unfinished managed run whose controller is gone; their ids."""
     started = []

@@ -164,6 +164,10 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     report.say(f"run {run.run_id} submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
     if request.detach:
         report.say(f"detached; follow with `burst logs {run.run_id} --follow`")
+        if guard is not None and not request.managed:  # nothing else would stop the spending
+            from . import controller
+
+            controller.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         return run
     tracker = jobs.RunTracker(cfg.epochs)
 
@@ -200,6 +204,10 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         raise BurstError(f"run {run.run_id} lost its cluster {where}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
         interrupted(handle, run, request.cancel_on_interrupt, report, cancelled=f"run {run.run_id} cancelled", what="run")
+        if guard is not None and not request.cancel_on_interrupt and not request.managed:  # the CLI goes; the budget stays enforced
+            from . import controller
+
+            controller.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         raise
     run.state = status
     run.finished = time.time()

@@ -58,6 +58,7 @@ def main() -> None:
     # script), and SIGTERM (a batch system, `kill`) gets the same clean-up as Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)  # the terminal closed: a run being followed is handed to its controller
     try:
         app()
     except BurstError as exc:  # raised outside a command (e.g. while parsing): still one line

@@ -179,3 +179,18 @@ def test_an_idle_cluster_is_taken_down_by_its_watcher(home, tmp_path):
     log = (home / "managed" / "cluster-idle.log").read_text()
     assert "taken down by its watcher: no job for 0.1 minute(s)" in log
     census.assert_none_left(before)
+
+
+def test_a_plain_detached_run_is_stopped_by_the_budget_once_the_cli_has_returned(home, tmp_path):
+    before = census.snapshot()
+    policy = tmp_path / "priced.yaml"
+    policy.write_text("budget_usd: 120\nproviders: [local]\nlocal: {usd_per_hour: 3600}\n")
+    up = burst("up", "--provider", "local", "--name", "det", "--cpus", "2", "--policy", str(policy), home=home, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    proc = burst("train", "gan3d", "--cluster", "det", "--detach", "--epochs", "50", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "now enforces the budget of run" in " ".join(proc.stderr.split())
+    (run_file,) = list((home / "runs").glob("gan3d-*.json"))
+    run = finished(home, run_file.stem)
+    assert run["state"] == "STOPPED_BUDGET" and not (home / "clusters" / "det.json").exists()
+    census.assert_none_left(before)
