@@ -70,6 +70,7 @@ def program(spec: StackSpec) -> dict:
         tolerations=[kuberay.GPU_TOLERATION] + ([kuberay.AKS_SPOT_TOLERATION] if spec.preemptible else []),
         env=[{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name}], service_account=KSA,
         pod_labels={"azure.workload.identity/use": "true"},  # the webhook gives these pods the federated token
+        storage_uri=container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"),
     )
     ksa = ray.service_account({"azure.workload.identity/client-id": identity.client_id})
     plugin = device_plugin(spec, tags, ray.object_opts)

@@ -112,7 +112,7 @@ def program(spec: StackSpec) -> dict:
         "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"cloud.google.com/gke-nodepool": p.name},
         system_selector={"cloud.google.com/gke-nodepool": "system"},
-        tolerations=[kuberay.GPU_TOLERATION], service_account=KSA,
+        tolerations=[kuberay.GPU_TOLERATION], service_account=KSA, storage_uri=bucket.name.apply(lambda n: f"gs://{n}"),
     )
     ksa = ray.service_account({"iam.gke.io/gcp-service-account": gsa.email})
     pulumi.export("kubeconfig", config)

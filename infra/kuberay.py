@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .notice_hook import hook_command
 from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -22,10 +23,19 @@ AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator
 # Ray's token mode on every Ray container; the token itself from the Secret, never written into the manifest.
 AUTH_ENV = [{"name": "RAY_AUTH_MODE", "value": "token"},
             {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": RAY_AUTH_SECRET, "key": RAY_AUTH_KEY}}}]
+# A worker pod that Kubernetes ends (spot reclaim, node drain) first posts a checkpoint notice on the
+# cluster's storage and gives the run this long to save where it is; Ray Train restarts the lost
+# worker from that checkpoint. GKE gives a preempted spot node's pods about 25 s.
+NOTICE_WAIT_S = 20
+TERMINATION_GRACE_S = 25
+
+
+def notice_hook(storage_uri: pulumi.Input[str]) -> dict:
+    return {"preStop": {"exec": {"command": hook_command(storage_uri, "checkpoint", "Kubernetes ends a worker pod", NOTICE_WAIT_S)}}}
 
 
 def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, tolerations: list, env: list, service_account: Optional[str],
-                 pod_labels: Optional[dict] = None) -> dict:
+                 pod_labels: Optional[dict] = None, storage_uri: Optional[pulumi.Input[str]] = None) -> dict:
     cpu = max(1, (pool.vcpus or 8) - 2)  # leave room for kubelet and daemon sets
     memory = f"{int((pool.memory_gib or 30) * 0.8)}Gi"
     resources = {"nvidia.com/gpu": pool.gpus_per_node, "cpu": str(cpu), "memory": memory}
@@ -37,6 +47,9 @@ def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, toleratio
             "resources": {"limits": resources, "requests": resources}, "env": AUTH_ENV + env,
         }],
     }
+    if storage_uri is not None:
+        pod["containers"][0]["lifecycle"] = notice_hook(storage_uri)
+        pod["terminationGracePeriodSeconds"] = TERMINATION_GRACE_S
     if service_account:
         pod["serviceAccountName"] = service_account
     return {"groupName": pool.name, "replicas": pool.nodes, "minReplicas": pool.nodes, "maxReplicas": pool.nodes,
@@ -78,7 +91,8 @@ class KubeRay(pulumi.ComponentResource):
     def __init__(self, name: str, spec: StackSpec, kubeconfig: pulumi.Input[str], cluster: pulumi.Resource,
                  pool_resources: Sequence[pulumi.Resource], node_selector_for, system_selector: dict, tolerations: list,
                  env: Optional[list] = None, service_account: Optional[str] = None, extra: Sequence[pulumi.Resource] = (),
-                 pod_labels: Optional[dict] = None, opts: Optional[pulumi.ResourceOptions] = None):
+                 pod_labels: Optional[dict] = None, storage_uri: Optional[pulumi.Input[str]] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("burst:index:KubeRay", name, None, opts)
         env = env or []
         self.provider = k8s.Provider(f"{spec.slug}-k8s", kubeconfig=kubeconfig, delete_unreachable=True,
@@ -98,7 +112,7 @@ class KubeRay(pulumi.ComponentResource):
             string_data={RAY_AUTH_KEY: pulumi.Output.secret(spec.require_token())},
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource])),
         )
-        groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account, pod_labels) for p in spec.pools]
+        groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account, pod_labels, storage_uri) for p in spec.pools]
         self.ray_cluster = k8s.apiextensions.CustomResource(
             "raycluster", api_version="ray.io/v1", kind="RayCluster",
             metadata={"name": RAY_CLUSTER_NAME, "namespace": RAY_NAMESPACE, "labels": spec.labels()},

@@ -63,6 +63,12 @@ def assert_every_resource_is_labelled(resources, spec):
         assert labels.get("burst-expires") == str(spec.expires), r["type"]
 
 
+def bucket_uri(resources) -> str:
+    """The gs:// URI of a rendered GCP stack's bucket."""
+    (bucket,) = [r for r in resources if r["type"].endswith("storage/bucket:Bucket")]
+    return f"gs://{bucket['inputs']['name']}"
+
+
 def ray_groups(resources):
     (rc,) = of_type(resources, "RayCluster")
     return rc["inputs"]["spec"]
@@ -151,6 +157,9 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert i["networkConfig"]["enableExternalIps"] is False  # no external IP unless asked
     script = i["metadata"]["startup-script"]
     assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
+    # preempted or stopped, host 0 posts a stop notice on the bucket and waits for the run's checkpoint
+    shutdown = i["metadata"]["shutdown-script"]
+    assert f"python3 -m burst.runtime.notice '{bucket_uri(resources)}' --action stop" in shutdown and "--wait 20" in shutdown
     assert_every_resource_is_labelled(resources, spec)
 
 
@@ -227,6 +236,21 @@ def test_aks_ray_pods_reach_storage_through_workload_identity_and_no_key_exists(
     for pod in [rc["headGroupSpec"]["template"]] + [g["template"] for g in rc["workerGroupSpecs"]]:
         assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
         assert pod["spec"]["serviceAccountName"] == "burst-ray"
+
+
+@pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])
+def test_a_worker_pod_that_kubernetes_ends_first_posts_a_checkpoint_notice_on_the_bucket(provider, accelerator, gpus, region):
+    from infra.kuberay import NOTICE_WAIT_S, TERMINATION_GRACE_S
+    from infra.notice_hook import HOOK_SCRIPT
+
+    lay, spec, resources, _ = render(provider, accelerator, gpus, True, region=region)
+    for group in ray_groups(resources)["workerGroupSpecs"]:
+        pod = group["template"]["spec"]
+        command = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[:3] == ["python", "-c", HOOK_SCRIPT] and command[4:] == ["checkpoint", "Kubernetes ends a worker pod", str(NOTICE_WAIT_S)]
+        assert command[3] == bucket_uri(resources) if provider == "gcp" else command[3].startswith("abfs://")  # the stack's own storage
+        assert NOTICE_WAIT_S < pod["terminationGracePeriodSeconds"] == TERMINATION_GRACE_S
+    # tests/burst/test_notice.py runs this very command and shows a worker acting on its notice
 
 
 @pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])
