@@ -300,17 +300,28 @@ class Controller:
         self.m.phase = "starting"
         self.save()
         if attempt.own:
-            flags = dict(self.m.placement) if n == 1 else self.moved_flags()
+            if n == 1:
+                flags, policy = dict(self.m.placement), self.m.policy
+            else:
+                try:
+                    flags, policy = self.moved_flags()
+                except BurstError as exc:
+                    self.end_attempt(attempt, "no target left")
+                    self.finish("LOST", f"no target left to move to: {exc}")
+                    return
             provider = flags.pop("provider", None)
-            policy = flags.pop("policy", None) if n > 1 else self.m.policy
-            self.say(f"attempt {n}: starting cluster {name}" + (f" on {provider}" if provider else " where the plan chooses")
-                     + (f" (avoiding {', '.join(self.m.avoid)})" if self.m.avoid else ""))
+            self.say(f"attempt {n}: starting cluster {name} on {provider}"
+                     + (f" {flags['region']}" if flags.get("region") else "") + (f" (avoiding {', '.join(self.m.avoid)})" if self.m.avoid else ""))
             try:
                 handle = api.up(provider, name, policy=policy, wait=True, report=_Said(), **flags).handle
             except BurstError as exc:
                 self.end_attempt(attempt, f"could not start: {exc}")
+                self.say(f"attempt {n}: could not start a cluster on {provider}: {exc}")
                 if n == 1 or not self.can_move():
                     self.finish("FAILED" if n == 1 else "LOST", f"attempt {n} could not start a cluster: {exc}")
+                    return
+                self.m.avoid.append(f"{provider}:{flags['region']}" if flags.get("region") else str(provider))  # a stock-out: elsewhere next
+                self.save()
                 return
         else:
             handle = runs.cluster(name)
@@ -343,18 +354,25 @@ class Controller:
     def can_move(self) -> bool:
         return self.m.recover and len(self.m.attempts) <= self.policy.recovery.max_restarts
 
-    def moved_flags(self) -> dict:
-        """Placement for the next attempt: the plan's choice among the providers recovery allows,
-        without the targets lost so far, on-demand once enough preemptible clusters were lost."""
+    def moved_flags(self) -> tuple[dict, "Policy"]:
+        """Placement flags and policy for the next attempt: the plan's choice among the providers
+        recovery allows, without the targets lost so far, on-demand once enough preemptible
+        clusters were lost; pinned to that choice, so that a failure to start it is avoided next."""
+        from . import api
+
         recovery = self.policy.recovery
         allowed = recovery.allow_providers or self.policy.providers
-        lost_spot = sum(1 for a in self.m.attempts[:-1] if a.preemptible and (a.how or "").startswith("lost"))
+        lost_spot = sum(1 for a in self.m.attempts[:-1] if a.preemptible and (a.how or "").startswith(("lost", "could not start")))
         on_demand = recovery.fallback_on_demand_after is not None and lost_spot >= recovery.fallback_on_demand_after
+        policy = self.policy.model_copy(update={"providers": list(allowed), "preemptible": "never" if on_demand else self.policy.preemptible})
         first = self.m.placement
-        flags = {"policy": self.policy.model_copy(update={"providers": list(allowed), "preemptible": "never" if on_demand else self.policy.preemptible}),
-                 "avoid": tuple(self.m.avoid), "hours": first.get("hours"), "gpus": first.get("gpus"),
-                 "batch_per_replica": first.get("batch_per_replica"), "epochs": first.get("epochs")}
-        return {k: v for k, v in flags.items() if v is not None}
+        sizing = {"gpus": first.get("gpus"), "batch_per_replica": first.get("batch_per_replica"), "epochs": first.get("epochs")}
+        chosen, _ = api._placement(None, policy, cpus=None, accelerator=None, preemptible=None, region=None, storage=None, report=_Said(),
+                                   avoid=tuple(self.m.avoid), **sizing)
+        flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
+        if targets.get(chosen.provider).kind == "cloud":
+            flags.update(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)
+        return {k: v for k, v in flags.items() if v is not None}, policy
 
     # ------------------------------------------------------------------ following an attempt
 

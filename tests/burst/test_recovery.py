@@ -1,0 +1,60 @@
+"""Where a managed run moves when its cluster is lost: the plan again, under the policy's
+``recovery`` keys, without what failed (pure placement: no cluster is started)."""
+
+import pytest
+
+from burst import controller
+from burst.controller import Attempt, ManagedRun
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def moved(tmp_path, policy_text: str, lost: list[Attempt], avoid: list[str]) -> dict:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(policy_text)
+    m = ManagedRun(run_id="gan3d-1", request={}, cluster="c", placement={"provider": "gcp", "gpus": 8}, policy=str(policy),
+                   attempts=[*lost, Attempt(number=len(lost) + 1, cluster="c-2")], avoid=avoid)
+    flags, _ = controller.Controller(m).moved_flags()
+    return flags
+
+
+def lost_spot(region: str) -> Attempt:
+    return Attempt(number=1, cluster="c", provider="gcp", region=region, preemptible=True, ended=1.0, how="lost: preempted")
+
+
+def test_a_lost_spot_region_is_avoided_and_the_next_cluster_is_on_demand(home, tmp_path):
+    first = moved(tmp_path, "providers: [gcp, azure]\npreemptible: prefer\n", [], [])  # what the plan takes with nothing lost
+    assert first["provider"] in ("gcp", "azure") and first["preemptible"] is True
+    flags = moved(tmp_path, "providers: [gcp, azure]\npreemptible: prefer\n", [lost_spot(first["region"])], [f"{first['provider']}:{first['region']}"])
+    assert (flags["provider"], flags["region"]) != (first["provider"], first["region"])
+    assert flags["preemptible"] is False  # recovery.fallback_on_demand_after: 1 (the default)
+
+
+def test_without_fallback_the_move_stays_preemptible_and_allow_providers_bounds_it(home, tmp_path):
+    text = "providers: [gcp, azure]\npreemptible: prefer\nrecovery: {fallback_on_demand_after: null, allow_providers: [azure]}\n"
+    flags = moved(tmp_path, text, [lost_spot("us-central1")], ["gcp:us-central1"])
+    assert flags["provider"] == "azure" and flags["preemptible"] is True
+
+
+def test_a_site_that_was_lost_leaves_this_machine(home, tmp_path):
+    text = ("providers: [local, slurm]\nmax_slowdown: 1000\nonprem: {name: s, scheduler: slurm, accelerator: V100, gpus: 1, "
+            "usd_per_gpu_hour: 0.5}\n")
+    gone = Attempt(number=1, cluster="c", provider="slurm", region="s", ended=1.0, how="lost: Slurm job 3 CANCELLED")
+    policy = tmp_path / "site.yaml"
+    policy.write_text(text)
+    m = ManagedRun(run_id="gan3d-2", request={}, cluster="c", placement={"provider": "slurm"}, policy=str(policy),
+                   attempts=[gone, Attempt(number=2, cluster="c-2")], avoid=["slurm"])
+    flags, _ = controller.Controller(m).moved_flags()
+    assert flags == {"provider": "local"}
+
+
+def test_nothing_left_to_move_to_is_one_line(home, tmp_path):
+    from burst.errors import BurstError
+
+    with pytest.raises(BurstError, match="no feasible target"):
+        moved(tmp_path, "providers: [gcp]\nregions: [us-central1]\npreemptible: never\n",
+              [Attempt(number=1, cluster="c", provider="gcp", region="us-central1", ended=1.0, how="lost: stock-out")], ["gcp:us-central1"])
