@@ -243,6 +243,9 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     default policy), when this one is lost."""
     if not request.managed:
         return runs.train(request, report)
+    if policy is not None:
+        policy = _policy(policy)
+        request = with_policy_checkpoints(request, policy)
     if request.resume:
         raise BurstError("--managed starts a new run; a managed run resumes by itself, and `--resume RUN` without --managed goes on with one")
     handle = runs.cluster(request.cluster)
@@ -265,12 +268,22 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
     if request.detach and not request.managed:
         raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
+    if policy is not None:
+        policy = _policy(policy)  # loaded once: its checkpoint interval, and the placement below
+        request = with_policy_checkpoints(request, policy)
     if request.managed:
         return _run_managed(request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                             nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
                            preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
                            gpus_per_node=gpus_per_node)
+
+
+def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
+    """The policy's ``checkpoint_every_steps`` unless the request sets its own interval."""
+    if request.checkpoint_every_steps is None and policy is not None and policy.checkpoint_every_steps is not None:
+        return request.model_copy(update={"checkpoint_every_steps": policy.checkpoint_every_steps})
+    return request
 
 
 def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, **placement) -> RunRecord:

@@ -58,3 +58,15 @@ def test_nothing_left_to_move_to_is_one_line(home, tmp_path):
     with pytest.raises(BurstError, match="no feasible target"):
         moved(tmp_path, "providers: [gcp]\nregions: [us-central1]\npreemptible: never\n",
               [Attempt(number=1, cluster="c", provider="gcp", region="us-central1", ended=1.0, how="lost: stock-out")], ["gcp:us-central1"])
+
+
+def test_the_policy_checkpoint_interval_applies_unless_the_flag_sets_one(tmp_path):
+    from burst import api
+    from burst.placement import policy as policy_mod
+
+    path = tmp_path / "p.yaml"
+    path.write_text("checkpoint_every_steps: 50\n")
+    pol = policy_mod.load(path)
+    assert api.with_policy_checkpoints(api.TrainRequest.of(), pol).checkpoint_every_steps == 50
+    assert api.with_policy_checkpoints(api.TrainRequest.of(checkpoint_every_steps=7), pol).checkpoint_every_steps == 7
+    assert api.with_policy_checkpoints(api.TrainRequest.of(), policy_mod.load(None)).checkpoint_every_steps is None
