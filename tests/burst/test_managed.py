@@ -147,24 +147,19 @@ def test_a_killed_controller_is_started_again_by_status_and_the_run_neither_lose
     census.assert_none_left(before)
 
 
-def test_the_budget_stops_a_detached_managed_run_with_no_cli_attached(home, tmp_path):
+def test_a_managed_run_the_policy_cannot_afford_ends_stopped_by_its_budget_and_leaves_no_cluster(home, tmp_path):
+    # $1 a second on this machine and a $76 budget: the guard keeps 75 s in reserve (checkpoint,
+    # tear-down), so once the cluster is a second old the controller may not start the job.
+    # (A budget reached while training: test_a_plain_detached_run_is_stopped_... below.)
     before = census.snapshot()
     policy = tmp_path / "priced.yaml"
-    # $1 a second on this machine; the guard keeps 75 s in reserve (checkpoint, tear-down), so a
-    # $120 budget stops the run about 45 s after its cluster started: inside training.
-    policy.write_text("budget_usd: 120\nproviders: [local]\nlocal: {usd_per_hour: 3600}\n")
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "bud", "--cpus", "2", "--policy", str(policy), "--managed", "--detach",
-                 "--epochs", "50", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
+    policy.write_text("budget_usd: 76\nproviders: [local]\nlocal: {usd_per_hour: 3600}\n")
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "bud", "--cpus", "1", "--policy", str(policy), "--managed", "--detach",
+                 "--epochs", "50", *TRAIN, home=home, cwd=tmp_path)
     run_id = handed_over(proc)
     run = finished(home, run_id)
-    assert run["state"] == "STOPPED_BUDGET", run
-    assert "stopped by the budget guard" in run["message"]
-    m = managed(home, run_id)
-    (attempt,) = m["attempts"]
-    assert attempt["how"] == "stopped by the budget guard" and attempt["cost_usd"] < 120
-    storage = home / "clusters" / "bud" / "storage"
-    assert json.loads((storage / "runs" / run_id / "checkpoint" / "stopped.json").read_text())["reason"] == "request"
-    assert not (home / "clusters" / "bud.json").exists()
+    assert run["state"] == "STOPPED_BUDGET" and "the budget of $76.00 is (nearly) spent" in run["message"], run
+    assert not (home / "clusters" / "bud.json").exists()  # the controller took down what it started
     census.assert_none_left(before)
 
 
@@ -193,4 +188,8 @@ def test_a_plain_detached_run_is_stopped_by_the_budget_once_the_cli_has_returned
     (run_file,) = list((home / "runs").glob("gan3d-*.json"))
     run = finished(home, run_file.stem)
     assert run["state"] == "STOPPED_BUDGET" and not (home / "clusters" / "det.json").exists()
+    (attempt,) = managed(home, run_file.stem)["attempts"]
+    assert attempt["how"] == "stopped by the budget guard" and attempt["cost_usd"] < 120
+    stopped = json.loads((home / "clusters" / "det" / "storage" / "runs" / run_file.stem / "checkpoint" / "stopped.json").read_text())
+    assert stopped["reason"] == "request" and stopped["step"] % 5 == 0  # the workers agreed on a step and checkpointed it
     census.assert_none_left(before)

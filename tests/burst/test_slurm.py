@@ -100,7 +100,7 @@ def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is
     assert again["choice"]["target"] == "onprem"
 
 
-def test_a_job_cancelled_by_the_site_is_reported_and_resumes_on_a_new_allocation(site, home, tmp_path):
+def test_a_job_cancelled_by_the_site_is_reported_lost_with_how_to_go_on(site, home, tmp_path):
     before = census.snapshot()
     policy = site.policy(tmp_path / "slurm.yaml")
     up = burst(site, "up", "--provider", "slurm", "--name", "first", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path)
@@ -127,19 +127,10 @@ def test_a_job_cancelled_by_the_site_is_reported_and_resumes_on_a_new_allocation
     (cluster,) = status["clusters"]
     assert cluster["state"].startswith("cancelled")
     (run,) = status["runs"]
-    assert run["state"] == "LOST" and "CANCELLED" in run["message"]
+    assert run["state"] == "LOST" and "CANCELLED" in run["message"] and f"--resume {run_id}" in run["message"]
     assert burst(site, "down", "first", home=home, cwd=tmp_path).returncode == 0
-
-    assert burst(site, "up", "--provider", "slurm", "--name", "second", "--policy", str(policy), "--hours", "1", "--wait",
-                 home=home, cwd=tmp_path).returncode == 0
-    resumed = burst(site, "train", "gan3d", "--cluster", "second", "--resume", run_id, home=home, cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming run {run_id} (attempt 2)" in " ".join(resumed.stderr.split())
-    record = run_record(home, run_id)
-    assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
-    history = json.loads((Path(record["run_dir"]) / "history.json").read_text())
-    assert [h["epoch"] for h in history] == [1, 2, 3]  # every epoch once, across both allocations
-    assert burst(site, "down", "second", home=home, cwd=tmp_path).returncode == 0
+    # Going on from the checkpoint on a new target: by hand (test_local_cluster.py, a lost head) or by
+    # itself (test_managed.py: a managed run moves from a cancelled allocation to this machine).
     assert site.jobs() == []
     census.assert_none_left(before)
 
