@@ -148,8 +148,21 @@ def _held(lock_path: Path) -> bool:
     return False
 
 
-def controller_alive(run_id: str) -> bool:
-    return _held(_file(run_id, ".lock"))
+def controller_alive(run_id: str, pid: Optional[int] = None) -> bool:
+    """True while the run's controller holds its lock, or its process ``pid`` is still starting."""
+    return _held(_file(run_id, ".lock")) or _is_controller(pid)
+
+
+def _is_controller(pid: Optional[int]) -> bool:
+    import psutil
+
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and "burst.controller" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _spawn(kind: str, key: str, cwd: str, out: Path) -> int:
@@ -212,7 +225,7 @@ def revive() -> list[str]:
     """Start again the controller of every unfinished managed run whose controller is gone; their ids."""
     started = []
     for m in load_all():
-        if m.phase != "finished" and not controller_alive(m.run_id):
+        if m.phase != "finished" and not controller_alive(m.run_id, m.controller_pid):
             m.controller_pid = _spawn("run", m.run_id, m.cwd, _file(m.run_id, ".out"))
             save(m)
             started.append(m.run_id)
@@ -236,7 +249,7 @@ def follow(run_id: str, report: Reporter, poll_s: float = 1.0) -> RunRecord:
             last_progress = progress
         if m is None or m.phase == "finished":
             return record
-        if not controller_alive(run_id) and m.controller_pid is not None:
+        if not controller_alive(run_id, m.controller_pid):
             revive()
         time.sleep(poll_s)
 
@@ -404,7 +417,8 @@ class Controller:
                 client = jobs.client(reachable)
                 while True:
                     now = time.time()
-                    if handle.expires is not None and now > handle.expires - reserve and not lease_stop:
+                    # a cloud lease; a scheduler's walltime is not the run's end: its notice moves the run
+                    if target.provisions and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
                         self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
                         request_stop(handle, self.m.run_id)
                         lease_stop = True
@@ -630,13 +644,12 @@ def stop_watcher(handle: ClusterHandle) -> None:
     import psutil
 
     pid = handle.watcher_pid
-    if not pid or pid == os.getpid():
+    if not pid or pid == os.getpid() or not _is_controller(pid):
         return
     try:
         proc = psutil.Process(pid)
-        if "burst.controller" in " ".join(proc.cmdline()):
-            proc.terminate()
-            proc.wait(timeout=10)
+        proc.terminate()
+        proc.wait(timeout=10)
     except (psutil.Error, psutil.TimeoutExpired):
         pass
 

@@ -3,7 +3,6 @@ collect its results and record the run. Everything a command or a notebook does 
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
@@ -299,7 +298,7 @@ def last_checkpoint(storage_uri: str, run_id: str) -> str:
     """The newest complete checkpoint of a run on its cluster's storage, in words for a message."""
     from .runtime import storage
     from .runtime.job import RunFiles
-    from .runtime.training import latest_checkpoint
+    from .runtime.training import latest_checkpoint, progress_in
 
     where = RunFiles(storage_uri, run_id).ray_train_dir
     if storage.is_remote(where):
@@ -307,8 +306,8 @@ def last_checkpoint(storage_uri: str, run_id: str) -> str:
     newest = latest_checkpoint(sorted(Path(where).glob("checkpoint_*")))
     if newest is None:
         return "not written yet (the run starts over)"
-    epochs = len(json.loads((newest / "history.json").read_text())["history"])
-    return f"{newest} (epoch {epochs})"
+    epochs, step = progress_in(newest)
+    return f"{newest} (epoch {epochs}" + (f", step {step} of epoch {epochs + 1})" if step else ")")
 
 
 def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False) -> RunRecord:

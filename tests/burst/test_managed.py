@@ -119,6 +119,8 @@ def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trai
     assert any("moving run" in line for line in lines) and any("run resumed on local cluster mv-2" in line for line in lines)
     print(burst("status", home=home, cwd=tmp_path, env=site.env).stdout)  # for the record (pytest -s)
     print(json.dumps(cost, indent=1))
+    print(f"scancel to the loss seen: {attempts[0]['ended'] - cancelled_at:.1f} s; loss seen to the first step on local: "
+          f"{cost['recovery_s']:.1f} s; scancel to the first step on local: {attempts[1]['first_step'] - cancelled_at:.1f} s")
     logs = burst("logs", run_id, home=home, cwd=tmp_path, env=site.env)
     assert "managed: " in logs.stdout and "lost after" in logs.stdout
     assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
