@@ -246,8 +246,6 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     if policy is not None:
         policy = _policy(policy)
         request = with_policy_checkpoints(request, policy)
-    if request.resume:
-        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `--resume RUN` without --managed goes on with one")
     handle = runs.cluster(request.cluster)
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
@@ -291,8 +289,6 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
     the run to its controller."""
     from . import controller
 
-    if request.resume:
-        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `burst train --resume RUN` goes on with one")
     _lease(None, placement.get("hours"))
     given = {k: v for k, v in placement.items() if v is not None}
     chosen, pol = _placement(provider, policy, report=report, storage=None, batch_per_replica=request.batch_per_replica, epochs=request.epochs,

@@ -137,12 +137,20 @@ def _say(run_id: str, text: str) -> None:
     print(line, flush=True)
 
 
-def _held(lock_path: Path) -> bool:
-    """True while a live process holds the lock (a killed holder's lock is free again)."""
+def _take_lock(lock_path: Path) -> Optional[FileLock]:
+    """The lock, held by this process; None while another live process holds it (a killed holder's lock is free again)."""
     lock = FileLock(str(lock_path))
     try:
         lock.acquire(timeout=0)
     except Timeout:
+        return None
+    return lock
+
+
+def _held(lock_path: Path) -> bool:
+    """True while a live process holds the lock."""
+    lock = _take_lock(lock_path)
+    if lock is None:
         return True
     lock.release()
     return False
@@ -181,6 +189,9 @@ def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: 
     from .placement import policy as policy_mod
     from .runs import new_run_id
 
+    if request.resume:
+        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `burst train --resume RUN` without "
+                         "--managed goes on with one")
     if own_first and state.load(ClusterHandle, request.cluster) is not None:
         raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; a managed run starts a cluster of "
                          f"its own: pass another --name, or use `burst train --managed --cluster {request.cluster}`")
@@ -477,7 +488,7 @@ class Controller:
             return self.lost(attempt, f"it gave notice ({stopped.reason}); checkpointed at epoch {stopped.epoch} step {stopped.step}")
         if budget or lease:
             self.end_attempt(attempt, "stopped by the budget guard" if budget else "stopped at the end of its lease")
-            self.take_down(handle, always=True)
+            self.take_down(handle)  # the budget or the lease stops whoever started it
             where = f"epoch {stopped.epoch} step {stopped.step}" if stopped else "its last checkpoint"
             if budget:
                 self.finish("STOPPED_BUDGET", f"stopped by the budget guard at {where}: ${self.m.spent():,.2f} of ${self.m.budget_usd:,.2f} "
@@ -532,7 +543,7 @@ class Controller:
             return
         self.say(f"moving run {self.m.run_id}: planning again without {', '.join(self.m.avoid)}")
 
-    def take_down(self, handle: ClusterHandle, always: bool = False) -> None:
+    def take_down(self, handle: ClusterHandle) -> None:
         try:
             targets.get(handle.provider).down(handle, _Said())
             self.say(f"cluster {handle.name} ({handle.provider}) taken down")
@@ -667,11 +678,9 @@ def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
 
 def watch(name: str) -> int:
     """The watcher's loop: down at the lease's end, or after ``idle_minutes`` with no job."""
-    lock = FileLock(str(_dir() / f"cluster-{state.check_name(name)}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return 0
+    lock = _take_lock(_dir() / f"cluster-{state.check_name(name)}.lock")  # held (referenced) until the watcher ends
+    if lock is None:
+        return 0  # another watcher has it
     handle = state.load(ClusterHandle, name)
     if handle is None:
         return 0
@@ -714,10 +723,8 @@ def watcher_lines(name: str) -> list[str]:
 
 def control(run_id: str) -> int:
     """A managed run's controller: one per run (its lock), until the run has ended."""
-    lock = FileLock(str(_file(run_id, ".lock")))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    lock = _take_lock(_file(run_id, ".lock"))  # held (referenced) until the run has ended
+    if lock is None:
         return 0  # another controller has it
     m = load(run_id)
     if m is None or m.phase == "finished":

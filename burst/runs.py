@@ -184,18 +184,12 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         gone = home_handle is None or not target.is_alive(home_handle)
         if not gone:
             raise
+        if tracker.stopped is not None and tracker.stopped.on_notice:  # it saw the end coming and checkpointed where it was
+            raise _ended_on_notice(run, tracker) from None
         why = target.stopped_reason(home_handle) if home_handle is not None else "it was taken down"
         run.state = "LOST"
         run.message = (f"the cluster stopped ({why}); the run's last checkpoint is {last_checkpoint(handle.storage_uri, run.run_id)}; "
                        f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` continues on a running cluster")
-        if tracker.stopped is not None and tracker.stopped.on_notice:  # it saw the end coming and checkpointed where it was
-            where = tracker.stopped
-            run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
-                           f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
-            run.progress = tracker.snapshot()
-            with state.locked():
-                state.save(run)
-            raise BurstError(f"run {run.run_id} {run.message}", exit_code=1) from None
         run.progress = tracker.snapshot()
         with state.locked():
             state.save(run)
@@ -216,13 +210,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     on_notice = tracker.stopped is not None and tracker.stopped.on_notice and (guard is None or guard.requested_at is None)
     stopped = not on_notice and (tracker.stopped is not None or (guard is not None and guard.requested_at is not None))
     if on_notice:  # the cluster said it is going: the run checkpointed where it was and ended, to go on elsewhere
-        where = tracker.stopped
-        run.state = "LOST"
-        run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
-                       f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
-        with state.locked():
-            state.save(run)
-        raise BurstError(f"run {run.run_id} {run.message}", exit_code=1)
+        raise _ended_on_notice(run, tracker)
     if status == "SUCCEEDED":
         run_dir.collect(handle, run)
         run.run_dir = str(run_dir.path.resolve())
@@ -246,6 +234,18 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if run.state == "FAILED_QUALITY":
         raise BurstError(f"run {run.run_id} {run.message}; report: {run.run_dir}/report/report.html", exit_code=quality.EXIT_CODE)
     return run
+
+
+def _ended_on_notice(run: RunRecord, tracker) -> BurstError:
+    """Record a run that checkpointed where it was on its cluster's notice and ended: LOST, with the step to go on from."""
+    where = tracker.stopped
+    run.state = "LOST"
+    run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
+                   f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
+    run.progress = tracker.snapshot()
+    with state.locked():
+        state.save(run)
+    return BurstError(f"run {run.run_id} {run.message}", exit_code=1)
 
 
 def clear_verdicts(storage_uri: str, run_id: str) -> None:
