@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workloads.gan3d.bench import _run_worker  # noqa: E402  (imports the workload: oneDNN on)
-from workloads.gan3d.cpu import cpu_info  # noqa: E402
+from workloads.common.cpu import cpu_info  # noqa: E402
 from workloads.gan3d.presets import get_preset  # noqa: E402
 from workloads.gan3d.synthetic import write_dataset  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workloads.gan3d.cpu import cpu_info, onednn_enabled  # noqa: E402  (the workload turns oneDNN on)
+from workloads.common.cpu import cpu_info, onednn_enabled  # noqa: E402  (the workload turns oneDNN on)
 
 
 def _best(fn, repeats: int) -> float:

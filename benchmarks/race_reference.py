@@ -162,7 +162,7 @@ def worker(cfg: dict) -> dict:
 
     tf.config.threading.set_intra_op_parallelism_threads(cfg["intra"])
     tf.config.threading.set_inter_op_parallelism_threads(cfg["inter"])
-    from workloads.gan3d.cpu import machine_facts
+    from workloads.common.cpu import machine_facts
 
     figures = _burst(cfg) if cfg["contender"] == "burst" else _authors(cfg)
     return {**figures, "machine": machine_facts()}
@@ -199,7 +199,7 @@ def main() -> int:
         return 0
     if a.reference and not Path(a.reference).is_file():
         p.error(f"--reference {a.reference}: no such file")
-    from workloads.gan3d.cpu import cpu_info
+    from workloads.common.cpu import cpu_info
 
     info = cpu_info()
     contenders = ["burst"] + (["authors"] if a.reference else [])

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from . import command_values, runs, state, targets
 from .errors import BurstError
+from .placement.request import PlacementRequest
 from .runs import TrainRequest
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
@@ -63,68 +64,58 @@ def _policy(policy):
     return policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy) if policy else None)
 
 
-def plan(workload: str = "gan3d", policy=None, catalog: Optional[Path] = None, **narrow):
+def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = None, **narrow):
     """Every candidate target, estimated and ranked under the policy, with the choice and why.
 
-    ``narrow``: ``gpus``, ``epochs``, ``events``, ``provider``, ``accelerator``, ``preemptible``, ``region``, ``scan`` (a
-    ``placement.scan.ScanShape``: the plan is for a hyper-parameter scan's trials side by side)."""
+    ``narrow``: fields of ``placement.request.PlacementRequest`` (``gpus``, ``epochs``, ``events``, ``provider``,
+    ``accelerator``, ``preemptible``, ``region``, ``scan``: a ``placement.scan.ScanShape``, the
+    plan is then for a hyper-parameter scan's trials side by side, ...)."""
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
-    if narrow.get("provider") is not None:
-        targets.check_provider(narrow["provider"])
-    return planner.plan(_policy(policy), profile.load(workload), catalog_mod.load(catalog), **narrow)
+    ask = PlacementRequest(workload=workload, **narrow).checked()
+    return planner.plan(_policy(policy), profile.load(ask.workload_name), catalog_mod.load(catalog), ask)
 
 
-def _placement(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-               nodes: Optional[int] = None, partition: Optional[str] = None, image: Optional[str] = None,
-               bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
-               epochs: Optional[int] = None, avoid: tuple[str, ...] = ()):
-    command_values.image(image)  # before anything is planned or said
-    placement, pol = _placed(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                             storage=storage, report=report, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
-                             batch_per_replica=batch_per_replica, epochs=epochs, avoid=avoid)
-    if image is not None:
+def _placement(ask: PlacementRequest, policy, report: Reporter):
+    """(placement, policy) for a request: the plan's choice or the pinned target, with its image or bundle."""
+    command_values.image(ask.image)  # before anything is planned or said
+    placement, pol = _placed(ask, policy, report)
+    if ask.image is not None:
         if not targets.get(placement.provider).runs_images:
             raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
-        placement = dataclasses.replace(placement, image=image)
-    if bundle is not None:
+        placement = dataclasses.replace(placement, image=ask.image)
+    if ask.bundle is not None:
         if not targets.get(placement.provider).takes_bundle:
             raise BurstError(f"--bundle applies to on-prem targets (slurm, ray); {placement.provider} installs burst another way")
         from .pack import check_bundle
 
-        placement = dataclasses.replace(placement, bundle=str(check_bundle(bundle)))
+        placement = dataclasses.replace(placement, bundle=str(check_bundle(ask.bundle)))
     return placement, pol
 
 
-def _placed(provider: Optional[str], policy, *, gpus, cpus, accelerator, preemptible, region, storage, report: Reporter,
-            nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None,
-            batch_per_replica: Optional[int] = None, epochs: Optional[int] = None, avoid: tuple[str, ...] = ()):
+def _placed(ask: PlacementRequest, policy, report: Reporter):
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
-    for flag, value in (("--cpus", cpus), ("--gpus", gpus), ("--nodes", nodes), ("--batch-per-replica", batch_per_replica), ("--epochs", epochs)):
-        if value is not None and value < 1:
-            raise BurstError(f"{flag} must be a positive whole number, got {value}")
-    if provider is not None:
-        targets.check_provider(provider)
+    ask.checked()
+    provider = ask.provider
     # This machine needs no policy unless one is given; every other target is placed under one.
     pol = _policy(policy) if policy is not None or provider is None or targets.get(provider).kind != "local" else None
-    prof = profile.load("gan3d")
+    prof = profile.load(ask.workload_name)
     offers = catalog_mod.load()
     if provider is None:
-        if storage is not None:
+        if ask.storage is not None:
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
-        chosen = planner.choose(pol, prof, offers, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                                gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=avoid)
+        chosen = planner.choose(pol, prof, offers, PlacementRequest(
+            workload=ask.workload, gpus=ask.gpus, accelerator=ask.accelerator, preemptible=ask.preemptible, region=ask.region,
+            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid))
         report.say(f"plan: {chosen.describe()}")
-        if targets.get(chosen.provider).kind == "local" and cpus is not None:
-            chosen = planner.pin(pol, prof, offers, chosen.provider, cpus=cpus)
+        if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
+            chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
         return chosen, pol
-    placement = planner.pin(pol, prof, offers, provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                            cpus=cpus, storage=storage, nodes=nodes, partition=partition, gpus_per_node=gpus_per_node,
-                            batch_per_replica=batch_per_replica, epochs=epochs)
-    if accelerator is None and placement.estimate is not None and placement.layout is not None:
+    placement = planner.pin(pol, prof, offers, ask)
+    if ask.accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
         report.say(f"note: {note}; going ahead as asked")
@@ -143,29 +134,36 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
        bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
        epochs: Optional[int] = None, avoid: tuple[str, ...] = (), idle_minutes: Optional[float] = None,
-       report: Reporter = QUIET) -> UpResult:
+       workload: Optional[str] = None, report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
     queued and returns; the handle's ``state`` is then ``starting``). ``avoid``: targets the plan
     must not choose (``provider`` or ``provider:region``; a managed run's lost ones).
     ``idle_minutes``: a watcher process takes the cluster down after that long without a job
-    (and at its lease's end), whether or not a CLI is running."""
+    (and at its lease's end), whether or not a CLI is running. ``workload``: whose profile the
+    plan estimates the run with (default: the default workload's)."""
+    ask = PlacementRequest(provider=provider, workload=workload, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                           region=region, storage=storage, nodes=nodes, partition=partition, image=image, bundle=bundle,
+                           gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=tuple(avoid))
+    return up_for(ask, name, policy=policy, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report)
+
+
+def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None, wait: bool = False,
+           idle_minutes: Optional[float] = None, report: Reporter = QUIET) -> UpResult:
+    """``up`` for a placement request (what ``up``'s keywords make): the one path every start takes."""
     started = time.perf_counter()
     if name is not None:
         state.check_name(name)
     _lease(None, hours)  # a bad --hours fails before anything is planned
     if idle_minutes is not None and not 0 < idle_minutes <= MAX_LEASE_HOURS * 60:  # also NaN
         raise BurstError(f"--idle-minutes must be a number of minutes above 0, got {idle_minutes}")
-    placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report, nodes=nodes, partition=partition, image=image,
-                                bundle=bundle, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs,
-                                avoid=avoid)
+    placement, pol = _placement(ask, policy, report)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
     if created and placement.estimate is not None:
-        handle = handle.model_copy(update={"plan": prediction(placement)})
+        handle = handle.model_copy(update={"plan": prediction(placement, ask.workload_name)})
         state.save(handle)
     if created and (idle_minutes is not None or handle.expires is not None):
         from . import controller
@@ -174,15 +172,15 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 
-def prediction(placement) -> dict:
-    """What the plan predicted for a placement, kept on the cluster's handle for the runs on it to compare against."""
+def prediction(placement, workload: str) -> dict:
+    """What the plan predicted for a placement of ``workload``, kept on the cluster's handle for the runs on it to compare against."""
     from .placement import profile
 
     e = placement.estimate
     held_h = e.training_h + e.preemption_h
     layout = placement.layout
-    prof = profile.load("gan3d")
-    return {"preset": prof.preset, "batch_per_replica": e.batch, "events": prof.events,
+    prof = profile.load(workload)
+    return {"workload": workload, "preset": prof.preset, "batch_per_replica": e.batch, "events": prof.events,
             "accelerator": placement.accelerator, "count": placement.count,
             "nodes": layout.nodes if layout is not None else (placement.nodes or 1),
             "epoch_s": round(e.epoch_s, 3), "hours": round(e.hours, 4), "cost_usd": round(e.cost_usd, 2),
@@ -195,8 +193,8 @@ def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = 
           report: Reporter = QUIET) -> None:
     """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create,
     asked of the provider's APIs (credentials needed); creates nothing. Raises on a shortfall."""
-    placement, _ = _placement(provider, policy, gpus=gpus, cpus=None, accelerator=accelerator, preemptible=preemptible,
-                              region=region, storage=None, report=report, gpus_per_node=gpus_per_node)
+    placement, _ = _placement(PlacementRequest(provider=provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible,
+                                               region=region, gpus_per_node=gpus_per_node), policy, report)
     target = targets.get(placement.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
@@ -211,8 +209,8 @@ def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy
     if name is not None:
         state.check_name(name)
     _lease(None, hours)
-    placement, pol = _placement(provider, policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                region=region, storage=storage, report=report, image=image, gpus_per_node=gpus_per_node)
+    placement, pol = _placement(PlacementRequest(provider=provider, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
+                                                 region=region, storage=storage, image=image, gpus_per_node=gpus_per_node), policy, report)
     target = targets.get(placement.provider)
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 
@@ -289,12 +287,12 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
     the run to its controller."""
     from . import controller
 
-    _lease(None, placement.get("hours"))
-    given = {k: v for k, v in placement.items() if v is not None}
-    chosen, pol = _placement(provider, policy, report=report, storage=None, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
-                             **{k: placement.get(k) for k in ("gpus", "cpus", "accelerator", "preemptible", "region", "nodes", "image",
-                                                              "bundle", "gpus_per_node")})
-    flags = {**given, "provider": provider or chosen.provider, "batch_per_replica": request.batch_per_replica, "epochs": request.epochs}
+    hours = placement.pop("hours", None)
+    _lease(None, hours)
+    ask = PlacementRequest(provider=provider, workload=request.workload, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
+                           **placement)
+    chosen, pol = _placement(ask, policy, report)
+    flags = {**ask.but(provider=provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
     budget = request.budget_usd if request.budget_usd is not None else (pol.budget_usd if pol is not None else None)
     record = controller.hand_over(request, {k: v for k, v in flags.items() if v is not None}, policy, own_first=True, budget_usd=budget,
                                   report=report)
@@ -320,8 +318,8 @@ def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Re
     """``work(request, report)`` on a cluster started for it (``request.cluster``), taken down after
     on success, failure and interruption alike (so the work may neither detach nor outlive it)."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
-    result = up(provider, request.cluster, wait=True, batch_per_replica=request.batch_per_replica, epochs=request.epochs, report=report,
-                **placement)
+    result = up(provider, request.cluster, wait=True, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
+                workload=request.workload, report=report, **placement)
     if not result.created_now:  # someone else's cluster (another `burst run`, the user's own `burst up`): not ours to take down
         raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; `burst run` and `burst tune` "
                          f"start a cluster of their own and take it down after: pass another --name, or use `burst train --cluster "
@@ -351,7 +349,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
         from .placement.scan import ScanShape
 
         shape = ScanShape(request.total_trials, request.gpus_per_trial, request.max_concurrent, request.grace_period, request.reduction_factor)
-        chosen = plan("gan3d", policy, gpus=gpus, epochs=request.epochs, accelerator=accelerator, preemptible=preemptible, region=region,
+        chosen = plan(request.workload, policy, gpus=gpus, epochs=request.epochs, accelerator=accelerator, preemptible=preemptible, region=region,
                       gpus_per_node=gpus_per_node, batch_per_replica=request.batch_per_replica, scan=shape)
         if chosen.choice is None:
             raise BurstError(f"no target fits the scan under the policy: {chosen.why}", exit_code=1)

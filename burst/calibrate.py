@@ -55,15 +55,18 @@ def _measured(run_id: str) -> dict:
         raise BurstError(f"run {run_id} measured no epoch time")
     if (cost.get("predicted") or {}).get("epoch_s") is None:
         raise BurstError(f"run {run_id} is not comparable with the time model: {cost['predicted'].get('why')}")
-    return {"run": run_id, "plan": plan, "epoch_s": float(measured), "events": int(cost["predicted"]["events_per_epoch"])}
+    return {"run": run_id, "workload": record.workload, "plan": plan, "epoch_s": float(measured), "events": int(cost["predicted"]["events_per_epoch"])}
 
 
 def calibrate(run_ids: list[str]) -> Calibration:
     """Solve the accelerator's seconds per event from the runs (all on one accelerator) and record it."""
     if not run_ids:
         raise BurstError("name at least one finished run: burst calibrate RUN [RUN...]")
-    prof = profile_mod.load("gan3d")
     measured = [_measured(r) for r in run_ids]
+    names = {m["workload"] for m in measured}
+    if len(names) != 1:
+        raise BurstError(f"the runs trained {', '.join(sorted(names))}; calibrate one workload at a time")
+    prof = profile_mod.load(names.pop())
     families = {prof.family(m["plan"]["accelerator"]) for m in measured}
     if len(families) != 1:
         raise BurstError(f"the runs trained on {', '.join(sorted(families))}; calibrate one accelerator at a time")

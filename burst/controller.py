@@ -389,10 +389,11 @@ class Controller:
         lost_spot = sum(1 for a in self.m.attempts[:-1] if a.preemptible and (a.how or "").startswith(("lost", "could not start")))
         on_demand = recovery.fallback_on_demand_after is not None and lost_spot >= recovery.fallback_on_demand_after
         policy = self.policy.model_copy(update={"providers": list(allowed), "preemptible": "never" if on_demand else self.policy.preemptible})
+        from .placement.request import PlacementRequest
+
         first = self.m.placement
-        sizing = {"gpus": first.get("gpus"), "batch_per_replica": first.get("batch_per_replica"), "epochs": first.get("epochs")}
-        chosen, _ = api._placement(None, policy, cpus=None, accelerator=None, preemptible=None, region=None, storage=None, report=_Said(),
-                                   avoid=tuple(self.m.avoid), **sizing)
+        sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs", "workload")}
+        chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), **sizing), policy, _Said())
         flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
         if targets.get(chosen.provider).kind == "cloud":
             flags.update(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)

@@ -103,9 +103,13 @@ def target_flags(python: Optional[str], platform_tag: Optional[str]) -> list[str
 
 
 def pack(out: Path, python: Optional[str] = None, platform_tag: Optional[str] = None, extras: Sequence[str] = (),
-         synthetic_events: int = 0, say=lambda line: None) -> Bundle:
-    """Build the bundle in ``out`` (which must not exist or be empty)."""
+         synthetic_events: int = 0, say=lambda line: None, workload: Optional[str] = None) -> Bundle:
+    """Build the bundle in ``out`` (which must not exist or be empty); ``synthetic_events`` of
+    ``workload``'s synthetic Monte Carlo (default: the default workload's) go into ``data/``."""
+    from . import workloads
+
     started = time.perf_counter()
+    source = workloads.get(workload or workloads.DEFAULT)
     unknown = [e for e in extras if e not in EXTRAS]
     if unknown:
         raise BurstError(f"burst pack: unknown extra {', '.join(unknown)}; choose from {', '.join(EXTRAS)}")
@@ -138,8 +142,7 @@ def pack(out: Path, python: Optional[str] = None, platform_tag: Optional[str] = 
         shutil.copytree(SOURCE_ROOT / "policies", out / "policies")
         if synthetic_events:
             say(f"generating {synthetic_events} synthetic Monte Carlo events")
-            _run([sys.executable, "-m", "workloads.gan3d", "generate", "--out", str(out / "data"), "--events", str(synthetic_events)],
-                 "generating synthetic data")
+            _run(source.synthetic_command(out / "data", synthetic_events), "generating synthetic data")
         target_python = python or f"{sys.version_info.major}.{sys.version_info.minor}"
         (out / "install.sh").write_text(INSTALL_SH % {"python": target_python})
         (out / "install.sh").chmod(0o755)

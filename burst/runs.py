@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -18,7 +18,6 @@ from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, par
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Reporter, Target
 
-WORKLOADS = ("gan3d",)
 FINISHED = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")  # LOST: its cluster went away under it
 # FAILED_QUALITY: trained and validated, but the model missed the run's quality gate
 
@@ -28,7 +27,6 @@ class TrainRequest(TrainSettings):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    workload: Literal["gan3d"] = "gan3d"
     cluster: str = "local"
     data: Optional[str] = Field(None, description="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")
     synthetic: Optional[int] = Field(None, gt=0, description="train on this many synthetic Monte Carlo events")
@@ -70,13 +68,11 @@ FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_inte
 
 def _flag_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
-    field = str(err["loc"][0]) if err["loc"] else "?"
+    if not err["loc"]:  # the whole request's check (burst.runtime.job): a preset the workload lacks
+        return err["msg"].removeprefix("Value error, ")
+    field = str(err["loc"][0])
     flag = FLAGS.get(field, "--" + field.replace("_", "-"))
     value = err.get("input")
-    if field == "workload":
-        return f"unknown workload {value!r}; choose one of: {', '.join(WORKLOADS)}"
-    if field == "preset":
-        return f"unknown preset {value!r}; choose small or paper"
     if err["type"] in ("greater_than", "greater_than_equal"):
         return f"{flag} must be a positive {'number' if field == 'budget_usd' else 'whole number'}, got {value}"
     return f"{flag}: {err['msg']}"
@@ -141,7 +137,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                     cluster=handle.name, provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
                     attempts=earlier.attempts + 1 if earlier else 1, managed=request.managed)
     planned = handle.plan.get("batch_per_replica")
-    if request.batch_per_replica is None and planned and request.preset == handle.plan.get("preset") and earlier is None:
+    same_model = request.preset == handle.plan.get("preset") and request.workload == handle.plan.get("workload", request.workload)
+    if request.batch_per_replica is None and planned and same_model and earlier is None:
         request = request.model_copy(update={"batch_per_replica": int(planned)})  # the run the plan estimated
         report.say(f"batch per replica {planned}, as planned by `burst up`")
     resources = target.job_resources(handle, request.workers)

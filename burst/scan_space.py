@@ -10,7 +10,7 @@ A space file maps each knob to one distribution (or a fixed value)::
     batch_per_replica: {grid: [16, 32]}        # every value, each with --trials samples of the rest
     label_flip:        0.05                    # fixed
 
-Knobs are the workload's (``workloads.gan3d.presets.TUNABLE``) plus ``batch_per_replica``. Unknown
+Knobs are the workload's (its ``tunable``) plus ``batch_per_replica``. Unknown
 knobs, unknown distributions and values the model cannot take are one line with the file and line.
 The file is checked on this machine before anything is submitted; the job turns it into Ray Tune's
 own search-space objects (``to_ray``).
@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from .errors import BurstError
 from .userfile import compose_yaml, key_lines, key_path, read_text
+
+if TYPE_CHECKING:
+    from .workloads.base import Workload
 
 RUN_KNOBS = {"batch_per_replica": "events per replica per step (a run setting, default the preset's)"}
 
@@ -168,31 +171,20 @@ def _dimension(raw: dict) -> Dimension:
     return {"uniform": Uniform, "loguniform": LogUniform, "int": IntRange, "choice": Choice, "grid": Grid}[keys[0]].model_validate(raw)
 
 
-def check_value(preset_name: str, knob: str, value: Any) -> None:
+def check_value(workload: "Workload", preset_name: str, knob: str, value: Any) -> None:
     """ValueError when the workload cannot train with ``knob`` = ``value``."""
-    from workloads.gan3d.presets import get_preset, tuned
-
     if knob == "batch_per_replica":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"batch_per_replica must be a positive whole number, got {value!r}")
         return
-    if knob in ("gen_filters", "disc_filters"):
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise ValueError(f"{knob} is a list of whole numbers, one per block, got {value!r}")
-    elif knob == "noise_size":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"noise_size is a whole number, got {value!r}")
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{knob} is a number, got {value!r}")
-    tuned(get_preset(preset_name), {knob: value})
+    workload.check_knob(preset_name, knob, value)
 
 
-def parse(text: str, source: str, preset: str = "small") -> SearchSpace:
-    """A space document → ``SearchSpace``; every error one line naming the file and line."""
-    from workloads.gan3d.presets import TUNABLE
-
+def parse(text: str, source: str, workload: "Workload", preset: str | None = None) -> SearchSpace:
+    """A space document → ``SearchSpace`` of ``workload``'s knobs; every error one line naming the file and line."""
+    preset = preset or workload.default_preset
     node, raw = compose_yaml(text, source)
-    known = {**TUNABLE, **RUN_KNOBS}
+    known = {**workload.tunable, **RUN_KNOBS}
     if not isinstance(raw, dict) or not raw:
         raise BurstError(f"{source}:1: a search space maps knobs to distributions, e.g. `learning_rate: {{loguniform: [3.0e-4, 3.0e-3]}}` "
                          f"(knobs: {', '.join(known)})")
@@ -211,10 +203,10 @@ def parse(text: str, source: str, preset: str = "small") -> SearchSpace:
         except ValueError as exc:
             raise BurstError(f"{where}: {knob}: {exc}") from None
         for v in dim.values() if isinstance(dim, _Dist) else [dim]:
-            if isinstance(dim, (Uniform, LogUniform)) and knob in ("noise_size", "gen_filters", "disc_filters", "batch_per_replica"):
+            if isinstance(dim, (Uniform, LogUniform)) and knob in workload.whole_number_knobs | {"batch_per_replica"}:
                 raise BurstError(f"{where}: {knob} takes whole numbers: use int, choice or grid, not {type(dim).__name__.lower()}")
             try:
-                check_value(preset, knob, v)
+                check_value(workload, preset, knob, v)
             except ValueError as exc:
                 raise BurstError(f"{where}: {exc}") from None
         knobs[knob] = dim
@@ -226,5 +218,10 @@ def _message(err: dict) -> str:
     return msg.removeprefix("Value error, ")
 
 
-def load(path: Path, preset: str = "small") -> SearchSpace:
-    return parse(read_text(Path(path), "search space", " (an example: workloads/gan3d/tune-small.yaml)"), str(path), preset)
+def load(path: Path, workload: "Workload", preset: str | None = None) -> SearchSpace:
+    example = workload.example_space
+    try:
+        example = example.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return parse(read_text(Path(path), "search space", f" (an example: {example})"), str(path), workload, preset)

@@ -15,7 +15,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import state, targets
+from . import state, targets, workloads
 from .errors import BurstError
 from .records import read_json, write_json_atomic, write_text_atomic
 from .rundir import RunDirectory
@@ -32,15 +32,15 @@ class TuneRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    workload: Literal["gan3d"] = "gan3d"
+    workload: str = Field(default_factory=lambda: workloads.DEFAULT)
     space: dict = Field(description="the search space (burst.scan_space data)")
     space_file: str = ""
     trials: int = Field(8, gt=0)
     gpus_per_trial: Optional[int] = Field(None, gt=0)
     max_concurrent: Optional[int] = Field(None, gt=0)
     epochs: int = Field(6, gt=0)
-    metric: str = "optimisation_metric"
-    preset: Literal["small", "paper"] = "small"
+    metric: str = ""                    # one of the workload's epoch metrics (default: its first)
+    preset: str = ""                    # one of the workload's presets (default: its first)
     batch_per_replica: Optional[int] = Field(None, gt=0)
     data: Optional[str] = None
     synthetic: Optional[int] = Field(None, gt=0)
@@ -65,17 +65,18 @@ class TuneRequest(BaseModel):
     @classmethod
     def of(cls, space_file: Path | str, **fields) -> "TuneRequest":
         """A request from flags and a space file; one line for the first thing wrong."""
-        from workloads.gan3d.validate import EPOCH_METRICS
-
         from . import scan_space
 
-        preset = fields.get("preset", "small")
-        if preset not in ("small", "paper"):
-            raise BurstError(f"unknown preset {preset!r}; choose small or paper")
-        metric = fields.get("metric", "optimisation_metric")
-        if metric not in EPOCH_METRICS:
-            raise BurstError(f"--metric {metric}: a scan minimises one of {', '.join(EPOCH_METRICS)}")
-        space = scan_space.load(Path(space_file), preset)
+        workload = workloads.get(fields.setdefault("workload", workloads.DEFAULT))
+        preset = fields["preset"] = fields.get("preset") or workload.default_preset
+        try:
+            workload.check_preset(preset)
+        except ValueError as exc:
+            raise BurstError(str(exc)) from None
+        metric = fields["metric"] = fields.get("metric") or workload.default_metric
+        if metric not in workload.epoch_metrics:
+            raise BurstError(f"--metric {metric}: a scan of {workload.name} minimises one of {', '.join(workload.epoch_metrics)}")
+        space = scan_space.load(Path(space_file), workload, preset)
         if fields.get("search") == "optuna" and space.grid_size() > 1:
             raise BurstError(f"{space_file}: Optuna samples every knob; use choice instead of grid")
         try:
@@ -148,7 +149,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     concurrent = min(total, request.max_concurrent or fits, fits)
     scan_id = new_scan_id(request.workload)
     data = target.stage_data(handle, request.data, scan_id, report) if request.data is not None else None
-    job = JobConfig(preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
+    job = JobConfig(workload=request.workload, preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
                     steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=handle.storage_uri,
                     data=data, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
                     cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads)
@@ -290,6 +291,11 @@ def load(run_dir: Path) -> tuple[dict, list[dict]]:
     return read_json(run_dir / "scan.json", "scan summary"), read_json(run_dir / "trials.json", "scan trials")
 
 
+def _report_metrics(summary: dict) -> tuple[str, ...]:
+    """The metrics a scan's best trial is summed up by: its workload's (an older scan.json names none)."""
+    return workloads.get(summary.get("workload", workloads.DEFAULT)).report_metrics
+
+
 def table_lines(run_dir: Path) -> list[str]:
     """The trials as text, best first, and the best trial's full validation."""
     summary, rows = load(run_dir)
@@ -306,7 +312,7 @@ def table_lines(run_dir: Path) -> list[str]:
     if best_report.get("summary"):
         s = best_report["summary"]
         lines.append(f"best trial {best_report['trial']} (epoch {best_report['epoch']}) on {s['events']} held-out events: "
-                     + ", ".join(f"{k} {s[k]:.4g}" for k in ("optimisation_metric", "sf_rel_error", "hits_rel_error", "transverse_worst_factor", "fpd", "classifier_auc") if k in s))
+                     + ", ".join(f"{k} {s[k]:.4g}" for k in _report_metrics(summary) if k in s))
     return lines
 
 

@@ -34,6 +34,7 @@ app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
 for command in (planning.plan, clusters.up, runs.train, runs.run, scans.tune, clusters.status, runs.logs, runs.report, clusters.down,
                 planning.catalog, planning.bench, runs.calibrate, pack.pack):
     app.command()(command)
+app.command("workloads")(planning.workloads_list)
 app.add_typer(planning.policy_app, name="policy")
 
 

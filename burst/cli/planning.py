@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +16,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from .. import workloads
 from ..errors import BurstError
 from .render import console, out
 from .render import emit_json as _emit_json
@@ -29,6 +29,8 @@ def _row_style(c, choice) -> str:
 
 
 def print_plan(p, limit: Optional[int]) -> None:
+    from ..placement.reasons import BLOCKING, having
+
     t = Table(title=f"burst plan: {p.epochs} epochs" + (f", batch {p.candidates[0].estimate.batch}/replica" if p.candidates else "") + (f", deadline {p.deadline_h:.1f} h" if p.deadline_h is not None else "")
               + (f", budget ${p.budget_usd:,.0f}" if p.budget_usd is not None else ""))
     for col, just in (("#", "right"), ("provider", "left"), ("region", "left"), ("accel", "left"), ("n", "right"),
@@ -39,7 +41,7 @@ def print_plan(p, limit: Optional[int]) -> None:
         shown = shown + [p.nearest]
     for i, c in enumerate(shown, 1):
         e = c.estimate
-        blocking = [r for r in c.reasons if r.startswith(("misses", "over budget", "the deadline", "preemptions", "too slow", "over the emissions", "emissions unknown"))]
+        blocking = having(c.reasons, BLOCKING)
         kg = "?" if e.kgco2e is None else f"{e.kgco2e:,.1f}"
         t.add_row(str(p.candidates.index(c) + 1), "onprem" if c.target == "onprem" else c.provider, c.region, c.accelerator,
                   str(c.count), "yes" if c.preemptible else "no", f"{e.epoch_s:,.0f}", f"{e.hours:,.2f}", f"{e.cost_usd:,.2f}", kg,
@@ -72,7 +74,7 @@ def print_plan(p, limit: Optional[int]) -> None:
 
 
 def plan(
-    workload: Annotated[str, typer.Argument(help="workload to place")] = "gan3d",
+    workload: Annotated[str, typer.Argument(help=f"workload to place: {' | '.join(workloads.NAMES)}")] = workloads.DEFAULT,
     policy_file: Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")] = None,
     gpus: Annotated[Optional[int], typer.Option(help="only candidates with this many GPUs")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="epochs to train (default: policy, then workload profile)")] = None,
@@ -184,26 +186,41 @@ def catalog(
 # --------------------------------------------------------------------------- bench
 
 
+def workloads_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the workloads burst can train, with their presets, knobs and the metrics a gate or a scan can use."""
+    rows = [{"name": w.name, "title": w.title, "presets": list(w.presets), "tunable": list(w.tunable), "epoch_metrics": list(w.epoch_metrics),
+             "gate_metrics": list(w.gate_metrics), "example_space": str(w.example_space)} for w in workloads.all_workloads()]
+    if as_json:
+        _emit_json(rows)
+        return
+    t = Table(title="workloads")
+    for col in ("name", "what it trains", "presets", "scan knobs", "scan metrics (first: default)"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["name"], r["title"], ", ".join(r["presets"]), ", ".join(r["tunable"]), ", ".join(r["epoch_metrics"]))
+    out.print(t)
+
+
 def bench(
-    workload: Annotated[str, typer.Argument()] = "gan3d",
+    workload: Annotated[str, typer.Argument(help=f"workload to measure: {' | '.join(workloads.NAMES)}")] = workloads.DEFAULT,
     batch: Annotated[int, typer.Option(help="events per step")] = 4,
     steps: Annotated[int, typer.Option(help="steps per timed block")] = 3,
     repeats: Annotated[int, typer.Option(help="timed blocks (the best is kept)")] = 2,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Measure this machine on the workload's paper preset and record it for `burst plan`."""
+    """Measure this machine on the workload's profiled preset and record it for `burst plan`."""
     from ..placement import profile
 
-    if workload != "gan3d":
-        raise BurstError(f"unknown workload {workload!r}; choose gan3d")
+    w = workloads.get(workload)
     for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
         if v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
-    console.print(f"measuring the paper preset on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
+    command = w.bench_command(batch, steps, repeats)
+    if command is None:
+        raise BurstError(f"workload {workload} has no benchmark; `burst calibrate RUN` measures it from finished runs instead")
+    console.print(f"measuring the {w.profile_preset} preset of {workload} on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
     try:
-        proc = subprocess.run([sys.executable, "-m", "workloads.gan3d.bench", "--throughput", json.dumps(
-            {"preset": "paper", "batch": batch, "steps": steps, "repeats": repeats})],
-            capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=3600)
+        proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=3600)
     except subprocess.TimeoutExpired:
         raise BurstError("the benchmark did not finish within an hour", exit_code=1) from None
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -211,7 +228,7 @@ def bench(
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BurstError(f"the benchmark failed: {last}", exit_code=1)
     result = json.loads(lines[-1])
-    record = {"workload": workload, "preset": "paper", "events_per_s": result["samples_per_s"],
+    record = {"workload": workload, "preset": w.profile_preset, "events_per_s": result["samples_per_s"],
               "events_per_s_median": result["samples_per_s_median"], "gflops": result["gflops"],
               "cpus": os.cpu_count(), "batch": batch}
     path = profile.record_local(workload, record)

@@ -45,23 +45,19 @@ class RunProgress:
         elif isinstance(event, EpochEvent) and event.replayed:
             pass  # an epoch restored from a checkpoint after a restart: already reported, or only now known
         elif isinstance(event, EpochEvent):
-            m = event.model_extra or {}
+            said = event.said or f"{event.samples_per_s} samples/s"  # the workload's words, from the job
             self._bar.update(self._task, completed=event.epoch * t.steps)
-            self.console.print(
-                f"epoch {event.epoch}/{event.epochs}: {event.samples_per_s} samples/s, "
-                f"D {m.get('d_loss', float('nan')):.3f}, G {m.get('g_loss', float('nan')):.3f}, "
-                f"ECAL-sum MAPE {m.get('g_ecal_mape', float('nan')):.1f}%"
-            )
+            self.console.print(f"epoch {event.epoch}/{event.epochs}: {said}")
         elif isinstance(event, StoppedEvent):
             why = event.reason if event.on_notice else "on request"
             self.console.print(f"stopped ({why}) at epoch {event.epoch} step {event.step}/{event.steps}; final checkpoint written")
         elif isinstance(event, DoneEvent) and event.stopped:
             self._bar.update(self._task, description="stopped")
         elif isinstance(event, DoneEvent):
-            s = event.summary
+            said = event.said or ", ".join(f"{k} {v:.4g}" for k, v in list(event.summary.items())[:4]
+                                                                     if isinstance(v, (int, float)))
             self._bar.update(self._task, description="done")
-            self.console.print(f"validation: sampling fraction MC {s.get('sf_mc', 0):.4f} vs GAN {s.get('sf_gan', 0):.4f}, "
-                               f"optimisation metric {s.get('optimisation_metric', float('nan')):.3g}")
+            self.console.print(f"validation: {said}")
 
 
 class PulumiProgress:

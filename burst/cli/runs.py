@@ -11,11 +11,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import workloads
 from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
 from .render import ConsoleReporter, console, emit_json
 
-Workload = Annotated[str, typer.Argument(help="workload to train (gan3d)")]
-Preset = Annotated[str, typer.Option(help="small | paper")]
+Workload = Annotated[str, typer.Argument(help=f"workload to train: {' | '.join(workloads.NAMES)}")]
+Preset = Annotated[Optional[str], typer.Option(help="the workload's model preset (default: its first; `burst workloads` lists them)")]
 Epochs = Annotated[int, typer.Option()]
 Batch = Annotated[Optional[int], typer.Option(help="events per replica per step (default: the preset's)")]
 Data = Annotated[Optional[str], typer.Option(help="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")]
@@ -35,12 +36,12 @@ GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: 
 def _request(flags: dict):
     """The request made of a command's parameters that are ``TrainRequest`` fields (the gate file
     read into the gate it holds)."""
-    from .. import quality
+    from .. import quality, workloads
     from ..runs import TrainRequest
 
     fields = {k: v for k, v in flags.items() if k in TrainRequest.model_fields}
     if flags.get("gate_file") is not None:
-        fields["gate"] = quality.load(flags["gate_file"])
+        fields["gate"] = quality.load(flags["gate_file"], flags.get("workload") or workloads.DEFAULT)
     return TrainRequest.of(**fields)
 
 
@@ -52,7 +53,7 @@ def _finished(run) -> None:
 def train(
     workload: Workload,
     cluster: Annotated[str, typer.Option(help="cluster name")] = "local",
-    preset: Preset = "small",
+    preset: Preset = None,
     epochs: Epochs = 6,
     batch_per_replica: Batch = None,
     data: Data = None,
@@ -81,7 +82,7 @@ def train(
 
 
 def run(
-    workload: Annotated[str, typer.Argument(help="workload to run (gan3d)")] = "gan3d",
+    workload: Annotated[str, typer.Argument(help=f"workload to run: {' | '.join(workloads.NAMES)}")] = workloads.DEFAULT,
     provider: Provider = None,
     cluster: Annotated[str, typer.Option("--name", help="name of the temporary cluster")] = "run-local",
     cpus: Cpus = None,
@@ -93,7 +94,7 @@ def run(
     nodes: Nodes = None,
     hours: Hours = None,
     policy_file: PolicyFile = None,
-    preset: Preset = "small",
+    preset: Preset = None,
     epochs: Epochs = 6,
     batch_per_replica: Batch = None,
     data: Data = None,

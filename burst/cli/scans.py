@@ -7,19 +7,20 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import workloads
 from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
 from .render import ConsoleReporter, console, emit_json
 from .runs import Batch, Data, Epochs, Preset, Seed, Steps, Synthetic
 
 
 def tune(
-    workload: Annotated[str, typer.Argument(help="workload to scan (gan3d)")],
-    space: Annotated[Path, typer.Option("--space", help="search-space YAML (example: workloads/gan3d/tune-small.yaml)")],
+    workload: Annotated[str, typer.Argument(help=f"workload to scan: {' | '.join(workloads.NAMES)}")],
+    space: Annotated[Path, typer.Option("--space", help="search-space YAML (examples: workloads/<name>/tune-small.yaml)")],
     trials: Annotated[int, typer.Option(help="trials to sample (a grid dimension multiplies them)")] = 8,
     gpus_per_trial: Annotated[Optional[int], typer.Option(help="GPUs each trial trains on (default 1 on a GPU cluster; CPU clusters: leave out)")] = None,
     max_concurrent: Annotated[Optional[int], typer.Option(help="trials at a time (default: as many as the cluster holds)")] = None,
     epochs: Epochs = 6,
-    metric: Annotated[str, typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch")] = "optimisation_metric",
+    metric: Annotated[Optional[str], typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch (default: the workload's first)")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop every trial (each checkpoints) before this many USD are spent")] = None,
     cluster: Annotated[Optional[str], typer.Option(help="running cluster to scan on (default: start one with --provider, else where the plan for the scan says, and take it down after)")] = None,
     provider: Provider = None,
@@ -32,7 +33,7 @@ def tune(
     nodes: Nodes = None,
     hours: Hours = None,
     policy_file: PolicyFile = None,
-    preset: Preset = "small",
+    preset: Preset = None,
     batch_per_replica: Batch = None,
     data: Data = None,
     synthetic: Synthetic = None,
@@ -51,15 +52,14 @@ def tune(
     from ..errors import BurstError
     from ..scans import TuneRequest
 
-    if workload != "gan3d":
-        raise BurstError(f"unknown workload {workload!r}; choose one of: gan3d")
+    workloads.check(workload)
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
     if cluster is not None and provider is not None:
         raise BurstError("--cluster names a running cluster, --provider starts one for the scan: give one of them")
     start = cluster is None  # no running cluster named: start one (--provider, else the plan's choice) and take it down after
     cluster = cluster or f"tune-{provider or 'planned'}"
-    request = TuneRequest.of(space, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
+    request = TuneRequest.of(space, workload=workload, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
                              synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
                              reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)

@@ -23,6 +23,7 @@ from .. import targets
 from . import carbon
 from ..errors import BurstError
 from .layout import Layout
+from .reasons import Code, Reason
 from .policy import Policy
 from .scan import ScanShape
 from .profile import Profile
@@ -131,7 +132,7 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
         f = rate * loss_h
         if f >= 1:
             est.feasible = False
-            est.notes.append(f"preemptions ({rate:.2f}/h over {layout.nodes} nodes) would outpace progress")
+            est.notes.append(Reason(Code.PREEMPTIONS_OUTPACE, f"preemptions ({rate:.2f}/h over {layout.nodes} nodes) would outpace progress"))
             est.preemption_h = float("inf")
         else:
             total = est.training_h / (1 - f)

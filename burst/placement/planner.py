@@ -17,6 +17,8 @@ from .. import command_values, targets
 from ..errors import BurstError
 from .catalog import Offer
 from .layout import Layout, MixedInterconnect, resolve
+from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
+from .request import PlacementRequest
 from .scan import ScanShape
 from .policy import OnPrem, Policy
 from .profile import Profile, local_throughput
@@ -53,6 +55,7 @@ class Candidate:
             "est_kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3), "energy_kwh": round(e.energy_kwh, 3),
             "grid_gco2_per_kwh": e.grid_g_per_kwh, "feasible": self.feasible,
             "reasons": self.reasons,
+            "reason_codes": [code_of(r).value for r in self.reasons],
             "queue_wait_h": round(e.queue_h, 3) if self.target == "onprem" else None,
             "queue_source": e.queue_source if self.target == "onprem" else None,
             "breakdown": {"queue_h": round(e.queue_h, 3), "provision_h": round(e.provision_h, 3), "staging_h": round(e.staging_h, 3),
@@ -100,31 +103,24 @@ def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
     return counts
 
 
-def candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int] = None,
-               gpus: Optional[int] = None, events: Optional[int] = None, provider: Optional[str] = None,
-               accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-               region: Optional[str] = None, gpus_per_node: Optional[int] = None,
-               batch_per_replica: Optional[int] = None, nodes: Optional[int] = None,
-               scan: Optional[ScanShape] = None, avoid: tuple[str, ...] = ()) -> tuple[list[Candidate], dict[str, int]]:
-    """Every target the policy (and the command line's narrowing) allows, with its estimate.
+def candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest = PlacementRequest()) -> tuple[list[Candidate], dict[str, int]]:
+    """Every target the policy (and the command line's narrowing, ``ask``) allows, with its estimate.
 
-    ``nodes`` keeps only layouts spanning that many nodes (this machine is one). ``scan``: the
-    candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs).
-    ``avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``."""
-    out, excluded = _candidates(policy, profile, offers, epochs=epochs, gpus=gpus, events=events, provider=provider,
-                                accelerator=accelerator, preemptible=preemptible, region=region, gpus_per_node=gpus_per_node,
-                                batch_per_replica=batch_per_replica, nodes=nodes, scan=scan)
+    ``ask.nodes`` keeps only layouts spanning that many nodes (this machine is one). ``ask.scan``:
+    the candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs).
+    ``ask.avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``."""
+    out, excluded = _candidates(policy, profile, offers, ask)
+    avoid = ask.avoid
     kept = [c for c in out if c.provider not in avoid and f"{c.provider}:{c.region}" not in avoid]
     if len(kept) < len(out):
         excluded["lost a cluster there"] = len(out) - len(kept)
     return kept, excluded
 
 
-def _candidates(policy: Policy, profile: Profile, offers: list[Offer], *, epochs: Optional[int], gpus: Optional[int],
-                events: Optional[int], provider: Optional[str], accelerator: Optional[str], preemptible: Optional[bool],
-                region: Optional[str], gpus_per_node: Optional[int], batch_per_replica: Optional[int], nodes: Optional[int],
-                scan: Optional[ScanShape]) -> tuple[list[Candidate], dict[str, int]]:
-    epochs = _epochs(policy, profile, epochs)
+def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest) -> tuple[list[Candidate], dict[str, int]]:
+    gpus, events, provider, accelerator, preemptible = ask.gpus, ask.events, ask.provider, ask.accelerator, ask.preemptible
+    region, gpus_per_node, batch_per_replica, nodes, scan = ask.region, ask.gpus_per_node, ask.batch_per_replica, ask.nodes, ask.scan
+    epochs = _epochs(policy, profile, ask.epochs)
     cpu_scan = scan is not None and scan.gpus_per_trial is None and gpus is None
     if scan is not None:
         if gpus is not None and gpus % scan.devices_per_trial:
@@ -246,26 +242,26 @@ def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float], m
     if deadline_h is not None:
         if deadline_h <= 0:
             c.feasible = False
-            c.reasons.insert(0, "the deadline has passed")
+            c.reasons.insert(0, Reason(Code.DEADLINE_PASSED, "the deadline has passed"))
             ratios.append(float("inf"))
         elif e.hours > deadline_h:
             c.feasible = False
-            c.reasons.insert(0, f"misses the deadline: {e.hours:.1f} h > {deadline_h:.1f} h")
+            c.reasons.insert(0, Reason(Code.MISSES_DEADLINE, f"misses the deadline: {e.hours:.1f} h > {deadline_h:.1f} h"))
         ratios.append(e.hours / deadline_h if deadline_h > 0 else float("inf"))
     if budget is not None:
         if e.cost_usd > budget:
             c.feasible = False
-            c.reasons.insert(0, f"over budget: ${e.cost_usd:,.2f} > ${budget:,.2f}")
+            c.reasons.insert(0, Reason(Code.OVER_BUDGET, f"over budget: ${e.cost_usd:,.2f} > ${budget:,.2f}"))
         ratios.append(e.cost_usd / budget)
     if max_kg is not None:
         if e.kgco2e is None:
             c.feasible = False
-            c.reasons.insert(0, "emissions unknown under a kgCO2e cap")
+            c.reasons.insert(0, Reason(Code.EMISSIONS_UNKNOWN, "emissions unknown under a kgCO2e cap"))
             ratios.append(float("inf"))
         else:
             if e.kgco2e > max_kg:
                 c.feasible = False
-                c.reasons.insert(0, f"over the emissions cap: {e.kgco2e:,.1f} kgCO2e > {max_kg:,.1f}")
+                c.reasons.insert(0, Reason(Code.OVER_EMISSIONS, f"over the emissions cap: {e.kgco2e:,.1f} kgCO2e > {max_kg:,.1f}"))
             ratios.append(e.kgco2e / max_kg)
     c.violation = max(ratios)
 
@@ -284,8 +280,8 @@ def _too_slow(cands: list[Candidate], max_slowdown: float, onprem_first: bool) -
             continue
         if c.feasible and c.estimate.hours > max_slowdown * fastest:
             c.feasible = False
-            c.reasons.insert(0, f"too slow: {c.estimate.hours / fastest:,.0f}x the fastest feasible option "
-                                f"({c.estimate.hours:,.1f} h vs {fastest:,.2f} h; the policy's max_slowdown is {max_slowdown:g})")
+            c.reasons.insert(0, Reason(Code.TOO_SLOW, f"too slow: {c.estimate.hours / fastest:,.0f}x the fastest feasible option "
+                                                      f"({c.estimate.hours:,.1f} h vs {fastest:,.2f} h; the policy's max_slowdown is {max_slowdown:g})"))
             c.violation = max(c.violation, c.estimate.hours / (max_slowdown * fastest))
 
 
@@ -294,12 +290,12 @@ def _kg(c: Candidate) -> float:
     return float("inf") if kg is None else kg
 
 
-def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Plan:
+def plan(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest = PlacementRequest()) -> Plan:
     """Rank every candidate by the objective under the constraints and pick one."""
     deadline_h = policy.deadline_hours()
     budget = policy.budget_usd
-    cands, excluded = candidates(policy, profile, offers, **narrow)
-    epochs = _epochs(policy, profile, narrow.get("epochs"))
+    cands, excluded = candidates(policy, profile, offers, ask)
+    epochs = _epochs(policy, profile, ask.epochs)
     for c in cands:
         _check(c, deadline_h, budget, policy.max_kgco2e)
     _too_slow(cands, policy.max_slowdown, policy.burst_when is not None)
@@ -312,7 +308,8 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
     # On-prem first when the policy says when to burst and no burst condition holds.
     onprem_first = False
     why = ""
-    if policy.burst_when is not None and (narrow.get("provider") is None or targets.get(narrow["provider"]).kind == "onprem"):
+    bursting = False                    # a burst condition holds: the site only if nothing else is feasible
+    if policy.burst_when is not None and (ask.provider is None or targets.get(ask.provider).kind == "onprem"):
         site = [c for c in cands if c.target == "onprem"]
         best_site = min(site, key=lambda c: (not c.feasible, objective(c))) if site else None
         bw = policy.burst_when
@@ -322,17 +319,16 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
         else:
             if bw.queue_wait_over_hours is not None and best_site.estimate.queue_h > bw.queue_wait_over_hours:
                 triggers.append(f"on-prem queue wait {best_site.estimate.queue_h:g} h is over {bw.queue_wait_over_hours:g} h")
-            if bw.deadline_missed and any(r.startswith("misses the deadline") or r.startswith("the deadline") for r in best_site.reasons):
+            if bw.deadline_missed and having(best_site.reasons, DEADLINE):
                 triggers.append("on-prem cannot meet the deadline")
-            if bw.over_budget and any(r.startswith("over budget") for r in best_site.reasons):
+            if bw.over_budget and having(best_site.reasons, frozenset({Code.OVER_BUDGET})):
                 triggers.append("on-prem would exceed the budget")
         if not triggers and best_site is not None and best_site.feasible:
             onprem_first = True
             why = "on-prem first: it meets the deadline and budget and no burst condition holds"
         else:
+            bursting = True
             why = "bursting: " + "; ".join(triggers or ["on-prem is not feasible"])
-
-    bursting = why.startswith("bursting")  # a burst condition holds: the site only if nothing else is feasible
 
     def key(c: Candidate):
         return (not c.feasible,
@@ -369,10 +365,10 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Pla
             why += f"; {obj} feasible option"
         if prefer_spot and choice.preemptible:
             why += " (preemptible preferred)"
-    slow = [c for c in cands if c.reasons and c.reasons[0].startswith("too slow")]
+    slow = [c for c in cands if c.reasons and code_of(c.reasons[0]) is Code.TOO_SLOW]
     if choice is not None and slow:
         why += f"; {len(slow)} slower option(s) left out by max_slowdown {policy.max_slowdown:g}"
-    scan = narrow.get("scan")
+    scan = ask.scan
     return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget, policy.max_kgco2e,
                 scan=scan.note(epochs) if scan is not None else None)
 
@@ -414,9 +410,9 @@ def from_candidate(c: Candidate, policy: Optional[Policy], notes: tuple[str, ...
                      site=policy.onprem if policy is not None and c.target == "onprem" else None, estimate=c.estimate, notes=notes)
 
 
-def choose(policy: Policy, profile: Profile, offers: list[Offer], **narrow) -> Placement:
+def choose(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest = PlacementRequest()) -> Placement:
     """The plan's choice as a placement; one line saying why when nothing is feasible."""
-    p = plan(policy, profile, offers, **narrow)
+    p = plan(policy, profile, offers, ask)
     if p.choice is None:
         raise BurstError(f"the plan finds no feasible target: {p.why}; see `burst plan`")
     return from_candidate(p.choice, policy)
@@ -441,17 +437,18 @@ def scope_problem(policy: Policy, provider: str, region: Optional[str], accelera
     return None
 
 
-def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provider: str, *, gpus: Optional[int] = None,
-        accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
-        cpus: Optional[int] = None, storage: Optional[str] = None, epochs: Optional[int] = None,
-        nodes: Optional[int] = None, partition: Optional[str] = None, gpus_per_node: Optional[int] = None,
-        batch_per_replica: Optional[int] = None) -> Placement:
-    """The placement on ``provider`` that the command line's flags fix, under the policy's guard rails.
+def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: PlacementRequest) -> Placement:
+    """The placement on ``ask.provider`` that the command line's flags fix, under the policy's guard rails.
 
     Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
     is refused with the rule it breaks; one that merely misses the deadline or budget goes ahead,
     with a note (the budget guard still stops the run before the budget is spent).
     """
+    provider, gpus, accelerator, preemptible, region = ask.provider, ask.gpus, ask.accelerator, ask.preemptible, ask.region
+    cpus, storage, epochs, nodes, partition = ask.cpus, ask.storage, ask.epochs, ask.nodes, ask.partition
+    batch_per_replica = ask.batch_per_replica
+    if provider is None:
+        raise BurstError("pinning a placement needs a provider")
     target = targets.get(provider)
     if storage is not None and not target.takes_storage:
         raise BurstError(f"--storage applies to targets on this machine; {provider} clusters get their own storage")
@@ -492,9 +489,9 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
         return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
                          estimate=e, nodes=nodes or (est_mod.onprem_nodes(profile, policy, count) if target.is_scheduler else None))
     if accelerator is None:
-        return choose(policy, profile, offers, provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
-                      gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica)
-    shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=gpus_per_node)
+        return choose(policy, profile, offers, PlacementRequest(provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
+                                                                gpus_per_node=ask.gpus_per_node, batch_per_replica=batch_per_replica))
+    shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=ask.gpus_per_node)
     lay = resolve(offers, provider, accelerator, gpus, preemptible=preemptible, **shape)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
     if not spot and not lay.has_on_demand:
@@ -507,4 +504,4 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], provide
     c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot,
                   est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica), layout=lay)
     _check(c, policy.deadline_hours(), policy.budget_usd, policy.max_kgco2e)
-    return from_candidate(c, policy, notes=tuple(r for r in c.reasons if not c.feasible and r.startswith(("misses", "over budget", "the deadline"))))
+    return from_candidate(c, policy, notes=tuple(having(c.reasons, BUDGET_OR_DEADLINE)) if not c.feasible else ())

@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from .. import state
 from ..errors import BurstError
 
-WORKLOAD_PROFILES = {"gan3d": Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "profile.yaml"}
 _SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3
 
 
@@ -254,9 +253,9 @@ class Profile(BaseModel):
 
     def default_batch(self) -> int:
         """The batch per replica `burst train` uses for the profile's preset."""
-        from workloads.gan3d import presets  # plain data, no TensorFlow
+        from .. import workloads  # presets are plain data: no TensorFlow
 
-        return presets.get_preset(self.preset).default_batch
+        return workloads.get(self.workload).default_batch(self.preset)
 
     def watts(self, accelerator: str) -> float:
         return self.accelerators[self.family(accelerator)].watts
@@ -278,11 +277,12 @@ class Profile(BaseModel):
         return self.accelerators[name].from_ is None or name in calibration(self)
 
 
-def load(workload: str = "gan3d", path: Optional[Path] = None) -> Profile:
+def load(workload: str, path: Optional[Path] = None) -> Profile:
+    """The placement profile of ``workload`` (``profile.yaml`` in its package), or the file at ``path``."""
     if path is None:
-        if workload not in WORKLOAD_PROFILES:
-            raise BurstError(f"unknown workload {workload!r}; choose one of: {', '.join(WORKLOAD_PROFILES)}")
-        path = WORKLOAD_PROFILES[workload]
+        from .. import workloads
+
+        path = workloads.get(workload).profile_path
     try:
         raw = yaml.safe_load(Path(path).read_text())
         return Profile.model_validate(raw)

@@ -45,24 +45,23 @@ def _work_dir(run_id: str) -> Path:
 
 def _prepare_data(cfg: JobConfig, storage_dir: Path) -> tuple[list[Path], list[Path]]:
     """Training and held-out test files on this node, each checked once before any worker starts."""
-    from workloads.gan3d import pipeline
-    from workloads.gan3d.data import check_conditions
-
+    from .. import workloads
     from . import storage
 
+    workload = workloads.get(cfg.workload)
     if cfg.synthetic:
         emit(StatusEvent(message=f"generating {cfg.synthetic} synthetic Monte Carlo events"))
-        name = f"synthetic-{cfg.synthetic}-s{cfg.seed}"
-        train_dir, test_dir = pipeline.prepare_synthetic(storage_dir / "data" / name, cfg.synthetic, seed=cfg.seed)
-        train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
+        name = f"synthetic-{cfg.workload}-{cfg.synthetic}-s{cfg.seed}"
+        train_dir, test_dir = workload.prepare_synthetic(storage_dir / "data" / name, cfg.synthetic, seed=cfg.seed)
+        train_files, test_files = workload.list_files(train_dir), workload.list_files(test_dir)
     elif storage.is_remote(cfg.data):  # a bucket: copy to this node's disk first
         source = storage_dir / "data-source"
         storage.copy_dir(cfg.data, str(source))
-        train_files, test_files = pipeline.split_files(source)
+        train_files, test_files = workload.split_files(source)
     else:
-        train_files, test_files = pipeline.split_files(Path(cfg.data))
+        train_files, test_files = workload.split_files(Path(cfg.data))
     for f in list(train_files) + list(test_files):  # a bad file fails here once, not in every worker retry
-        check_conditions(Path(f))
+        workload.check_file(Path(f))
     return train_files, test_files
 
 
@@ -107,7 +106,7 @@ def run(cfg: JobConfig) -> int:
     else:
         from . import ray_train
 
-        emit(StatusEvent(message=f"training {cfg.preset} preset on {cfg.workers} worker(s)"))
+        emit(StatusEvent(message=f"training {cfg.workload} ({cfg.preset} preset) on {cfg.workers} worker(s)"))
         ckpt_dir, failure = ray_train.train(cfg, files.ray_train_root, out_dir / "checkpoint")
     timings["trained"] = time.time()
     if failure is not None:
@@ -129,19 +128,20 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         emit(DoneEvent(run_dir=str(out_dir), stopped=True))
         return 0
     emit(StatusEvent(message="validating against held-out Monte Carlo"))
-    from workloads.gan3d import pipeline
+    from .. import workloads
 
-    metrics = pipeline.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
+    workload = workloads.get(cfg.workload)
+    metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()
     provenance = {
         "timings": timings,
-        "data_hashes": pipeline.data_hashes(list(train_files) + list(test_files)),
+        "data_hashes": workload.data_hashes(list(train_files) + list(test_files)),
         "train_files": [str(f) for f in train_files],
         "test_files": [str(f) for f in test_files],
     }
     write_json_atomic(out_dir / "job_provenance.json", provenance, indent=1)
     _publish(out_dir, cfg)
-    emit(DoneEvent(run_dir=str(out_dir), summary=metrics["summary"]))
+    emit(DoneEvent(run_dir=str(out_dir), summary=metrics["summary"], said=workload.validation_line(metrics["summary"])))
     return 0
 
 

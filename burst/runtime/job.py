@@ -13,7 +13,7 @@ import re
 import time
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 EVENT_PREFIX = "BURST_EVENT"
 EVENT_LINE = re.compile(rf"{EVENT_PREFIX} (\{{.*\}})\s*$")
@@ -27,7 +27,8 @@ class TrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    preset: Literal["small", "paper"] = "small"
+    workload: str = Field(default_factory=lambda: _workloads().DEFAULT, description="what to train: a name in burst.workloads")
+    preset: Optional[str] = Field(None, description="the workload's model preset (default: its first)")
     epochs: int = Field(6, gt=0)
     batch_per_replica: Optional[int] = Field(None, gt=0)
     seed: int = 0
@@ -35,6 +36,21 @@ class TrainSettings(BaseModel):
     val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
     gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.quality)")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps")
+
+    @model_validator(mode="after")
+    def _known_workload_and_preset(self):
+        """The workload is registered and the preset is one of its own (none given: its default)."""
+        workload = _workloads().get(self.workload)  # BurstError (one line) for an unknown name
+        if self.preset is None:
+            object.__setattr__(self, "preset", workload.default_preset)  # frozen: set once, while validating
+        workload.check_preset(self.preset)  # ValueError: the caller names the flag
+        return self
+
+
+def _workloads():
+    from .. import workloads  # the registry: light, imports no workload until one is asked for
+
+    return workloads
 
 
 class JobConfig(TrainSettings):
@@ -113,6 +129,7 @@ class EpochEvent(_Event):
     epochs: int
     replayed: bool = False  # re-announced from a restored checkpoint, not trained again
     samples_per_s: Optional[float] = None
+    said: str = ""          # the workload's line for the epoch (its losses in its own words)
 
 
 class StoppedEvent(_Event):
@@ -155,6 +172,7 @@ class DoneEvent(_Event):
     run_dir: str
     stopped: bool = False
     summary: dict = Field(default_factory=dict)
+    said: str = ""          # the workload's headline of the validation summary
 
 
 class FailedEvent(_Event):
@@ -264,7 +282,7 @@ class ScanConfig(BaseModel):
     job: JobConfig
     space: dict[str, Any]
     trials: int = Field(gt=0)
-    metric: str = "optimisation_metric"
+    metric: str                         # one of the workload's epoch metrics
     concurrent: int = Field(1, gt=0)
     grace_period: int = Field(1, gt=0)      # ASHA: epochs every trial gets before it can be stopped
     reduction_factor: int = Field(2, gt=1)  # ASHA: 1/reduction_factor of the trials go on at each rung

@@ -43,17 +43,16 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train
     from ray.train import Checkpoint
 
-    from workloads.gan3d import pipeline
-    from workloads.gan3d.train import configure_cpu_threads
-
+    from .. import workloads
     from . import storage
     from .entry import failure_line
 
     cfg = JobConfig.from_arg(loop_config["job"])
+    workload = workloads.get(cfg.workload)
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     if cfg.threads:
-        configure_cpu_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
+        workload.configure_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
     strategy = _strategy(world)
     restored = ray.train.get_checkpoint()
     # as_directory: Ray's own directory when the checkpoint is local, else a download removed on
@@ -61,11 +60,11 @@ def train_loop_per_worker(loop_config: dict) -> None:
     with contextlib.ExitStack() as held:
         restored_dirs = [Path(held.enter_context(restored.as_directory()))] if restored is not None else []
         resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg))
-        trainer, dataset_fn, steps = pipeline.prepare_training(
+        trainer, dataset_fn, steps = workload.prepare_training(
             local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
             resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch, overrides=cfg.overrides,
         )  # restores the weights now: the directory is not needed after this
-    held_out = (pipeline.HeldOut(local_files(cfg.val_files, f"{cfg.run_id}-val"), trainer.preset, cfg.val_events, cfg.seed)
+    held_out = (workload.held_out(local_files(cfg.val_files, f"{cfg.run_id}-val"), trainer, cfg.val_events, cfg.seed)
                 if cfg.validate_each_epoch and rank == 0 else None)
 
     scratch = private_dir(node_scratch_dir(cfg.run_id))

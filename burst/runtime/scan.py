@@ -153,7 +153,7 @@ def run(scan: ScanConfig) -> int:
     stopped = storage.exists(RunFiles(job.storage, scan.scan_id).stop_request)
     rows = trial_rows(grid, scan, stopped)
     best = best_trial(rows)
-    summary = {"scan_id": scan.scan_id, "metric": scan.metric, "trials": len(rows), "epochs": job.epochs, "space": scan.space,
+    summary = {"scan_id": scan.scan_id, "workload": job.workload, "metric": scan.metric, "trials": len(rows), "epochs": job.epochs, "space": scan.space,
                "stopped_early": sum(r["stop_reason"] == "stopped early (ASHA)" for r in rows), "budget_stopped": stopped,
                "best": best, "wall_s": round(time.time() - started, 1),
                "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search}
@@ -225,8 +225,7 @@ def best_trial(rows: list[dict]) -> dict | None:
 
 def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[Path]) -> dict:
     """Copy the best trial's best checkpoint next to the results and validate it in full."""
-    from workloads.gan3d import pipeline
-
+    from .. import workloads
     from . import storage
     from .training import epochs_in
 
@@ -251,7 +250,7 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
             return {"error": "the best trial left no checkpoint"}
         shutil.copytree(newest, dest)
         source = str(newest)
-    metrics = pipeline.validate(dest, test_files, out_dir / "best" / "report", events=scan.report_events, seed=scan.job.seed,
+    metrics = workloads.get(cfg.workload).validate(dest, test_files, out_dir / "best" / "report", events=scan.report_events, seed=scan.job.seed,
                                 extra={"scan": scan.scan_id, "trial": best["trial"], "knobs": json.dumps(best["config"])}, gate=scan.job.gate)
     return {"trial": best["trial"], "epoch": epochs_in(dest), "checkpoint": source, "summary": metrics["summary"]}
 

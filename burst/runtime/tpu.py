@@ -16,8 +16,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     """The Ray task on the TPU host; returns the directory of the final checkpoint."""
     import tensorflow as tf
 
-    from workloads.gan3d import pipeline
-
+    from .. import workloads
     from . import scratch, storage
 
     cfg = JobConfig.from_arg(cfg_arg)
@@ -30,7 +29,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     if storage.exists(ckpt_root):
         storage.copy_dir(ckpt_root, str(local_root))
     resume = latest_checkpoint(sorted(local_root.glob("epoch_*"))) if local_root.exists() else None
-    trainer, dataset_fn, steps = pipeline.prepare_training(
+    trainer, dataset_fn, steps = workloads.get(cfg.workload).prepare_training(
         local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy,
         seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch)
 

@@ -23,7 +23,8 @@ def progress_in(checkpoint: Path) -> tuple[int, int]:
         history, step = meta["history"], int((meta.get("position") or {}).get("step", 0))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return -1, 0
-    if not (checkpoint / "gan3d.index").exists() or not list(checkpoint.glob("gan3d.data-*")):
+    # the TensorFlow checkpoint beside it, whatever the workload's prefix: an index and its data
+    if not any(list(checkpoint.glob(f"{index.stem}.data-*")) for index in checkpoint.glob("*.index")):
         return -1, 0
     return len(history), step
 
@@ -78,9 +79,12 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     and why); the caller then writes a final checkpoint and calls ``announce_stop`` with the
     returned watch.
     """
-    from . import storage
-    from workloads.gan3d.cpu import machine_facts
+    from workloads.common.cpu import machine_facts
 
+    from .. import workloads
+    from . import storage
+
+    workload = workloads.get(cfg.workload)
     if speaks:
         emit(StartEvent(epoch=int(trainer.epoch.numpy()), epochs=cfg.epochs, steps=steps, replicas=replicas,
                         global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts(),
@@ -98,7 +102,7 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     def on_epoch_end(metrics: dict) -> None:
         save_epoch(metrics)
         if speaks:
-            emit(EpochEvent(epochs=cfg.epochs, **metrics))
+            emit(EpochEvent(epochs=cfg.epochs, said=workload.epoch_line(metrics), **metrics))
 
     notices = NoticeWatch(cfg.storage)
 

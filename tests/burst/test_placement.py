@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from burst.placement import catalog, facts, layout, policy, profile
+from burst.placement.request import PlacementRequest
 from burst.placement import planner as placement
 from burst.errors import BurstError
 
@@ -79,7 +80,7 @@ def test_a_malformed_table_is_refused_with_its_name(tmp_path):
     bad = tmp_path / "p.yaml"
     bad.write_text(yaml.safe_dump(raw))
     with pytest.raises(BurstError, match="gke-v100: a row needs 1 <= nodes <= replicas"):
-        profile.load(path=bad)
+        profile.load("gan3d", path=bad)
 
 
 GPU_ACCS = sorted(a for a, v in PROFILE.accelerators.items() if v.kind == "gpu")
@@ -132,7 +133,7 @@ policies = st.builds(
 @FAST
 @given(doc=policies, epochs=st.integers(1, 200))
 def test_estimates_are_positive_and_finite_where_feasible(doc, epochs):
-    plan = placement.plan(make(**doc), PROFILE, OFFERS, epochs=epochs)
+    plan = placement.plan(make(**doc), PROFILE, OFFERS, PlacementRequest(epochs=epochs))
     assert plan.candidates
     for c in plan.candidates:
         e = c.estimate
@@ -176,7 +177,7 @@ def test_a_passed_deadline_makes_everything_infeasible():
 
 
 def test_preemptions_that_outpace_progress_are_infeasible():
-    plan = placement.plan(make(preemptible="only", providers=["gcp"], preemption_rate_per_hour={"gcp": 2.0}), PROFILE, OFFERS, gpus=128)
+    plan = placement.plan(make(preemptible="only", providers=["gcp"], preemption_rate_per_hour={"gcp": 2.0}), PROFILE, OFFERS, PlacementRequest(gpus=128))
     assert all(not c.feasible and any("outpace" in r for r in c.reasons) for c in plan.candidates)
 
 
@@ -298,10 +299,10 @@ def test_more_gpus_per_node_than_any_machine_holds():
 
 def test_the_policy_sets_the_per_zone_limit():
     pol = policy.parse("providers: [gcp]\nregions: [us-central1]\naccelerators: [V100]\nmax_gpus_per_zone: 32\n")
-    pinned = placement.pin(pol, PROFILE, OFFERS, "gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1")
+    pinned = placement.pin(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1"))
     assert pinned.layout.zones == ["us-central1-a", "us-central1-b", "us-central1-c", "us-central1-f"]
     assert [p.nodes for p in pinned.layout.pools] == [4, 4, 4, 4]
-    chosen = placement.plan(pol, PROFILE, OFFERS, provider="gcp", gpus=64).choice
+    chosen = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp", gpus=64)).choice
     assert len(chosen.layout.zones) == 2  # the plan's layouts use the same limit
 
 
@@ -328,7 +329,7 @@ def test_a_policy_that_allows_the_slowdown_and_prices_the_machine_at_zero_gets_i
 
 def test_onprem_price_is_derived_from_hardware_and_power_when_the_policy_gives_none():
     site = {"accelerator": "V100", "gpus": 8, "hardware_usd_per_gpu": 8760.0, "lifetime_years": 1.0, "usd_per_kwh": 0.5, "pue": 2.0}
-    plan = placement.plan(make(providers=["ray"], onprem=site), PROFILE, OFFERS, gpus=8)
+    plan = placement.plan(make(providers=["ray"], onprem=site), PROFILE, OFFERS, PlacementRequest(gpus=8))
     e = plan.candidates[0].estimate
     assert e.hourly_usd == pytest.approx(8 * (1.0 + 0.300 * 2.0 * 0.5))  # $1/h amortisation + 300 W x PUE 2 at $0.5/kWh
     assert any(n.startswith("on-prem price $1.300/device-h derived") for n in e.notes)
@@ -365,8 +366,8 @@ def test_min_carbon_picks_the_lowest_emission_option_and_a_cap_is_a_constraint()
 
 
 def test_the_batch_per_replica_is_a_plan_input_in_the_measured_direction():
-    small = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, accelerator="V100", gpus=32, batch_per_replica=16, preemptible=True)
-    large = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, accelerator="V100", gpus=32, batch_per_replica=96, preemptible=True)
+    small = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, PlacementRequest(accelerator="V100", gpus=32, batch_per_replica=16, preemptible=True))
+    large = placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, PlacementRequest(accelerator="V100", gpus=32, batch_per_replica=96, preemptible=True))
     assert small.choice.estimate.batch == 16 and large.choice.estimate.batch == 96
     assert small.choice.estimate.epoch_s > 1.4 * large.choice.estimate.epoch_s  # measured: 182.7 s vs 115.0 s
 

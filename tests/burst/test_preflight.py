@@ -11,6 +11,7 @@ import pytest
 from burst import state, targets
 from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
+from burst.placement.request import PlacementRequest
 from burst.targets import preflight
 from burst.targets.base import Lease
 from tests import cloud_api
@@ -111,8 +112,7 @@ def test_up_stops_at_the_preflight_before_anything_is_created(tmp_path, monkeypa
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     monkeypatch.setattr(targets.get("gcp"), "missing_prerequisites", lambda: [])
     monkeypatch.setattr(preflight, "google_session", lambda: recorded()[0])
-    placement = planner.pin(policy.load(None), profile.load("gan3d"), OFFERS, "gcp", gpus=128, accelerator="V100",
-                            preemptible=True, region="us-central1")
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), OFFERS, PlacementRequest(provider="gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1"))
     fake = RecordingPulumi()
     with pulumi_command(fake) as gke, pytest.raises(BurstError) as err:
         gke.up("big", placement, Lease(hours=2))

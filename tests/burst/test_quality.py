@@ -10,12 +10,12 @@ from burst.errors import BurstError
 
 
 def test_a_gate_bounds_the_metrics_it_names():
-    gate = quality.parse("# what this group accepts\noptimisation_metric: 30\nsf_rel_error: 0.05\nclassifier_auc: 1\n", "g.yaml")
+    gate = quality.parse("# what this group accepts\noptimisation_metric: 30\nsf_rel_error: 0.05\nclassifier_auc: 1\n", "g.yaml", "gan3d")
     assert gate == {"optimisation_metric": 30.0, "sf_rel_error": 0.05, "classifier_auc": 1.0}
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ("optimisation_metric: 30\nsf_error: 0.1\n", "g.yaml:2: unknown metric 'sf_error'; a gate can bound: sf_rel_error,"),
+    ("optimisation_metric: 30\nsf_error: 0.1\n", "g.yaml:2: unknown metric 'sf_error'; a gate of gan3d can bound: sf_rel_error,"),
     ("fpd: -1\n", "g.yaml:1: fpd: Input should be greater than or equal to 0"),
     ("fpd: .inf\n", "g.yaml:1: fpd: Input should be a finite number"),
     ("fpd: small\n", "g.yaml:1: fpd: Input should be a valid number"),
@@ -26,7 +26,7 @@ def test_a_gate_bounds_the_metrics_it_names():
 ])
 def test_a_bad_gate_is_one_line_naming_file_line_and_metric(text, fragment):
     with pytest.raises(BurstError) as exc:
-        quality.parse(text, "g.yaml")
+        quality.parse(text, "g.yaml", "gan3d")
     assert fragment in str(exc.value) and "\n" not in str(exc.value)
 
 
@@ -34,7 +34,7 @@ def test_every_gateable_metric_is_described():
     from workloads.gan3d.validate import GATE_METRICS
 
     assert all(text.strip() for text in GATE_METRICS.values())
-    assert quality._model().model_json_schema()["additionalProperties"] is False
+    assert quality._model("gan3d").model_json_schema()["additionalProperties"] is False
 
 
 @pytest.mark.parametrize("command", [["train", "gan3d"], ["run", "gan3d", "--provider", "local"]])
@@ -46,7 +46,7 @@ def test_cli_rejects_a_bad_gate_before_touching_a_cluster(tmp_path, command):
     assert proc.returncode == 2, proc.stderr
     from workloads.gan3d.validate import GATE_METRICS
 
-    assert proc.stderr.strip().splitlines() == [f"error: {gate}:1: unknown metric 'optimisation_metrc'; a gate can bound: "
+    assert proc.stderr.strip().splitlines() == [f"error: {gate}:1: unknown metric 'optimisation_metrc'; a gate of gan3d can bound: "
                                                 + ", ".join(GATE_METRICS)]
     assert not (tmp_path / "home" / "clusters").exists() or not list((tmp_path / "home" / "clusters").iterdir())
 
@@ -54,5 +54,5 @@ def test_cli_rejects_a_bad_gate_before_touching_a_cluster(tmp_path, command):
 def test_the_shipped_example_gate_is_valid():
     from pathlib import Path
 
-    gate = quality.load(Path(__file__).resolve().parents[2] / "gates" / "default.yaml")
+    gate = quality.load(Path(__file__).resolve().parents[2] / "gates" / "default.yaml", "gan3d")
     assert gate["optimisation_metric"] > 0 and set(gate) <= {"optimisation_metric", "sf_rel_error", "hits_rel_error"}

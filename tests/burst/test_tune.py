@@ -16,10 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from burst import scan_space
+from burst import scan_space, workloads
 from burst.errors import BurstError
 from tests import census
 
+GAN3D = workloads.get("gan3d")
 EXAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "tune-small.yaml"
 # 24 steps (~2 s) per epoch: ASHA's stop request travels trial report -> Tune driver -> stop file ->
 # the workers' next check (every 5 steps); with 4-step epochs (0.4 s on a fast CPU) a trailing
@@ -28,7 +29,7 @@ TINY = ["--epochs", "3", "--steps", "24", "--synthetic", "400", "--val-events", 
 
 
 def test_the_shipped_example_space_is_valid_and_names_real_knobs():
-    space = scan_space.load(EXAMPLE)
+    space = scan_space.load(EXAMPLE, GAN3D)
     assert {"learning_rate", "profile_weight", "batch_per_replica", "gen_filters"} <= set(space.knobs)
     assert scan_space.SearchSpace.from_data(space.as_data()) == space  # what the job reads back is what was checked
 
@@ -46,12 +47,12 @@ def test_the_shipped_example_space_is_valid_and_names_real_knobs():
 ])
 def test_a_bad_space_file_is_one_line_naming_the_file_and_line(text, message):
     with pytest.raises(BurstError) as info:
-        scan_space.parse(text, "f.yaml")
+        scan_space.parse(text, "f.yaml", GAN3D)
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
 def test_int_ranges_include_both_ends_and_grids_multiply():
-    space = scan_space.parse("noise_size: {int: [8, 9]}\nbatch_per_replica: {grid: [8, 16]}\nlabel_flip: {grid: [0.0, 0.05, 0.1]}\n", "f")
+    space = scan_space.parse("noise_size: {int: [8, 9]}\nbatch_per_replica: {grid: [8, 16]}\nlabel_flip: {grid: [0.0, 0.05, 0.1]}\n", "f", GAN3D)
     assert space.grid_size() == 6
     ray_space = space.to_ray()
     assert {ray_space["noise_size"].sample() for _ in range(200)} == {8, 9}
@@ -73,7 +74,7 @@ def test_an_unknown_metric_is_refused_before_anything_starts(tmp_path):
     env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "tune", "gan3d", "--space", str(EXAMPLE), "--metric", "g_loss"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2 and "--metric g_loss: a scan minimises one of optimisation_metric" in proc.stderr
+    assert proc.returncode == 2 and "--metric g_loss: a scan of gan3d minimises one of optimisation_metric" in proc.stderr
 
 
 # --------------------------------------------------------------------------- on a real Ray cluster
@@ -245,14 +246,14 @@ import json, sys
 from pathlib import Path
 import ray
 from ray import tune
-from burst import scan_space
+from burst import scan_space, workloads
 from burst.runtime import storage
 from burst.runtime.job import JobConfig, RunFiles, ScanConfig
 from burst.runtime.scan import _search, asha
 
 root = Path(sys.argv[1])
-space = scan_space.load(Path(sys.argv[2]))
-scan = ScanConfig(job=JobConfig(run_id="scan", storage=str(root), epochs=4), space=space.as_data(), trials=8, search="optuna")
+space = scan_space.load(Path(sys.argv[2]), workloads.get('gan3d'))
+scan = ScanConfig(job=JobConfig(run_id="scan", storage=str(root), epochs=4), space=space.as_data(), trials=8, search="optuna", metric="optimisation_metric")
 
 def trial(config):
     # a stand-in for the Ray Train run: reports like it, and stops itself like its workers when asked

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 PROBE = ("import os, json, workloads.gan3d, tensorflow\n"
-         "from workloads.gan3d.cpu import machine_facts\n"
+         "from workloads.common.cpu import machine_facts\n"
          "print(json.dumps({'env': os.environ.get('TF_ENABLE_ONEDNN_OPTS'), **machine_facts()}))")
 
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from burst import state, targets
 from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
+from burst.placement.request import PlacementRequest
 from burst.state import ClusterHandle
 from burst.targets.base import Lease
 from burst.targets import preflight
@@ -115,8 +116,7 @@ def pulumi_command(fake):
 
 def gke_up(fake):
     """`burst up --provider gcp --gpus 8 --accelerator V100 --region us-central1 --preemptible`, pinned as the CLI pins it."""
-    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), "gcp", gpus=8, accelerator="V100",
-                            preemptible=True, region="us-central1")
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), PlacementRequest(provider="gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1"))
     with pulumi_command(fake) as gke:
         return gke.up("t", placement, Lease(hours=2))
 
@@ -348,8 +348,7 @@ def test_two_ups_of_one_name_create_one_stack(home, monkeypatch):
 
     monkeypatch.setattr(type(gke), "preflight", slow_preflight)
     monkeypatch.setattr(gke, "command", fake, raising=False)  # one stand-in for both `up`s
-    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), "gcp", gpus=8, accelerator="V100",
-                            preemptible=True, region="us-central1")
+    placement = planner.pin(policy.load(None), profile.load("gan3d"), catalog.load(), PlacementRequest(provider="gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1"))
 
     def run_first():
         try:

@@ -16,6 +16,7 @@ import pytest
 from burst import targets
 from burst.errors import BurstError
 from burst.placement import facts, layout, planner, policy, profile
+from burst.placement.request import PlacementRequest
 from burst.state import ClusterHandle
 from tests.infra.test_stacks import OFFERS, of_type, render
 
@@ -92,9 +93,9 @@ def test_6_on_demand_never_buys_a_spot_only_a3_shape():
     _, _, resources, _ = render("gcp", "H100", 16, False, region="us-central1")
     assert {p["inputs"]["nodeConfig"]["machineType"] for p in of_type(resources, "nodePool:NodePool") if p["name"] != "system"} == {"a3-highgpu-8g"}
     pol = policy.parse("providers: [gcp]\npreemptible: never\naccelerators: [H100]\nmax_gpus: 64\n")
-    plan = planner.plan(pol, profile.load("gan3d"), OFFERS, provider="gcp")
+    plan = planner.plan(pol, profile.load("gan3d"), OFFERS, PlacementRequest(provider="gcp"))
     assert plan.candidates and not [p for c in plan.candidates for p in c.layout.pools if p.offer.instance_type in small]
-    spot = planner.plan(policy.parse("providers: [gcp]\npreemptible: only\naccelerators: [H100]\n"), profile.load("gan3d"), OFFERS, provider="gcp", gpus=4)
+    spot = planner.plan(policy.parse("providers: [gcp]\npreemptible: only\naccelerators: [H100]\n"), profile.load("gan3d"), OFFERS, PlacementRequest(provider="gcp", gpus=4))
     assert any(p.offer.instance_type == "a3-highgpu-4g" for c in spot.candidates for p in c.layout.pools)  # spot may use them
 
 

@@ -7,6 +7,6 @@ and newer extensions: on AVX2-only CPUs (many AMD EPYC and older Intel nodes) tr
 point of the workload imports this package before TensorFlow; an explicit ``0`` is respected.
 """
 
-from .cpu import enable_onednn
+from ..common.cpu import enable_onednn
 
 enable_onednn()

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .cpu import cpu_info, machine_facts
+from ..common.cpu import cpu_info, machine_facts
 
 WORKER_FLAG = "--bench-worker"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -34,32 +33,16 @@ def prepare_synthetic(root: Path, n_events: int, seed: int = 0, energy_range=(10
 
 def split_files(path: Path) -> tuple[list[Path], list[Path]]:
     """Training and held-out files: a ``train/``+``test/`` layout, else the last ~10 % of files."""
-    path = Path(path)
-    if (path / "train").is_dir() and (path / "test").is_dir():
-        return data.list_files(path / "train"), data.list_files(path / "test")
-    files = data.list_files(path)
-    if len(files) == 1:
-        return files, files  # no held-out file: validation reuses the training file
-    n_test = max(1, round(len(files) * TEST_FRACTION))
-    return files[:-n_test], files[-n_test:]
+    from .workload import WORKLOAD
+
+    return WORKLOAD.split_files(path)
 
 
 def data_hashes(files: list[Path]) -> dict[str, str]:
-    """Cheap content fingerprints (size + first/last MiB, sha256) for provenance."""
-    import hashlib
+    """Cheap content fingerprints of the files, for provenance."""
+    from .workload import WORKLOAD
 
-    out = {}
-    for f in files:
-        h = hashlib.sha256()
-        size = f.stat().st_size
-        h.update(str(size).encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(-(1 << 20), 2)
-                h.update(fh.read())
-        out[f.name] = h.hexdigest()[:16]
-    return out
+    return WORKLOAD.data_hashes(files)
 
 
 def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0):

@@ -23,20 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 import keras
 
+from ..common.loop import EpochLoop
 from .model import build_discriminator, build_generator
 from .presets import PAPER_POWER, Preset, overrides_of
 
-MetricsCallback = Callable[[dict], None]
 CHECKPOINT_PREFIX = "gan3d"
 HISTORY_FILE = "history.json"
 #: Bumped when the saved object graph changes. 2: the generator's first block is one
@@ -68,14 +65,6 @@ def profile_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> 
     return (log_ratio(fx, rx) + log_ratio(fy, ry)) / 2
 
 
-def _skipped(ds, ctx, steps: int):
-    """An epoch's input without its first ``steps`` global steps (each pipeline feeds its local replicas)."""
-    if not steps:
-        return ds
-    local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx else 1
-    return ds.skip(steps * local_replicas)
-
-
 def _per_example_losses(outputs, labels, y, ang, ecal) -> list[tf.Tensor]:
     """Unweighted per-example terms: BCE(real/fake), MAPE(Ep/100), MAE(angle), MAPE(ECAL sum)."""
     gen, aux, ang_pred, ecal_pred = (tf.reshape(o, [-1]) for o in outputs)
@@ -91,26 +80,7 @@ TERM_NAMES = ("bce", "ep_mape", "angle_mae", "ecal_mape")
 METRIC_NAMES = ("d_loss", "g_loss", *(f"{net}_{term}" for term in TERM_NAMES for net in ("d", "g")))
 
 
-@dataclass
-class EpochMetrics:
-    epoch: int
-    steps: int
-    samples: int
-    seconds: float
-    losses: dict[str, float]
-
-    def as_dict(self) -> dict:
-        return {
-            "epoch": self.epoch,
-            "steps": self.steps,
-            "samples": self.samples,
-            "seconds": round(self.seconds, 3),
-            "samples_per_s": round(self.samples / self.seconds, 2) if self.seconds > 0 else None,
-            **{k: round(v, 5) for k, v in self.losses.items()},
-        }
-
-
-class GAN3DTrainer:
+class GAN3DTrainer(EpochLoop):
     """Owns both networks, both optimisers, the random generator and the epoch counter."""
 
     def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0):
@@ -144,18 +114,8 @@ class GAN3DTrainer:
             dropout_seeds=seed_states,
         )
         self.history: list[dict] = []
-        # Per-epoch sums of the step's metrics, added up inside the step: reading 18 scalars back
-        # into Python every step costs a host round trip each, which under Ray Train (whose
-        # threads share the worker's GIL) measurably slowed the steps. Local to this process;
-        # a checkpoint taken inside an epoch keeps them in its history file (``position``).
-        self._sums = {name: tf.Variable(0.0, dtype=tf.float64, trainable=False) for name in METRIC_NAMES}
-        # Where inside the current epoch training is: steps done and seconds spent on them. Zero
-        # between epochs; a mid-epoch checkpoint saves them and a resume goes on from there.
-        self.epoch_step = 0
-        self._epoch_seconds = 0.0
-        self._epoch_clock: float | None = None
+        self._init_loop(METRIC_NAMES)
         self._step = tf.function(self._distributed_step)
-        self._accumulating_step = tf.function(self._accumulate)
 
     # ------------------------------------------------------------------ the step
 
@@ -216,95 +176,7 @@ class GAN3DTrainer:
         per_replica = self.strategy.run(self.train_step, args=(batch, step))
         return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in per_replica.items()}
 
-    def _accumulate(self, batch):
-        """One distributed step whose metrics are added to the epoch sums, nothing returned."""
-        for name, value in self._distributed_step(batch).items():
-            self._sums[name].assign_add(tf.cast(value, tf.float64))
-
-    # ------------------------------------------------------------------ epochs
-
-    def fit(
-        self,
-        dataset_fn: Callable,
-        epochs: int,
-        steps_per_epoch: int,
-        on_epoch_end: list[MetricsCallback] | None = None,
-        on_step: MetricsCallback | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        stop_check_every: int = 5,
-        on_checkpoint: MetricsCallback | None = None,
-        checkpoint_every: int | None = None,
-        should_checkpoint: Callable[[], bool] | None = None,
-    ) -> list[dict]:
-        """Train from the current position (epoch counter, steps into it) up to ``epochs``; return
-        this run's epoch metrics.
-
-        ``should_stop`` is asked every ``stop_check_every`` steps and before every epoch but the first; every replica must agree to
-        stop at the same step (a collective would hang otherwise), so the answers are summed
-        across replicas and any one "yes" stops all of them. ``self.stopped`` then holds where.
-        ``on_checkpoint`` (given the position) is called inside an epoch every ``checkpoint_every``
-        steps, and at the next check when every replica agrees on ``should_checkpoint`` (a notice
-        that the node or the allocation is about to go); it is a collective too.
-        """
-        done: list[dict] = []
-        self.stopped = None
-        first = int(self.epoch.numpy())
-        for epoch in range(first, epochs):
-            if epoch > first and should_stop is not None and self._all_agree(should_stop()):  # asked between epochs
-                self.stopped = {"epoch": epoch + 1, "step": 0, "steps": steps_per_epoch}
-                return done
-            skip = self.epoch_step if epoch == first else 0  # a resume from inside this epoch
-            if not skip:
-                for total in self._sums.values():
-                    total.assign(0.0)
-                self._epoch_seconds = 0.0
-            dist = self.strategy.distribute_datasets_from_function(lambda ctx, e=epoch, k=skip: _skipped(dataset_fn(ctx, e), ctx, k))
-            steps = skip
-            self.epoch_step = skip
-            start = self._epoch_clock = time.perf_counter()
-            for batch in dist:
-                self._accumulating_step(batch)
-                steps += 1
-                self.epoch_step = steps
-                position = {"epoch": epoch + 1, "step": steps, "steps": steps_per_epoch}
-                if on_step is not None:
-                    on_step({**position, "elapsed": self._epoch_seconds + time.perf_counter() - start})
-                checked = steps % stop_check_every == 0
-                if on_checkpoint is not None and steps < steps_per_epoch and (
-                        (checkpoint_every and steps % checkpoint_every == 0)
-                        or (checked and should_checkpoint is not None and self._all_agree(should_checkpoint()))):
-                    on_checkpoint(position)
-                if should_stop is not None and checked and self._all_agree(should_stop()):
-                    self.stopped = position
-                    return done
-            seconds = self._epoch_seconds + time.perf_counter() - start
-            self._epoch_clock = None
-            self.epoch_step = 0
-            self._epoch_seconds = 0.0
-            self.epoch.assign(epoch + 1)
-            means = {k: float(v.numpy()) / max(steps, 1) for k, v in self._sums.items()}
-            metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, means).as_dict()
-            self.history.append(metrics)
-            done.append(metrics)
-            for callback in on_epoch_end or []:
-                callback(metrics)
-        return done
-
-    def _all_agree(self, flag: bool) -> bool:
-        """True on every replica when any replica's ``flag`` is true."""
-        votes = self.strategy.run(lambda: tf.constant(1.0 if flag else 0.0))
-        return float(self.strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None)) > 0
-
     # ------------------------------------------------------------------ checkpoints
-
-    def position(self) -> dict | None:
-        """Where inside an epoch training is (steps done, their seconds, the epoch's metric sums);
-        None between epochs."""
-        if not self.epoch_step:
-            return None
-        running = time.perf_counter() - self._epoch_clock if self._epoch_clock is not None else 0.0
-        return {"step": self.epoch_step, "seconds": round(self._epoch_seconds + running, 3),
-                "sums": {k: float(v.numpy()) for k, v in self._sums.items()}}
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write both networks, both optimisers, the RNG, the epoch and the metrics history, and
@@ -336,12 +208,7 @@ class GAN3DTrainer:
             raise ValueError(f"checkpoint {directory} was trained with {meta.get('overrides') or 'the preset as it is'}, not with "
                              f"{overrides_of(self.preset) or 'the preset as it is'}")
         self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
-        self.history = list(meta["history"])
-        position = meta.get("position") or {}
-        self.epoch_step = int(position.get("step", 0))
-        self._epoch_seconds = float(position.get("seconds", 0.0))
-        for name, total in self._sums.items():
-            total.assign(float(position.get("sums", {}).get(name, 0.0)))
+        self._restore_position(meta)
         return int(self.epoch.numpy())
 
     # ------------------------------------------------------------------ inference

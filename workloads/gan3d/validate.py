@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..common.gate import gate_verdict
 from .features import hit_counts, measured_angle, moments, profiles
+from .metrics import EPOCH_METRICS, GATE_METRICS, VERDICT_METRICS  # noqa: F401  (the tables, kept importable from here)
 from .synthetic import STORED_PER_GEV
 
 ANGLE_BINS_DEG = (62.0, 90.0, 118.0)
@@ -309,41 +311,13 @@ def sample_distances(mc_gev: np.ndarray, other_gev: np.ndarray, mc_energy: np.nd
                      high_level_features(other_gev, other_energy, HIT_THRESHOLD_GEV), seed=seed)
 
 
-#: Summary metrics a quality gate may bound, and what each says (all "lower is better"; the AUC is best at 0.5).
-GATE_METRICS = {
-    "sf_rel_error": "relative error of the sampling fraction, averaged over energy bins",
-    "profile_abs_error": "energy-weighted absolute difference of the x, y, z profiles (0 = identical)",
-    "moment_error": "relative error of the first and second shower moments",
-    "profile_error": "the authors' per-bin relative profile error",
-    "angle_rel_error": "relative error of the measured angle, event by event",
-    "hits_rel_error": "relative error of the mean number of hits above 0.3 MeV",
-    "transverse_worst_factor": "largest factor between GAN and MC transverse profiles, cells down to 1e-3 of the peak (1 = perfect)",
-    "optimisation_metric": "the authors' model-selection metric: moment + profile + angle errors",
-    "fpd": "Fréchet physics distance of the high-level features (0 = same distribution)",
-    "kpd": "kernel physics distance of the high-level features (0 = same distribution)",
-    "classifier_auc": "AUC of a classifier telling GAN from MC showers (0.5 = indistinguishable)",
-}
-#: What a scan can minimise: the summary metrics cheap enough to compute after every epoch (the
-#: sample distances and the classifier are left to the best trial's full report).
-EPOCH_METRICS = ("optimisation_metric", "sf_rel_error", "profile_abs_error", "moment_error", "profile_error", "angle_rel_error",
-                 "hits_rel_error", "transverse_worst_factor")
-VERDICT_METRICS = ("optimisation_metric", "sf_rel_error", "hits_rel_error", "transverse_worst_factor", "fpd", "classifier_auc")
-
-
 def verdict(metrics: dict, gate: dict[str, float] | None) -> dict:
     """The run's physics verdict: against the gate (metric → largest accepted value) if there is
     one, and next to the MC-vs-MC noise floor at the same sample size always."""
     floor, same = metrics["noise_floor"], metrics["gan_same_size"]
     against = "; ".join(f"{k} {same[k]:.4g} (MC-vs-MC {floor[k]:.4g})" for k in VERDICT_METRICS if k in floor and k in same)
     context = f"at {floor['events']} events per sample: {against}"
-    if not gate:
-        return {"passed": None, "failing": {}, "line": f"no quality gate; {context}"}
-    failing = {k: {"value": metrics["summary"][k], "max": float(v)} for k, v in gate.items() if not metrics["summary"][k] <= v}
-    if failing:
-        line = "FAILED the quality gate: " + ", ".join(f"{k} {f['value']:.4g} > {f['max']:.4g}" for k, f in failing.items())
-    else:
-        line = "passed the quality gate (" + ", ".join(f"{k} {metrics['summary'][k]:.4g} <= {v:.4g}" for k, v in gate.items()) + ")"
-    return {"passed": not failing, "failing": failing, "line": f"{line}; {context}"}
+    return gate_verdict(metrics["summary"], gate, context)
 
 
 def evaluate(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray,

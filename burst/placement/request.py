@@ -1,0 +1,83 @@
+"""What a command asks of placement, as one value: the workload, and every flag that narrows the
+plan or pins a target (provider, GPUs, accelerator, region, spot, node shape, storage, image...).
+
+The CLI and the Python API build one ``PlacementRequest``; ``api``, ``planner`` and the managed
+run's controller hand it on whole, so a new flag is one field here, not a keyword threaded
+through every layer. ``checked`` turns a bad value into one line naming its flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import BurstError
+from .scan import ScanShape
+
+# fields that must be positive whole numbers when given, with their flags
+_POSITIVE = {"cpus": "--cpus", "gpus": "--gpus", "nodes": "--nodes", "batch_per_replica": "--batch-per-replica",
+             "epochs": "--epochs", "events": "--events", "gpus_per_node": "--gpus-per-node"}
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    provider: Optional[str] = None          # pin this target (None: the plan picks one)
+    workload: Optional[str] = None          # whose profile estimates the run (None: the default workload)
+    gpus: Optional[int] = None              # devices (GPUs, TPU chips) in all; on-prem: GPUs to allocate
+    cpus: Optional[int] = None              # this machine: CPUs for the local Ray cluster
+    accelerator: Optional[str] = None
+    preemptible: Optional[bool] = None      # None: the policy's preference
+    region: Optional[str] = None
+    gpus_per_node: Optional[int] = None     # one node shape only
+    nodes: Optional[int] = None             # on-prem scheduler: nodes to allocate; plan: layouts over this many nodes
+    partition: Optional[str] = None         # on-prem scheduler's partition
+    storage: Optional[str] = None           # this machine: where checkpoints and results go
+    image: Optional[str] = None             # cloud Kubernetes: a prebuilt runtime image
+    bundle: Optional[str] = None            # on-prem: a `burst pack` bundle on shared storage
+    batch_per_replica: Optional[int] = None  # what the plan estimates (default: the workload's for its preset)
+    epochs: Optional[int] = None            # what the plan estimates (default: the policy's, then the profile's)
+    events: Optional[int] = None            # training events the plan estimates (default: the profile's dataset)
+    scan: Optional[ScanShape] = None        # a hyper-parameter scan's trials side by side
+    avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
+
+    def checked(self) -> "PlacementRequest":
+        """This request, or one line naming the flag whose value cannot be placed."""
+        from .. import targets, workloads
+
+        for name, flag in _POSITIVE.items():
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise BurstError(f"{flag} must be a positive whole number, got {value}")
+        if self.provider is not None:
+            targets.check_provider(self.provider)
+        if self.workload is not None:
+            workloads.check(self.workload)
+        return self
+
+    def but(self, **changes: Any) -> "PlacementRequest":
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def workload_name(self) -> str:
+        from .. import workloads
+
+        return self.workload or workloads.DEFAULT
+
+    def flags(self) -> dict:
+        """The fields that are set, as JSON data (a managed run keeps its first placement so)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("scan", "avoid")}
+        out = {k: v for k, v in out.items() if v is not None}
+        if self.avoid:
+            out["avoid"] = list(self.avoid)
+        return out
+
+    @classmethod
+    def from_flags(cls, flags: dict) -> "PlacementRequest":
+        """The request ``flags`` wrote (unknown keys are refused: a field was renamed)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(flags) - known)
+        if unknown:
+            raise BurstError(f"placement flags {', '.join(unknown)} are not placement fields")
+        return cls(**{**flags, "avoid": tuple(flags.get("avoid", ()))})
