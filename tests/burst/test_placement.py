@@ -75,7 +75,9 @@ def test_a_cpu_cluster_is_a_target_the_model_represents():
 def test_a_malformed_table_is_refused_with_its_name(tmp_path):
     import yaml
 
-    raw = yaml.safe_load(profile.WORKLOAD_PROFILES["gan3d"].read_text())
+    from burst import workloads
+
+    raw = yaml.safe_load(workloads.get("gan3d").profile_path.read_text())
     raw["scaling"]["tables"][0]["rows"].append([4, 8, 96, 100.0])  # more nodes than replicas
     bad = tmp_path / "p.yaml"
     bad.write_text(yaml.safe_dump(raw))
