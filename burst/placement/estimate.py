@@ -162,7 +162,7 @@ def _speed_note(est: Estimate, profile: Profile, accelerator: str) -> None:
     if basis.startswith("measured here"):
         est.notes.append(f"{accelerator} speed {basis}")
     elif not profile.measured_accelerator(accelerator):
-        est.notes.append(f"{accelerator} speed is derived, not measured (±30 %)")
+        est.notes.append(f"{accelerator} speed is derived, not measured (±30 % or more; {basis})")
 
 
 def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:

@@ -158,6 +158,9 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
         if not policy.accelerator_allowed(site.accelerator) or (accelerator and accelerator != site.accelerator):
             skip("accelerator not allowed")
             continue
+        if not profile.knows(site.accelerator):
+            skip("no speed for the accelerator in the workload's profile")
+            continue
         cap = min(site.gpus, policy.max_gpus)
         counts = _gpu_counts(cap, gpus)
         if gpus is None and cap not in counts:
@@ -189,6 +192,9 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
             continue
         shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)
     for (prov, reg, acc), group in sorted(shapes.items()):
+        if not profile.knows(acc):
+            skip("no speed for the accelerator in the workload's profile")
+            continue
         tpu = group[0].is_tpu
         if tpu and scan is not None:
             skip("a scan needs a Ray cluster of GPUs (a TPU VM trains one job per slice)")

@@ -209,6 +209,14 @@ class Profile(BaseModel):
             return m.group(1)
         raise BurstError(f"workload {self.workload} has no speed for accelerator {accelerator!r} in its profile")
 
+    def knows(self, accelerator: str) -> bool:
+        """Whether the profile has a speed (measured or derived) for ``accelerator``."""
+        try:
+            self.family(accelerator)
+        except BurstError:
+            return False
+        return True
+
     def per_event_s(self, accelerator: str, fit: Optional[Fit] = None) -> float:
         """Seconds one replica spends per event (measured, or derived through the ``from`` chain)."""
         fit = fit or self.fit()
