@@ -166,9 +166,9 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
         handle = handle.model_copy(update={"plan": prediction(placement, ask.workload_name)})
         state.save(handle)
     if created and (idle_minutes is not None or handle.expires is not None):
-        from . import controller
+        from . import watcher
 
-        handle = controller.watch_cluster(handle, idle_minutes, report)  # a lease alone is watched on clouds only
+        handle = watcher.watch_cluster(handle, idle_minutes, report)  # a lease alone is watched on clouds only
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
 
 
@@ -224,7 +224,7 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
         handles = state.load_all(ClusterHandle)
     else:
         handles = [runs.cluster(name or "local")]
-    from .controller import stop_watcher
+    from .watcher import stop_watcher
 
     for handle in handles:
         targets.get(handle.provider).down(handle, report)
@@ -248,10 +248,10 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
         raise BurstError(target.not_ready(handle), exit_code=1)
-    from . import controller
+    from . import managed
 
     budget = request.budget_usd if request.budget_usd is not None else handle.budget_usd
-    record = controller.hand_over(request, {"provider": handle.provider}, policy, own_first=False, budget_usd=budget, report=report)
+    record = managed.hand_over(request, {"provider": handle.provider}, policy, own_first=False, budget_usd=budget, report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
@@ -285,7 +285,7 @@ def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
 def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, **placement) -> RunRecord:
     """Check the placement here (a bad flag is one line now, not in a detached process), then hand
     the run to its controller."""
-    from . import controller
+    from . import managed
 
     hours = placement.pop("hours", None)
     _lease(None, hours)
@@ -294,17 +294,17 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
     chosen, pol = _placement(ask, policy, report)
     flags = {**ask.but(provider=provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
     budget = request.budget_usd if request.budget_usd is not None else (pol.budget_usd if pol is not None else None)
-    record = controller.hand_over(request, {k: v for k, v in flags.items() if v is not None}, policy, own_first=True, budget_usd=budget,
+    record = managed.hand_over(request, {k: v for k, v in flags.items() if v is not None}, policy, own_first=True, budget_usd=budget,
                                   report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
 def _follow_managed(run_id: str, report: Reporter) -> RunRecord:
     """Follow a managed run to its end; its final state as the CLI's exit (Ctrl-C leaves it running)."""
-    from . import controller, quality
+    from . import managed, quality
 
     try:
-        record = controller.follow(run_id, report)
+        record = managed.follow(run_id, report)
     except KeyboardInterrupt:
         report.say(f"detached; managed run {run_id} goes on under its controller: `burst status`, `burst logs {run_id} --follow`")
         raise
@@ -366,7 +366,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:
     if state.load(ClusterHandle, handle.name) is None:
         return  # already torn down (the budget guard does that)
-    from .controller import stop_watcher
+    from .watcher import stop_watcher
 
     try:
         targets.get(handle.provider).down(handle, report)
@@ -387,13 +387,15 @@ def status() -> Status:
         rows.append(ClusterStatus(name=h.name, provider=h.provider, state=targets.get(h.provider).describe_state(h),
                                   layout=h.layout, age_s=round(now - h.created), expires=h.expires,
                                   accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
-    from . import controller
+    from . import managed
 
-    revived = controller.revive()  # a controller that was killed picks its run up again
+    revived = managed.revive()  # a controller that was killed picks its run up again
     by_name = {h.name: h for h in handles}
     records = state.load_all(RunRecord)
-    return Status(clusters=rows, runs=[r if r.managed else runs.refresh(r, by_name) for r in records],
-                  moves={r.run_id: controller.moves(r.run_id) for r in records if r.managed}, revived=revived)
+    from . import tracking
+
+    return Status(clusters=rows, runs=[r if r.managed else tracking.refresh(r, by_name) for r in records],
+                  moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed}, revived=revived)
 
 
 def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,
@@ -450,12 +452,14 @@ def prediction_lines(run_id: str) -> list[str]:
 
 def report(run_id: str) -> Path:
     """The path of a run's HTML report (its results are collected first if nothing did yet)."""
+    from . import tracking
+
     record = runs.load_run(run_id)
     if not record.run_dir:
-        record = runs.collect_finished(record)
+        record = tracking.collect_finished(record)
     if not record.run_dir:
         raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
-    path = Path(record.run_dir) / ("report.html" if record.config.get("kind") == "scan" else "report/report.html")
+    path = Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
     if not path.exists():
         raise BurstError(f"report {path} is missing; was the run directory moved?", exit_code=1)
     return path

@@ -1,4 +1,5 @@
-"""Processes that act while no CLI is attached: a managed run's controller and a cluster's watcher.
+"""Processes that act while no CLI is attached: a managed run's controller (here) and a cluster's
+watcher (``burst.watcher``); a managed run's records and how it is handed over are ``burst.managed``'s.
 
 ``burst run --managed`` and ``burst train --managed`` hand a run to a controller, a process of its
 own (detached from the terminal; ``burst status`` starts it again if it died) that
@@ -23,246 +24,30 @@ when no job has run on it for that long, or when its lease ends.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional
-
-from filelock import FileLock, Timeout
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Optional
 
 from . import state, targets
 from .errors import BurstError
 from .records import read_json, write_json_atomic
 from .state import ClusterHandle, RunRecord
-from .targets.base import QUIET, Reporter
+from .managed import FINAL_STATES, Attempt, ManagedRun, _file, _say, _take_lock, load, save
+from .targets.base import Reporter
 
 if TYPE_CHECKING:
     from .placement.policy import Policy
 
 POLL_S = 2.0           # a controller's look at its run
 LOSS_CONFIRM = 2       # looks in a row that find the cluster gone before it counts as lost
-WATCH_POLL_S = 5.0     # a watcher's look at its cluster
-FINAL_STATES = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")
-
-
-class Attempt(BaseModel):
-    """One cluster a managed run ran on: where, from when to when, how it ended, what it cost."""
-
-    number: int
-    cluster: str
-    own: bool = True                 # started by the run (the controller takes it down)
-    provider: str = ""
-    region: Optional[str] = None
-    preemptible: bool = False
-    hourly_usd: float = 0.0
-    started: float = Field(default_factory=time.time)  # the attempt began (planning, up)
-    cluster_created: Optional[float] = None             # its cluster's cost accrues from here
-    submitted: Optional[float] = None
-    first_step: Optional[float] = None
-    ended: Optional[float] = None
-    how: Optional[str] = None
-    cost_usd: float = 0.0
-
-    def cost_until(self, at: float) -> float:
-        """The cluster's price from its creation (a cluster the run found running: from the attempt's start) until ``at``."""
-        if self.cluster_created is None:
-            return 0.0
-        since = self.cluster_created if self.own else max(self.cluster_created, self.started)
-        return self.hourly_usd * max(0.0, at - since) / 3600
-
-
-class ManagedRun(BaseModel):
-    """What a controller needs to carry a run to its end, kept beside the run's record."""
-
-    run_id: str
-    request: dict                     # the TrainRequest, as the user gave it
-    placement: dict = Field(default_factory=dict)  # the first attempt's placement flags (provider, gpus, ...)
-    policy: Optional[str] = None      # a copy of the policy, taken when the run was handed over
-    cluster: str                      # the first cluster's name; moves add -2, -3, ...
-    own_first: bool = True            # the first cluster was started for the run
-    recover: bool = True
-    budget_usd: Optional[float] = None
-    cwd: str = Field(default_factory=os.getcwd)  # where the run's directory (burst-runs/) goes
-    phase: Literal["starting", "running", "finished"] = "starting"
-    attempts: list[Attempt] = Field(default_factory=list)
-    avoid: list[str] = Field(default_factory=list)
-    controller_pid: Optional[int] = None
-    created: float = Field(default_factory=time.time)
-
-    def spent(self, at: Optional[float] = None) -> float:
-        at = time.time() if at is None else at
-        return sum(a.cost_usd if a.ended is not None else a.cost_until(at) for a in self.attempts)
 
 
 # --------------------------------------------------------------------------- files
 
 
-def _dir() -> Path:
-    path = state.home() / "managed"
-    path.mkdir(exist_ok=True, mode=0o700)
-    return path
-
-
-def _file(key: str, suffix: str) -> Path:
-    return _dir() / f"{state.check_name(key, 'run')}{suffix}"
-
-
-def load(run_id: str) -> Optional[ManagedRun]:
-    path = _file(run_id, ".json")
-    return ManagedRun.model_validate(read_json(path, f"managed run {run_id}")) if path.exists() else None
-
-
-def save(m: ManagedRun) -> None:
-    write_json_atomic(_file(m.run_id, ".json"), m.model_dump(mode="json"), private=True)
-
-
-def load_all() -> list[ManagedRun]:
-    return [m for p in sorted(_dir().glob("*.json")) if not p.name.endswith(".policy.json")
-            if (m := load(p.stem)) is not None]
-
-
-def moves(run_id: str) -> list[str]:
-    """The run's move lines, oldest first."""
-    path = _file(run_id, ".log")
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def _say(run_id: str, text: str) -> None:
-    line = f"{time.strftime('%H:%M:%S')} {text}"
-    with open(_file(run_id, ".log"), "a") as fh:
-        fh.write(line + "\n")
-    print(line, flush=True)
-
-
-def _take_lock(lock_path: Path) -> Optional[FileLock]:
-    """The lock, held by this process; None while another live process holds it (a killed holder's lock is free again)."""
-    lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return None
-    return lock
-
-
-def _held(lock_path: Path) -> bool:
-    """True while a live process holds the lock."""
-    lock = _take_lock(lock_path)
-    if lock is None:
-        return True
-    lock.release()
-    return False
-
-
-def controller_alive(run_id: str, pid: Optional[int] = None) -> bool:
-    """True while the run's controller holds its lock, or its process ``pid`` is still starting."""
-    return _held(_file(run_id, ".lock")) or _is_controller(pid)
-
-
-def _is_controller(pid: Optional[int]) -> bool:
-    import psutil
-
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and "burst.controller" in " ".join(proc.cmdline())
-    except psutil.Error:
-        return False
-
-
-def _spawn(kind: str, key: str, cwd: str, out: Path) -> int:
-    """Start ``python -m burst.controller KIND KEY`` in a session of its own, detached from this terminal."""
-    with open(out, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "burst.controller", kind, key], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=os.environ.copy())
-    return proc.pid
-
-
 # --------------------------------------------------------------------------- handing a run over
-
-
-def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: Optional[float], report: Reporter = QUIET) -> RunRecord:
-    """Record a managed run and start its controller; returns the run's record (PENDING)."""
-    from .placement import policy as policy_mod
-    from .runs import new_run_id
-
-    if request.resume:
-        raise BurstError("--managed starts a new run; a managed run resumes by itself, and `burst train --resume RUN` without "
-                         "--managed goes on with one")
-    if own_first and state.load(ClusterHandle, request.cluster) is not None:
-        raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; a managed run starts a cluster of "
-                         f"its own: pass another --name, or use `burst train --managed --cluster {request.cluster}`")
-    run_id = new_run_id(request.workload)
-    pol_copy = None
-    if policy is not None:
-        pol = policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy))
-        pol_copy = str(_file(run_id, ".policy.json"))
-        write_json_atomic(Path(pol_copy), pol.model_dump(mode="json", exclude_defaults=True), private=True)
-    request = request.model_copy(update={"run_id": run_id, "managed": True})
-    record = RunRecord(run_id=run_id, workload=request.workload, cluster=request.cluster, provider=placement.get("provider") or "?",
-                       state="PENDING", managed=True, message="handed to its controller")
-    m = ManagedRun(run_id=run_id, request=request.model_dump(mode="json"), placement=placement, policy=pol_copy, cluster=request.cluster,
-                   own_first=own_first, budget_usd=budget_usd)
-    with state.locked():
-        state.save(record)
-    save(m)
-    m.controller_pid = _spawn("run", run_id, m.cwd, _file(run_id, ".out"))
-    save(m)
-    report.say(f"run {run_id} handed to its controller (PID {m.controller_pid}); it goes on without this terminal: "
-               f"`burst status`, `burst logs {run_id}`")
-    return record
-
-
-def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float], report: Reporter = QUIET) -> None:
-    """A run no CLI follows any more (``--detach``, a CLI interrupted or hung up): a controller
-    enforces its budget and its cluster's lease and collects its results; it moves nothing and takes
-    down only what the budget or the lease stops."""
-    attempt = Attempt(number=record.attempts, cluster=handle.name, own=False, provider=handle.provider, region=handle.region,
-                      preemptible=handle.preemptible, hourly_usd=handle.hourly_usd, started=handle.created,
-                      cluster_created=handle.created, submitted=time.time())
-    m = ManagedRun(run_id=record.run_id, request={}, cluster=handle.name, own_first=False, recover=False, budget_usd=budget_usd,
-                   phase="running", attempts=[attempt])
-    save(m)
-    m.controller_pid = _spawn("run", record.run_id, m.cwd, _file(record.run_id, ".out"))
-    save(m)
-    report.say(f"a controller (PID {m.controller_pid}) now enforces the budget of run {record.run_id} "
-               f"(${budget_usd:,.2f}) and collects its results, with no CLI attached")
-
-
-def revive() -> list[str]:
-    """Start again the controller of every unfinished managed run whose controller is gone; their ids."""
-    started = []
-    for m in load_all():
-        if m.phase != "finished" and not controller_alive(m.run_id, m.controller_pid):
-            m.controller_pid = _spawn("run", m.run_id, m.cwd, _file(m.run_id, ".out"))
-            save(m)
-            started.append(m.run_id)
-    return started
-
-
-def follow(run_id: str, report: Reporter, poll_s: float = 1.0) -> RunRecord:
-    """Print a managed run's moves and progress until it ends (Ctrl-C leaves it to its controller)."""
-    from .runs import load_run
-
-    shown, last_progress = 0, None
-    while True:
-        lines = moves(run_id)
-        for line in lines[shown:]:
-            report.say(line.split(" ", 1)[1] if " " in line else line)
-        shown = len(lines)
-        m, record = load(run_id), load_run(run_id)
-        progress = (record.progress or {}).get("epoch")
-        if progress is not None and progress != last_progress:
-            report.say(f"epoch {progress}/{record.progress.get('epochs')} ({record.cluster})")
-            last_progress = progress
-        if m is None or m.phase == "finished":
-            return record
-        if not controller_alive(run_id, m.controller_pid):
-            revive()
-        time.sleep(poll_s)
 
 
 # --------------------------------------------------------------------------- the controller
@@ -404,7 +189,7 @@ class Controller:
     def follow_attempt(self, attempt: Attempt) -> None:
         from .runs import load_run
         from .runtime import jobs
-        from .runtime.budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
+        from .budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
 
         handle = state.load(ClusterHandle, attempt.cluster)
         record = load_run(self.m.run_id)
@@ -632,96 +417,6 @@ def stage_checkpoint(run_id: str, handle: ClusterHandle) -> Optional[str]:
 # --------------------------------------------------------------------------- the watcher
 
 
-def watch_cluster(handle: ClusterHandle, idle_minutes: Optional[float], report: Reporter = QUIET) -> ClusterHandle:
-    """Start the watcher of a cluster ``up`` just created (idle stop and lease end); the handle with its PID."""
-    target = targets.get(handle.provider)
-    if idle_minutes is None and not target.provisions:
-        return handle  # a lease alone is the scheduler's to enforce (Slurm's walltime), or nothing's to pay for (local)
-    with state.locked():
-        current = state.load(ClusterHandle, handle.name)
-        if current is None or current.cluster_id != handle.cluster_id:
-            return handle
-        current.idle_minutes = idle_minutes
-        current.watcher_pid = _spawn("cluster", handle.name, os.getcwd(), _dir() / f"cluster-{handle.name}.out")
-        state.save(current)
-    what = [f"after {idle_minutes:g} idle minute(s)"] if idle_minutes is not None else []
-    if current.expires is not None and target.provisions:
-        what.append(f"at its lease's end ({time.strftime('%Y-%m-%d %H:%M', time.localtime(current.expires))})")
-    report.say(f"cluster {handle.name} is taken down {' or '.join(what)} by its watcher (PID {current.watcher_pid}), with or without a CLI")
-    return current
-
-
-def stop_watcher(handle: ClusterHandle) -> None:
-    """After ``down``: the watcher has nothing left to watch (it would see that at its next look)."""
-    import psutil
-
-    pid = handle.watcher_pid
-    if not pid or pid == os.getpid() or not _is_controller(pid):
-        return
-    try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(timeout=10)
-    except (psutil.Error, psutil.TimeoutExpired):
-        pass
-
-
-def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
-    """(a job is pending or running, when the last job ended) on the cluster, from its Jobs API."""
-    from .runtime import jobs
-
-    with targets.get(handle.provider).reach(handle) as reachable:
-        listed = jobs.client(reachable).list_jobs()
-    busy = any(getattr(j.status, "value", str(j.status)) in ("PENDING", "RUNNING") for j in listed)
-    ends = [j.end_time / 1000 for j in listed if getattr(j, "end_time", None)]
-    return busy, max(ends, default=0.0)
-
-
-def watch(name: str) -> int:
-    """The watcher's loop: down at the lease's end, or after ``idle_minutes`` with no job."""
-    lock = _take_lock(_dir() / f"cluster-{state.check_name(name)}.lock")  # held (referenced) until the watcher ends
-    if lock is None:
-        return 0  # another watcher has it
-    handle = state.load(ClusterHandle, name)
-    if handle is None:
-        return 0
-    cluster_id, last_active = handle.cluster_id, handle.created
-    log = _dir() / f"cluster-{name}.log"
-    while True:
-        current = state.load(ClusterHandle, name)
-        if current is None or current.cluster_id != cluster_id:
-            return 0
-        now = time.time()
-        why = None
-        if current.expires is not None and now >= current.expires:
-            why = "its lease ended"
-        elif current.idle_minutes is not None and current.state == "running":
-            try:
-                busy, last_end = job_activity(current)
-                last_active = now if busy else max(last_active, last_end)
-            except (BurstError, ConnectionError, RuntimeError, OSError):
-                last_active = last_active  # not asked this time: no decision on a guess
-            if now - last_active >= current.idle_minutes * 60:
-                why = f"no job for {current.idle_minutes:g} minute(s)"
-        if why is not None:
-            with open(log, "a") as fh:
-                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cluster {name} taken down by its watcher: {why}\n")
-            try:
-                targets.get(current.provider).down(current, QUIET)
-            except BurstError as exc:
-                with open(log, "a") as fh:
-                    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} error: {exc}\n")
-                time.sleep(WATCH_POLL_S * 6)  # try again later: a cluster left up costs money
-                continue
-            return 0
-        time.sleep(WATCH_POLL_S)
-
-
-def watcher_lines(name: str) -> list[str]:
-    path = _dir() / f"cluster-{name}.log"
-    return path.read_text().splitlines() if path.exists() else []
-
-
 def control(run_id: str) -> int:
     """A managed run's controller: one per run (its lock), until the run has ended."""
     lock = _take_lock(_file(run_id, ".lock"))  # held (referenced) until the run has ended
@@ -739,7 +434,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if len(argv) != 2 or argv[0] not in ("run", "cluster"):
         print("usage: python -m burst.controller run RUN_ID | cluster NAME", file=sys.stderr)
         return 2
-    return control(argv[1]) if argv[0] == "run" else watch(argv[1])
+    if argv[0] == "cluster":
+        from .watcher import watch
+
+        return watch(argv[1])
+    return control(argv[1])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ collect its results and record the run. Everything a command or a notebook does 
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -78,10 +77,6 @@ def _flag_error(exc: ValidationError) -> str:
     return f"{flag}: {err['msg']}"
 
 
-def new_run_id(workload: str) -> str:
-    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-
-
 def cluster(name: str) -> ClusterHandle:
     handle = state.load(ClusterHandle, name)
     if handle is None:
@@ -130,10 +125,10 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
               earlier: Optional[RunRecord] = None, resume_from: Optional[str] = None) -> RunRecord:
     from .runtime import jobs
-    from .runtime.budget import BudgetGuard
+    from .budget import BudgetGuard
     from .runtime.job import RunFiles
 
-    run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or new_run_id(request.workload), workload=request.workload,
+    run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or state.new_run_id(request.workload), workload=request.workload,
                     cluster=handle.name, provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
                     attempts=earlier.attempts + 1 if earlier else 1, managed=request.managed)
     planned = handle.plan.get("batch_per_replica")
@@ -161,9 +156,9 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if request.detach:
         report.say(f"detached; follow with `burst logs {run.run_id} --follow`")
         if guard is not None and not request.managed:  # nothing else would stop the spending
-            from . import controller
+            from . import managed
 
-            controller.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
+            managed.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         return run
     tracker = jobs.RunTracker(cfg.epochs)
 
@@ -195,9 +190,9 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     except KeyboardInterrupt:
         interrupted(handle, run, request.cancel_on_interrupt, report, cancelled=f"run {run.run_id} cancelled", what="run")
         if guard is not None and not request.cancel_on_interrupt and not request.managed:  # the CLI goes; the budget stays enforced
-            from . import controller
+            from . import managed
 
-            controller.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
+            managed.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         raise
     run.state = status
     run.finished = time.time()
@@ -307,35 +302,38 @@ def last_checkpoint(storage_uri: str, run_id: str) -> str:
     return f"{newest} (epoch {epochs}" + (f", step {step} of epoch {epochs + 1})" if step else ")")
 
 
-def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False) -> RunRecord:
-    """Ask the cluster for the state of a run that is not finished yet (only clusters that answer
-    without a tunnel, unless the handles are ``reached`` through one; ``burst logs RUN`` opens one
-    for the others)."""
+def job_client(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False):
+    """The Jobs API client of a recorded job that is not finished yet, with ``run.state`` set to
+    the job's; None when there is nothing to ask (finished, its cluster gone or unreachable: the
+    state says which; a cluster that needs a tunnel and is not ``reached`` through one: unchanged).
+    Training runs and scans alike."""
     if run.state in FINISHED or run.job_id is None:
-        return run
+        return None
     handle = handles.get(run.cluster)
     if handle is None:
         run.state = "LOST"
         run.message = f"cluster {run.cluster!r} is gone"
-        return run
+        return None
     target = targets.get(handle.provider)
     if not reached and not target.answers_here(handle):
-        return run
+        return None
     if not target.is_alive(handle):
         run.state = "UNREACHABLE"
         run.message = target.not_ready(handle)
-        return run
+        return None
     from .runtime import jobs
 
     c = jobs.client(handle)
     run.state = jobs.job_status(c, run.job_id)
-    if run.config.get("kind") == "scan":  # its trials, from the scan's events
-        from .scans import ScanTracker
+    return c
 
-        scan_tracker = ScanTracker(int(run.config.get("total_trials", run.config.get("trials", 1))))
-        for event in parse_events(c.get_job_logs(run.job_id)):
-            scan_tracker.record(event)
-        run.progress = scan_tracker.snapshot()
+
+def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False) -> RunRecord:
+    """Ask the cluster for the state of a training run that is not finished yet (only clusters
+    that answer without a tunnel, unless the handles are ``reached`` through one; ``burst logs
+    RUN`` opens one for the others)."""
+    c = job_client(run, handles, reached)
+    if c is None:
         return run
     tracker = _replay(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None:
@@ -357,8 +355,8 @@ def _replay(run: RunRecord, log: str):
 
 
 def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
-    """Fetch the results of a run that succeeded while nothing followed it (detached, or the CLI killed);
-    ``handle``: its cluster as reached from here (default: as recorded)."""
+    """Fetch the results of a training run that succeeded while nothing followed it (detached, or
+    the CLI killed); ``handle``: its cluster as reached from here (default: as recorded)."""
     reached = handle is not None
     handle = handle or state.load(ClusterHandle, record.cluster)
     if handle is None:
@@ -368,14 +366,6 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
         return record
     from .runtime import jobs
 
-    if record.config.get("kind") == "scan":
-        from . import scans
-
-        record.finished = record.finished or time.time()
-        scans.publish(handle, record, jobs.client(handle).get_job_logs(record.job_id))
-        with state.locked():
-            state.save(record)
-        return record
     log = jobs.client(handle).get_job_logs(record.job_id)
     tracker = _replay(record, log)
     record.finished = record.finished or time.time()

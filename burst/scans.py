@@ -2,8 +2,9 @@
 under the budget guard, collect the table, the plots and the best trial's report, record the scan.
 
 The scan is one Ray job on the cluster (``burst.runtime.scan``) driving Ray Tune; every trial is a
-Ray Train run of the workload, like `burst train`. The scan is recorded like a run (``RunRecord``
-with ``config["kind"] == "scan"``), so `burst status`, `burst logs` and `burst report` know it.
+Ray Train run of the workload, like `burst train`. The scan is recorded like a run (a ``RunRecord``
+of ``kind`` "scan"), so `burst status`, `burst logs` and `burst report` know it. This module builds
+on ``burst.runs`` (its request checks, job follower and budget watch); ``runs`` knows nothing of scans.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from . import state, targets, workloads
 from .errors import BurstError
 from .records import read_json, write_json_atomic, write_text_atomic
 from .rundir import RunDirectory
-from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent
+from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent, parse_events
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, JobResources, Reporter
 
@@ -140,7 +141,7 @@ def tune(request: TuneRequest, report: Reporter = QUIET) -> RunRecord:
 def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Reporter) -> RunRecord:
     from .runs import budget_watch, interrupted
     from .runtime import jobs
-    from .runtime.budget import BudgetGuard
+    from .budget import BudgetGuard
 
     resources, fits = trial_resources(handle, request.gpus_per_trial)
     if target.job_resources(handle, 1).tpu:
@@ -155,9 +156,9 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
                     cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads)
     scan = ScanConfig(job=job, space=request.space, trials=request.trials, metric=request.metric, concurrent=concurrent,
                       grace_period=request.grace_period, reduction_factor=request.reduction_factor, search=request.search)
-    record = RunRecord(run_id=scan_id, workload=request.workload, cluster=handle.name, provider=handle.provider,
+    record = RunRecord(run_id=scan_id, kind="scan", workload=request.workload, cluster=handle.name, provider=handle.provider,
                        hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,
-                       config={"kind": "scan", **request.model_dump(mode="json", exclude={"detach", "cancel_on_interrupt"}),
+                       config={**request.model_dump(mode="json", exclude={"detach", "cancel_on_interrupt"}),
                                "concurrent": concurrent, "trial_workers": resources.workers, "total_trials": total})
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
@@ -342,5 +343,34 @@ def write_report(run_dir: Path, record: RunRecord) -> Path:
     return path
 
 
-def is_scan(record: RunRecord) -> bool:
-    return record.config.get("kind") == "scan"
+def refresh(record: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False) -> RunRecord:
+    """A scan that is not finished yet as its cluster says it is now: its state, and its trials from its events."""
+    from .runs import job_client
+
+    c = job_client(record, handles, reached)
+    if c is None:
+        return record
+    tracker = ScanTracker(int(record.config.get("total_trials", record.config.get("trials", 1))))
+    for event in parse_events(c.get_job_logs(record.job_id)):
+        tracker.record(event)
+    record.progress = tracker.snapshot()
+    return record
+
+
+def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
+    """Fetch the results of a scan that succeeded while nothing followed it; ``handle``: its
+    cluster as reached from here (default: as recorded)."""
+    from .runtime import jobs
+
+    reached = handle is not None
+    handle = handle or state.load(ClusterHandle, record.cluster)
+    if handle is None:
+        return record
+    record = refresh(record, {handle.name: handle}, reached)
+    if record.state != "SUCCEEDED":
+        return record
+    record.finished = record.finished or time.time()
+    publish(handle, record, jobs.client(handle).get_job_logs(record.job_id))
+    with state.locked():
+        state.save(record)
+    return record

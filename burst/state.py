@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Literal, Type, TypeVar
 
 from filelock import FileLock
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .errors import BurstError
 from .records import write_json_atomic
@@ -80,9 +81,10 @@ class ClusterHandle(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """One training run: where it ran, its job, its progress and where its results are."""
+    """One training run or scan: where it ran, its job, its progress and where its results are."""
 
     run_id: str
+    kind: Literal["run", "scan"] = "run"  # a training run (burst.runs) or a hyper-parameter scan (burst.scans)
     workload: str
     cluster: str
     provider: str
@@ -98,6 +100,19 @@ class RunRecord(BaseModel):
     storage_uri: str | None = None  # the storage its checkpoints went to (where `burst train --resume` finds them)
     attempts: int = 1  # 1 + the number of `--resume`s
     managed: bool = False  # carried by a controller (burst.controller), which moves it when its cluster is lost
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_an_older_record(cls, data):
+        """Records written before ``kind`` existed said a scan in ``config["kind"]``."""
+        if isinstance(data, dict) and "kind" not in data and (data.get("config") or {}).get("kind") == "scan":
+            data = {**data, "kind": "scan"}
+        return data
+
+
+def new_run_id(workload: str) -> str:
+    """A fresh run id: the workload, the time and four random hex digits."""
+    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
 
 
 def cluster_dir(name: str) -> Path:

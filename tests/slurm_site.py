@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from burst.targets.local import free_port
+from burst.runtime.ray_head import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 HOW_TO_ENABLE = "Slurm tests need Debian's slurm-wlm and munge and root: apt-get install slurm-wlm munge"

@@ -120,7 +120,7 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         t.add_column(col)
     for r in now.runs:
         p = r.progress or {}
-        if p.get("kind") == "scan":
+        if r.kind == "scan":
             best = f"; best {p['best']:.4g}" if p.get("best") is not None else ""
             progress = f"trials: {p['running']} running, {p['terminated']} ended, {p['pending']} pending{best}"
         else:

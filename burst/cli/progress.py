@@ -66,10 +66,8 @@ class PulumiProgress:
     ``total`` (when known) is the number of resources the program registers.
     """
 
-    def __init__(self, verb: str, total: Optional[int] = None, out: Optional[Console] = None):
-        from .render import console
-
-        self.out = out or console
+    def __init__(self, verb: str, out: Console, total: Optional[int] = None):
+        self.out = out
         self.done = 0
         self.failed: list[str] = []
         self._bar = Progress(TextColumn(verb, style="bold", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

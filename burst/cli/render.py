@@ -63,7 +63,7 @@ class ConsoleReporter(Reporter):
     def stack_progress(self, verb: str) -> Iterator:
         from .progress import PulumiProgress
 
-        with PulumiProgress(verb, None, out=console) as progress:
+        with PulumiProgress(verb, console) as progress:
             yield progress
 
     @contextmanager

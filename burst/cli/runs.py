@@ -123,7 +123,7 @@ def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer
     """Print a run's job log (from its cluster), optionally following it until the job ends."""
     from .. import api
 
-    from ..controller import moves
+    from ..managed import moves
 
     for line in moves(run_id):  # a managed run: where it ran and why it moved
         typer.echo(f"managed: {line}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from .. import targets
-from . import facts
+from ..targets import facts
 from ..errors import BurstError
 from ..userfile import read_text
 

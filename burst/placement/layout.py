@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Iterable, Optional
 
-from . import facts
+from ..targets import facts
 from .catalog import Offer
 from ..errors import BurstError
 

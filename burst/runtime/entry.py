@@ -10,31 +10,13 @@ CLI disconnecting.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
 from ..records import write_json_atomic
-from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit
-
-# A DataError raised in a worker's input pipeline reaches the driver wrapped twice (TensorFlow's
-# InvalidArgumentError inside Ray Train's worker-group error); its own message is the useful part.
-_DATA_ERROR = re.compile(r"DataError: (.+?)(?:\s*\[\[|\s*$)", re.MULTILINE)
-
-
-def failure_line(exc: BaseException) -> str:
-    """One line in burst's words for why the job failed (the traceback stays in the job log)."""
-    text = str(exc)
-    if exc.__class__.__name__ == "DataError":
-        return f"bad input data: {text}"
-    found = _DATA_ERROR.findall(text)
-    if found:
-        return f"bad input data: {found[-1].strip()}"
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
-
+from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit, failure_line
 
 def _work_dir(run_id: str) -> Path:
     """The job driver's local copy of a bucket-backed run (data, results) before publishing (private to the user)."""

@@ -299,3 +299,22 @@ class ScanConfig(BaseModel):
     @classmethod
     def from_arg(cls, text: str) -> "ScanConfig":
         return cls.model_validate_json(text)
+
+
+# --------------------------------------------------------------------------- failures
+
+# A DataError raised in a worker's input pipeline reaches the driver wrapped twice (TensorFlow's
+# InvalidArgumentError inside Ray Train's worker-group error); its own message is the useful part.
+_DATA_ERROR = re.compile(r"DataError: (.+?)(?:\s*\[\[|\s*$)", re.MULTILINE)
+
+
+def failure_line(exc: BaseException) -> str:
+    """One line in burst's words for why the job failed (the traceback stays in the job log)."""
+    text = str(exc)
+    if exc.__class__.__name__ == "DataError":
+        return f"bad input data: {text}"
+    found = _DATA_ERROR.findall(text)
+    if found:
+        return f"bad input data: {found[-1].strip()}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__

@@ -7,14 +7,16 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .. import state
 from ..errors import BurstError
 from ..records import write_text_atomic
 from ..state import ClusterHandle, RunRecord
-from ..targets.base import JobRuntime
-from ..targets.local import auth_headers
+from .ray_head import auth_headers
+
+if TYPE_CHECKING:
+    from ..targets.base import JobRuntime
 from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent,
                   StoppedEvent, event_key, parse_event, parse_events)
 

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .job import JobConfig, RunFiles
+from .job import JobConfig, RunFiles, failure_line
 from .scratch import private_dir
 from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
 
@@ -45,7 +45,6 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
     from .. import workloads
     from . import storage
-    from .entry import failure_line
 
     cfg = JobConfig.from_arg(loop_config["job"])
     workload = workloads.get(cfg.workload)
@@ -131,7 +130,6 @@ def tensorflow_trainer(cfg: JobConfig, ray_train_storage: str, callbacks: tuple 
 def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | None, str | None]:
     """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
     from . import storage
-    from .entry import failure_line
 
     trainer = tensorflow_trainer(cfg, ray_train_storage)
     try:

@@ -15,7 +15,9 @@ from typing import Callable, Optional
 
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
-from .pulumi_stack import GoogleCloudStack, PulumiTarget, azure_subscriptions, missing_tools, stack_errors
+from . import azure_cloud, google_cloud
+from .google_cloud import GoogleCloudStack
+from .pulumi_stack import PulumiTarget, missing_tools, stack_errors
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotlib>=3.8", "pydantic>=2.6", "pyyaml>=6",
@@ -56,9 +58,7 @@ class GkeTarget(KubeRayTarget, GoogleCloudStack):
         return lambda: gke.program(spec)
 
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
-        from . import preflight
-
-        return preflight.gke_problems(self.preflight_session(), self.project() or "", lay, preemptible)
+        return google_cloud.gke_problems(self.preflight_session(), self.project() or "", lay, preemptible)
 
     def missing_tools(self) -> list[str]:
         return missing_tools(
@@ -78,17 +78,15 @@ class AksTarget(KubeRayTarget):
         return {"azure-native:location": spec_fields["region"]}
 
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
-        from . import preflight
-
-        subscription = preflight.azure_subscription()  # before any token is asked for
-        return preflight.aks_problems(preflight.azure_session(), subscription, lay, preemptible)
+        subscription = azure_cloud.azure_subscription()  # before any token is asked for
+        return azure_cloud.aks_problems(azure_cloud.azure_session(), subscription, lay, preemptible)
 
     def missing_credentials(self) -> list[str]:
         problems = []
         sp = [v for v in ("ARM_CLIENT_ID", "ARM_CLIENT_SECRET", "ARM_TENANT_ID", "ARM_SUBSCRIPTION_ID") if os.environ.get(v)]
         if 0 < len(sp) < 4:
             problems.append("incomplete Azure service principal: set all of ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID, ARM_SUBSCRIPTION_ID")
-        elif not sp and not azure_subscriptions():
+        elif not sp and not azure_cloud.azure_subscriptions():
             problems.append("not logged in to Azure: run `az login`, or set ARM_CLIENT_ID, ARM_CLIENT_SECRET, ARM_TENANT_ID "
                             "and ARM_SUBSCRIPTION_ID for a service principal")
         return problems

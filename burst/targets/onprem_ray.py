@@ -18,7 +18,7 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from .base import QUIET, JobRuntime, Lease, Reporter, Target
-from .local import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
+from ..runtime.ray_head import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
 
 if TYPE_CHECKING:
     from ..placement.planner import Placement

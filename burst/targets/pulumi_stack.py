@@ -8,7 +8,6 @@ never exposed publicly); each subclass says which tunnel.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from . import local
+from ..runtime import ray_head
 from .base import QUIET, Lease, Reporter, Target
 from .tunnel import tunnel
 
@@ -155,7 +154,7 @@ class PulumiTarget(Target):
 
         from infra.spec import TPU_TENSORFLOW, PoolSpec, StackSpec, safe_name
 
-        from ..placement import facts
+        from . import facts
 
         known = facts.load(self.provider)
         pools = []
@@ -261,7 +260,7 @@ class PulumiTarget(Target):
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
                    f"{' (preemptible)' if preemptible else ''}, ${lay.hourly_usd(preemptible):,.2f}/h, lease {hours:g} h")
         token_path = state.cluster_dir(name) / "auth_token"
-        local.new_token(token_path)  # this machine's copy (user-only); the stack keeps it as a Pulumi secret
+        ray_head.new_token(token_path)  # this machine's copy (user-only); the stack keeps it as a Pulumi secret
         spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
                                auth_token=token_path.read_text().strip())
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
@@ -350,52 +349,3 @@ class PulumiTarget(Target):
     head_hint: ClassVar[str] = "check the cluster's head node"
 
 
-class GoogleCloudStack(PulumiTarget):
-    """What every Google Cloud target shares: the project, the stack's config, the credentials."""
-
-    def preflight_session(self):
-        from . import preflight
-
-        return preflight.google_session()
-
-    vendor = "gcp"
-
-    def stack_config(self, spec_fields: dict) -> dict[str, str]:
-        return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}
-
-    def project(self) -> Optional[str]:
-        return gcp_project()
-
-    def missing_credentials(self) -> list[str]:
-        return missing_gcp_credentials()
-
-
-def azure_subscriptions() -> list[dict]:
-    """The subscriptions `az login` recorded (``AZURE_CONFIG_DIR``/azureProfile.json); [] when none."""
-    profile = Path(os.environ.get("AZURE_CONFIG_DIR", Path.home() / ".azure")) / "azureProfile.json"
-    try:
-        return json.loads(profile.read_text(encoding="utf-8-sig")).get("subscriptions") or []
-    except (OSError, ValueError):
-        return []
-
-
-def gcp_project() -> Optional[str]:
-    for var in ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GCLOUD_PROJECT"):
-        if os.environ.get(var):
-            return os.environ[var]
-    return None
-
-
-def missing_gcp_credentials() -> list[str]:
-    """Application-default credentials and a project, which every Google Cloud stack needs."""
-    problems = []
-    adc = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
-    default = Path(os.environ.get("CLOUDSDK_CONFIG", Path.home() / ".config" / "gcloud")) / "application_default_credentials.json"
-    if adc and not Path(adc).is_file():
-        problems.append(f"GOOGLE_APPLICATION_CREDENTIALS points to {adc}, which does not exist")
-    elif not adc and not default.is_file():
-        problems.append("no Google Cloud application-default credentials: run `gcloud auth application-default login` "
-                        "or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
-    if gcp_project() is None:
-        problems.append("no Google Cloud project: set GOOGLE_CLOUD_PROJECT to your project id")
-    return problems

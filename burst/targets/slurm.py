@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Iterator, Optional
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from . import local
+from ..runtime import ray_head
 from .base import QUIET, JobRuntime, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
     from ..placement.planner import Placement
-    from ..placement.policy import OnPrem
+    from .site import OnPrem
 
 COMMAND_TIMEOUT_S = 15.0
 HEAD_TIMEOUT_S = 120.0      # from the job running to its Ray head answering
@@ -149,7 +149,7 @@ class SlurmTarget(Target):
     # ------------------------------------------------------------------ asking Slurm
 
     def _site(self, handle: ClusterHandle) -> "OnPrem":
-        from ..placement.policy import OnPrem
+        from .site import OnPrem
 
         return OnPrem.model_validate(handle.outputs["site"])
 
@@ -269,7 +269,7 @@ class SlurmTarget(Target):
         if existing is not None:
             return self._existing(existing, lease, report), False
         (cdir / "head.json").unlink(missing_ok=True)  # the name is ours: its directory may be rewritten
-        local.new_token(cdir / "auth_token")
+        ray_head.new_token(cdir / "auth_token")
         script.write_text(body)
         script.chmod(0o700)
         try:
@@ -329,7 +329,7 @@ class SlurmTarget(Target):
             else:
                 running_since = running_since or time.time()
                 head = self._head(handle, head_file)
-                if head is not None and local.is_alive(handle):
+                if head is not None and ray_head.is_alive(handle):
                     with state.locked():
                         handle.state = "running"
                         state.save(handle)
@@ -380,7 +380,7 @@ class SlurmTarget(Target):
                     raise BurstError(f"Slurm job {job_id} did not end within {CANCEL_TIMEOUT_S:.0f} s of scancel; "
                                      f"check `squeue -j {job_id}` and run `burst down {handle.name}` again", exit_code=1)
                 time.sleep(0.5)
-        survivors = local.stop_processes(handle.cluster_id, handle.temp_dir)  # this machine's share, if any
+        survivors = ray_head.stop_processes(handle.cluster_id, handle.temp_dir)  # this machine's share, if any
         if survivors:
             raise BurstError(f"cluster {handle.name!r}: processes {survivors} of Slurm job {job_id} did not stop; kill them and "
                              f"run `burst down {handle.name}` again", exit_code=1)
@@ -406,7 +406,7 @@ class SlurmTarget(Target):
             return False
         if self.job_state(self._site(handle), handle.outputs["job_id"]).state != "RUNNING":
             return False
-        return local.is_alive(handle, timeout) if handle.dashboard_url else True
+        return ray_head.is_alive(handle, timeout) if handle.dashboard_url else True
 
     def answers_here(self, handle: ClusterHandle) -> bool:
         return bool(handle.dashboard_url)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import local
+from ..runtime import ray_head
 
 
 def _gpus_here() -> int:
@@ -61,19 +61,19 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     cpus = int(os.environ.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1)
     gpus = _gpus_here()
     token = cluster_dir / "auth_token"
-    temp_dir = local._temp_dir(cluster_id)
+    temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ports = local.choose_ports()
-    env = local.head_env(cluster_id, token, ports, loopback=not multi)
-    procs = [subprocess.Popen(local.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)]
+    ports = ray_head.choose_ports()
+    env = ray_head.head_env(cluster_id, token, ports, loopback=not multi)
+    procs = [subprocess.Popen(ray_head.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)]
     if multi:
         # One Ray worker per other node; srun runs them as a step of this job, so Slurm tracks them.
         procs.append(subprocess.Popen(["srun", f"--nodes={nodes - 1}", "--ntasks-per-node=1", f"--exclude={host}", "--kill-on-bad-exit=1",
-                                       *local.ray_command(), "start", f"--address={node_ip}:{ports['GCS server']}", "--block",
+                                       *ray_head.ray_command(), "start", f"--address={node_ip}:{ports['GCS server']}", "--block",
                                        f"--temp-dir={temp_dir}", "--disable-usage-stats"], env=env))
 
     def cleanup() -> None:
-        local.stop_processes(cluster_id, str(temp_dir))
+        ray_head.stop_processes(cluster_id, str(temp_dir))
         for p in procs:
             if p.poll() is None:
                 p.kill()

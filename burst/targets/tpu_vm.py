@@ -17,7 +17,9 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
-from .pulumi_stack import GoogleCloudStack, missing_tools
+from . import google_cloud
+from .google_cloud import GoogleCloudStack
+from .pulumi_stack import missing_tools
 
 
 class TpuVmTarget(GoogleCloudStack):
@@ -32,11 +34,10 @@ class TpuVmTarget(GoogleCloudStack):
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
         from infra.spec import TPU_TENSORFLOW
 
-        from ..placement import facts
-        from . import preflight
+        from . import facts
 
         runtime = facts.load(self.provider).tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
-        return preflight.tpu_problems(self.preflight_session(), self.project() or "", lay, runtime)
+        return google_cloud.tpu_problems(self.preflight_session(), self.project() or "", lay, runtime)
 
     def missing_tools(self) -> list[str]:
         return missing_tools(("gcloud",), "to tunnel to the TPU VM: install the Google Cloud CLI")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from ..errors import BurstError
-from .local import free_port
+from ..runtime.ray_head import free_port
 
 READY_S = 60.0
 

@@ -3,8 +3,8 @@
 import pytest
 
 
-from burst.runtime import budget
-from burst.runtime.budget import CHECKPOINT_RESERVE_S, BudgetGuard
+from burst import budget
+from burst.budget import CHECKPOINT_RESERVE_S, BudgetGuard
 from burst.errors import BurstError
 from burst.runtime.job import RunFiles
 from burst.state import ClusterHandle

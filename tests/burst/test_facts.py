@@ -3,7 +3,7 @@
 import pytest
 
 from burst.errors import BurstError
-from burst.placement import facts
+from burst.targets import facts
 
 
 @pytest.mark.parametrize("provider", ["gcp", "gcp-tpu", "azure"])

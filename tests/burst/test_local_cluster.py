@@ -68,7 +68,7 @@ def popen_burst(*args, home, cwd, env_extra=None):
 
 
 def marked(cluster_id: str) -> list[int]:
-    from burst.targets.local import cluster_processes
+    from burst.runtime.ray_head import cluster_processes
 
     return [p.pid for p in cluster_processes(cluster_id)]
 
@@ -368,8 +368,10 @@ def test_up_that_loses_its_port_fails_in_one_line_and_leaves_nothing(cluster, ho
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    real = local._free_ports
-    monkeypatch.setattr(local, "_free_ports", lambda n: [port if i == 1 else p for i, p in enumerate(real(n))])  # the dashboard's port is taken
+    from burst.runtime import ray_head
+
+    real = ray_head._free_ports
+    monkeypatch.setattr(ray_head, "_free_ports", lambda n: [port if i == 1 else p for i, p in enumerate(real(n))])  # the dashboard's port is taken
     try:
         with pytest.raises(BurstError) as failure:
             local.up("taken", cpus=1)
@@ -468,7 +470,7 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     from typer.testing import CliRunner
 
     from burst import cli
-    from burst.runtime import budget
+    from burst import budget
 
     before = census.snapshot()
     policy = tmp_path / "tight.yaml"
@@ -628,7 +630,7 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
     monkeypatch.setattr(gke, "command", fake)
     with gke.reach(handle) as reachable:
         assert reachable.dashboard_url != local["dashboard_url"] and reachable.dashboard_url.startswith("http://127.0.0.1:")
-        from burst.targets.local import auth_headers
+        from burst.runtime.ray_head import auth_headers
 
         req = urllib.request.Request(reachable.dashboard_url + "/api/version", headers=auth_headers(handle))
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -648,7 +650,7 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
     # node's loopback; a stand-in ssh forwards to this module's real Ray dashboard.
     from burst import targets
     from burst.state import ClusterHandle
-    from burst.targets.local import auth_headers
+    from burst.runtime.ray_head import auth_headers
     from urllib.parse import urlparse
 
     local, _ = cluster
@@ -671,7 +673,7 @@ def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhe
     """The head of the cluster a run trains on dies (every process SIGKILLed, as in a machine
     crash): `burst train` says the cluster stopped, where the last checkpoint is and how to go
     on (exit 1, run LOST); `burst train --resume RUN` on another cluster finishes every epoch once."""
-    from burst.targets.local import cluster_processes
+    from burst.runtime.ray_head import cluster_processes
 
     before = census.snapshot()
     doomed = json.loads(burst("up", "--provider", "local", "--name", "doomed", "--cpus", "1", "--json", home=home, cwd=tmp_path).stdout)

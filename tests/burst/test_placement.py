@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from burst.placement import catalog, facts, layout, policy, profile
+from burst.placement import catalog, layout, policy, profile
+from burst.targets import facts
 from burst.placement.request import PlacementRequest
 from burst.placement import planner as placement
 from burst.errors import BurstError

@@ -12,7 +12,7 @@ from burst import state, targets
 from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
-from burst.targets import preflight
+from burst.targets import azure_cloud, google_cloud
 from burst.targets.base import Lease
 from tests import cloud_api
 from tests.infra.test_driver import RecordingPulumi, pulumi_command
@@ -31,7 +31,7 @@ def lay(provider, accelerator, gpus, region=None, preemptible=True):
 
 def test_gke_quota_shortfalls_are_one_line_each_with_need_limit_and_where_to_raise_them():
     session, api = recorded()
-    problems = preflight.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
+    problems = google_cloud.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
     assert problems == [
         "quota PREEMPTIBLE_NVIDIA_V100_GPUS in us-central1: the layout needs 128, the limit is 16 with 0 in use; "
         "raise it at https://console.cloud.google.com/iam-admin/quotas?project=proj",
@@ -48,8 +48,8 @@ def test_gke_quota_shortfalls_are_one_line_each_with_need_limit_and_where_to_rai
 
 def test_gke_layout_within_quota_passes_and_on_demand_reads_the_on_demand_metric():
     session, _ = recorded()
-    assert preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), preemptible=True) == []
-    (line,) = preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1", preemptible=False), preemptible=False)
+    assert google_cloud.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), preemptible=True) == []
+    (line,) = google_cloud.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1", preemptible=False), preemptible=False)
     assert line.startswith("quota NVIDIA_V100_GPUS in us-central1: the layout needs 8, the limit is 0")
 
 
@@ -57,25 +57,25 @@ def test_a_zone_that_does_not_offer_the_accelerator_is_named():
     zone_b = json.loads((cloud_api.FILES / "gcp-zone-us-central1-b-acceleratorTypes.json").read_text())
     zone_b["items"] = [i for i in zone_b["items"] if i["name"] != "nvidia-tesla-v100"]
     session, _ = recorded({"gcp-zone-us-central1-b-acceleratorTypes": zone_b})
-    problems = preflight.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
+    problems = google_cloud.gke_problems(session, "proj", lay("gcp", "V100", 128, "us-central1"), preemptible=True)
     assert problems[0].startswith("zone us-central1-b does not offer nvidia-tesla-v100 (it offers: nvidia-h100-80gb, nvidia-l4")
 
 
 def test_tpu_slice_and_runtime_image_are_checked_in_the_zone():
     session, _ = recorded()
     v3 = lay("gcp-tpu", "v3-32", None)
-    assert preflight.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below") == []
-    (line,) = preflight.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt")
+    assert google_cloud.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below") == []
+    (line,) = google_cloud.tpu_problems(session, "proj", v3, "tpu-vm-tf-2.18.0-pod-pjrt")
     assert line.startswith("TPU runtime tpu-vm-tf-2.18.0-pod-pjrt is not offered in europe-west4-a (TensorFlow runtimes there:")
     missing = {"acceleratorTypes": [{"type": "v2-8"}]}
-    (line,) = preflight.tpu_problems(recorded({"tpu-europe-west4-a-acceleratorTypes": missing})[0], "proj", v3,
+    (line,) = google_cloud.tpu_problems(recorded({"tpu-europe-west4-a-acceleratorTypes": missing})[0], "proj", v3,
                                      "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below")
     assert line == "zone europe-west4-a does not offer TPU v3-32 (it offers: v2-8)"
 
 
 def test_aks_size_restrictions_and_vcpu_family_quota():
     session, api = recorded()
-    problems = preflight.aks_problems(session, "sub-1", lay("azure", "A100-80GB", 16, "eastus", preemptible=False), preemptible=False)
+    problems = azure_cloud.aks_problems(session, "sub-1", lay("azure", "A100-80GB", 16, "eastus", preemptible=False), preemptible=False)
     assert problems == [
         "Standard_ND96amsr_A100_v4 is restricted for this subscription in eastus; request access at "
         "https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas",
@@ -84,7 +84,7 @@ def test_aks_size_restrictions_and_vcpu_family_quota():
     ]
     assert any("$filter=location" in u or "%24filter=location" in u for u in api.asked)
     # Spot draws from lowPriorityCores (100 here): 4 T4 on one NC64as = 64 vCPUs fit
-    assert preflight.aks_problems(session, "sub-1", lay("azure", "T4", 4, "eastus"), preemptible=True) == []
+    assert azure_cloud.aks_problems(session, "sub-1", lay("azure", "T4", 4, "eastus"), preemptible=True) == []
 
 
 def test_an_api_that_refuses_or_is_unreachable_is_one_line():
@@ -102,16 +102,16 @@ def test_an_api_that_refuses_or_is_unreachable_is_one_line():
     session = requests.Session()
     session.mount("https://", Refuse())
     with pytest.raises(BurstError, match=r"answered 403 \(not allowed\): the account needs read access"):
-        preflight.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), True)
+        google_cloud.gke_problems(session, "proj", lay("gcp", "V100", 8, "us-central1"), True)
     with pytest.raises(BurstError, match="answered 404: the project, subscription or location does not exist"):
-        preflight.gke_problems(recorded()[0], "proj", lay("gcp", "V100", 8, "europe-west4"), True)
+        google_cloud.gke_problems(recorded()[0], "proj", lay("gcp", "V100", 8, "europe-west4"), True)
 
 
 def test_up_stops_at_the_preflight_before_anything_is_created(tmp_path, monkeypatch):
     monkeypatch.setenv("BURST_HOME", str(tmp_path))
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     monkeypatch.setattr(targets.get("gcp"), "missing_prerequisites", lambda: [])
-    monkeypatch.setattr(preflight, "google_session", lambda: recorded()[0])
+    monkeypatch.setattr(google_cloud, "google_session", lambda: recorded()[0])
     placement = planner.pin(policy.load(None), profile.load("gan3d"), OFFERS, PlacementRequest(provider="gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1"))
     fake = RecordingPulumi()
     with pulumi_command(fake) as gke, pytest.raises(BurstError) as err:
@@ -140,18 +140,18 @@ def test_google_session_without_credentials_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     with pytest.raises(BurstError, match="pre-flight: no Google Cloud credentials .*run `gcloud auth application-default login`"):
-        preflight.google_session()
+        google_cloud.google_session()
 
 
 def test_azure_without_a_subscription_is_one_line_before_any_token_is_asked(monkeypatch, tmp_path):
     monkeypatch.delenv("ARM_SUBSCRIPTION_ID", raising=False)
     monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path))
-    monkeypatch.setattr(preflight, "azure_session", lambda: pytest.fail("a token was asked for"))
+    monkeypatch.setattr(azure_cloud, "azure_session", lambda: pytest.fail("a token was asked for"))
     aks = targets.get("azure")
     with pytest.raises(BurstError, match="no Azure subscription: set ARM_SUBSCRIPTION_ID"):
         aks.preflight_problems(lay("azure", "T4", 4, "eastus"), True)
     (tmp_path / "azureProfile.json").write_text(json.dumps({"subscriptions": [{"id": "sub-9", "isDefault": True}]}))
-    assert preflight.azure_subscription() == "sub-9"
+    assert azure_cloud.azure_subscription() == "sub-9"
 
 
 def test_api_check_asks_the_provider_and_creates_nothing(tmp_path, monkeypatch):
@@ -161,7 +161,7 @@ def test_api_check_asks_the_provider_and_creates_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     monkeypatch.setattr(targets.get("gcp"), "missing_credentials", lambda: [])
     session, calls = recorded()
-    monkeypatch.setattr(preflight, "google_session", lambda: session)
+    monkeypatch.setattr(google_cloud, "google_session", lambda: session)
     said = []
 
     class Report:

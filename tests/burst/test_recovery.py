@@ -4,7 +4,7 @@
 import pytest
 
 from burst import controller
-from burst.controller import Attempt, ManagedRun
+from burst.managed import Attempt, ManagedRun
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from burst.targets import local
+from burst.runtime import ray_head
 from tests import census, slurm_site
 from tests.ray_auth import assert_refuses_strangers
 
@@ -49,7 +49,7 @@ def run_record(home, run_id) -> dict:
 
 def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp_path):
     before = census.snapshot()
-    ray_dirs = set(local.runtime_root().glob("*"))
+    ray_dirs = set(ray_head.runtime_root().glob("*"))
     policy = site.policy(tmp_path / "slurm.yaml")
     proc = burst(site, "run", "gan3d", "--provider", "slurm", "--name", "sl-run", "--policy", str(policy), "--hours", "1",
                  "--epochs", "2", *TRAIN, home=home, cwd=tmp_path)
@@ -63,7 +63,7 @@ def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp
     assert site.jobs() == []  # the allocation is gone
     assert not (home / "clusters" / "sl-run.json").exists()
     census.assert_none_left(before)
-    assert set(local.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job
+    assert set(ray_head.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job
 
 
 def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is_full(site, home, tmp_path):
@@ -176,7 +176,7 @@ def test_bad_slurm_requests_are_one_line_and_submit_nothing(site, home, tmp_path
     ]
     import re
 
-    from burst.targets.local import free_port
+    from burst.runtime.ray_head import free_port
 
     dead = tmp_path / "dead.conf"  # the same site, its controller on a port where nothing listens
     dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", site.conf.read_text()))

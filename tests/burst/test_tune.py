@@ -156,7 +156,7 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from burst import cli
-    from burst.runtime import budget
+    from burst import budget
 
     home = tmp_path / "home"
     monkeypatch.setenv("BURST_HOME", str(home))

@@ -24,7 +24,7 @@ from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
 from burst.state import ClusterHandle
 from burst.targets.base import Lease
-from burst.targets import preflight
+from burst.targets import google_cloud
 from infra.driver import BurstPulumiCommand, StackDriver
 from tests import cloud_api
 
@@ -93,7 +93,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     for provider in targets.names_of_kind("cloud"):  # CLI and credentials: tested below
         monkeypatch.setattr(targets.get(provider), "missing_prerequisites", lambda: [])
-    monkeypatch.setattr(preflight, "google_session", lambda: cloud_api.session()[0])  # the pre-flight: tests/burst/test_preflight.py
+    monkeypatch.setattr(google_cloud, "google_session", lambda: cloud_api.session()[0])  # the pre-flight: tests/burst/test_preflight.py
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     return tmp_path
 
@@ -316,7 +316,7 @@ def test_pulumi_events_drive_the_progress_display():
     buf = io.StringIO()
     from burst.cli.progress import PulumiProgress
 
-    progress = PulumiProgress("creating", 2, out=Console(file=buf, width=120, force_terminal=False))
+    progress = PulumiProgress("creating", Console(file=buf, width=120, force_terminal=False), 2)
 
     def meta(op, typ, name):
         return ev.StepEventMetadata(op=op, urn=f"urn:pulumi:s::burst::{typ}::{name}", type=typ, provider="")

@@ -15,7 +15,8 @@ import pytest
 
 from burst import targets
 from burst.errors import BurstError
-from burst.placement import facts, layout, planner, policy, profile
+from burst.placement import layout, planner, policy, profile
+from burst.targets import facts
 from burst.placement.request import PlacementRequest
 from burst.state import ClusterHandle
 from tests.infra.test_stacks import OFFERS, of_type, render

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from burst.placement import catalog, facts, layout
+from burst.placement import catalog, layout
+from burst.targets import facts
 from burst import targets
 
 OFFERS = catalog.load()

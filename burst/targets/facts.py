@@ -1,5 +1,5 @@
 """What each cloud really offers, as data: zones per accelerator, spot-only and retired shapes,
-GPU driver branches, TPU runtime images, quota metrics (``burst/placement/data/facts/*.yaml``).
+GPU driver branches, TPU runtime images, quota metrics (``burst/targets/data/facts/*.yaml``).
 
 Prices live in the catalog; these files hold the facts a price list cannot: which zones of a
 region have the accelerator, which shapes are not sold on demand, which sizes were retired, what

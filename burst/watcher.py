@@ -1,0 +1,108 @@
+"""A cluster's watcher: a process of its own (``python -m burst.controller cluster NAME``) that
+takes its cluster down when no job has run on it for ``burst up --idle-minutes`` minutes, or when
+its lease ends, whether or not a CLI is running. Every cloud cluster with a lease gets one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+from . import state, targets
+from .errors import BurstError
+from .managed import _dir, _is_controller, _spawn, _take_lock
+from .state import ClusterHandle
+from .targets.base import QUIET, Reporter
+
+WATCH_POLL_S = 5.0     # a watcher's look at its cluster
+
+
+def watch_cluster(handle: ClusterHandle, idle_minutes: Optional[float], report: Reporter = QUIET) -> ClusterHandle:
+    """Start the watcher of a cluster ``up`` just created (idle stop and lease end); the handle with its PID."""
+    target = targets.get(handle.provider)
+    if idle_minutes is None and not target.provisions:
+        return handle  # a lease alone is the scheduler's to enforce (Slurm's walltime), or nothing's to pay for (local)
+    with state.locked():
+        current = state.load(ClusterHandle, handle.name)
+        if current is None or current.cluster_id != handle.cluster_id:
+            return handle
+        current.idle_minutes = idle_minutes
+        current.watcher_pid = _spawn("cluster", handle.name, os.getcwd(), _dir() / f"cluster-{handle.name}.out")
+        state.save(current)
+    what = [f"after {idle_minutes:g} idle minute(s)"] if idle_minutes is not None else []
+    if current.expires is not None and target.provisions:
+        what.append(f"at its lease's end ({time.strftime('%Y-%m-%d %H:%M', time.localtime(current.expires))})")
+    report.say(f"cluster {handle.name} is taken down {' or '.join(what)} by its watcher (PID {current.watcher_pid}), with or without a CLI")
+    return current
+
+
+def stop_watcher(handle: ClusterHandle) -> None:
+    """After ``down``: the watcher has nothing left to watch (it would see that at its next look)."""
+    import psutil
+
+    pid = handle.watcher_pid
+    if not pid or pid == os.getpid() or not _is_controller(pid):
+        return
+    try:
+        proc = psutil.Process(pid)
+        proc.terminate()
+        proc.wait(timeout=10)
+    except (psutil.Error, psutil.TimeoutExpired):
+        pass
+
+
+def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
+    """(a job is pending or running, when the last job ended) on the cluster, from its Jobs API."""
+    from .runtime import jobs
+
+    with targets.get(handle.provider).reach(handle) as reachable:
+        listed = jobs.client(reachable).list_jobs()
+    busy = any(getattr(j.status, "value", str(j.status)) in ("PENDING", "RUNNING") for j in listed)
+    ends = [j.end_time / 1000 for j in listed if getattr(j, "end_time", None)]
+    return busy, max(ends, default=0.0)
+
+
+def watch(name: str) -> int:
+    """The watcher's loop: down at the lease's end, or after ``idle_minutes`` with no job."""
+    lock = _take_lock(_dir() / f"cluster-{state.check_name(name)}.lock")  # held (referenced) until the watcher ends
+    if lock is None:
+        return 0  # another watcher has it
+    handle = state.load(ClusterHandle, name)
+    if handle is None:
+        return 0
+    cluster_id, last_active = handle.cluster_id, handle.created
+    log = _dir() / f"cluster-{name}.log"
+    while True:
+        current = state.load(ClusterHandle, name)
+        if current is None or current.cluster_id != cluster_id:
+            return 0
+        now = time.time()
+        why = None
+        if current.expires is not None and now >= current.expires:
+            why = "its lease ended"
+        elif current.idle_minutes is not None and current.state == "running":
+            try:
+                busy, last_end = job_activity(current)
+                last_active = now if busy else max(last_active, last_end)
+            except (BurstError, ConnectionError, RuntimeError, OSError):
+                last_active = last_active  # not asked this time: no decision on a guess
+            if now - last_active >= current.idle_minutes * 60:
+                why = f"no job for {current.idle_minutes:g} minute(s)"
+        if why is not None:
+            with open(log, "a") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cluster {name} taken down by its watcher: {why}\n")
+            try:
+                targets.get(current.provider).down(current, QUIET)
+            except BurstError as exc:
+                with open(log, "a") as fh:
+                    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} error: {exc}\n")
+                time.sleep(WATCH_POLL_S * 6)  # try again later: a cluster left up costs money
+                continue
+            return 0
+        time.sleep(WATCH_POLL_S)
+
+
+def watcher_lines(name: str) -> list[str]:
+    path = _dir() / f"cluster-{name}.log"
+    return path.read_text().splitlines() if path.exists() else []
