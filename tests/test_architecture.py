@@ -2,6 +2,7 @@
 (``burst/targets``), and the Pulumi programs do not depend on the CLI package."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +52,145 @@ def test_infra_imports_nothing_from_burst():
         for node in ast.walk(ast.parse(path.read_text())):
             modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(m == "burst" or m.startswith("burst.") for m in modules), f"{path.relative_to(ROOT)} imports {modules}"
+
+
+# ---------------------------------------------------------------------- workloads
+
+
+def _naming(names: set[str]) -> re.Pattern:
+    """A workload's name as a word (``calo``, not ``calorimeter``; ``gan3d_presets`` counts)."""
+    return re.compile(r"(?<![a-z0-9])(" + "|".join(map(re.escape, sorted(names))) + r")(?![a-z0-9])", re.IGNORECASE)
+
+
+def _workload_mentions(path: Path, names: set[str]) -> list[str]:
+    """Imports of a workload package (``workloads.common`` is shared code, not a workload), and
+    anything in the source naming a workload: string literals, identifiers, comments."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if any(m == "workloads" or (m.startswith("workloads.") and not m.startswith("workloads.common")) for m in modules):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    pattern = _naming(names)
+    found += [f"{path.relative_to(ROOT)}:{i}: {line.strip()[:80]}" for i, line in enumerate(path.read_text().splitlines(), 1)
+              if pattern.search(line.replace("_", " "))]
+    return found
+
+
+def test_burst_names_no_workload_outside_the_workload_registry():
+    """A workload is added by one line in ``burst/workloads/__init__.py``: no other module of burst
+    imports a workload's package or names one (docstrings and comments included)."""
+    from burst import workloads
+
+    names = {n.lower() for n in workloads.NAMES}
+    registry = ROOT / "burst" / "workloads" / "__init__.py"
+    files = [p for p in (ROOT / "burst").rglob("*.py") if p != registry]
+    found = [hit for p in files for hit in _workload_mentions(p, names)]
+    assert found == [], "ask the workload (burst.workloads) instead:\n" + "\n".join(sorted(set(found)))
+
+
+def test_the_workload_rule_would_catch_an_import_and_a_name(tmp_path, monkeypatch):
+    monkeypatch.setattr("tests.test_architecture.ROOT", tmp_path)
+    sample = tmp_path / "sample.py"
+    sample.write_text('from workloads.gan3d import pipeline\nimport workloads.calo.data\nfrom workloads.common.cpu import machine_facts\n'
+                      'if workload == "GAN3D":\n    gan3d_presets = 1  # a calorimeter is no workload\n')
+    hits = _workload_mentions(sample, {"gan3d", "calo"})
+    lines = sorted({int(h.split(":")[1]) for h in hits})
+    assert lines == [1, 2, 4, 5], hits  # the two imports (as import and as names), the literal, the identifier
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, anywhere in it (inside functions too), leaving
+    out imports under ``if TYPE_CHECKING:`` (type checkers only)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                       for b in node.body for n in ast.walk(b)}
+        base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(tree):
+            if id(node) in typing_only or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                prefix = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else [])) if node.level else node.module
+                targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in modules else prefix for a in node.names]
+            for target in targets:
+                while target and target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in modules and target != module:
+                    graph[module].add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_burst_has_no_import_cycle():
+    """Layers import downwards only: module by module, and package by package (``burst.placement``
+    and ``burst.targets``, ``burst.runs`` and ``burst.scans`` used to import each other)."""
+    graph = _import_graph(ROOT / "burst")
+    assert _cycles(graph) == []
+    group = lambda m: ".".join(m.split(".")[:2])  # noqa: E731
+    packages: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        packages.setdefault(group(m), set()).update(group(t) for t in targets if group(t) != group(m))
+    for m in list(packages.values()):
+        for t in m:
+            packages.setdefault(t, set())
+    assert _cycles(packages) == []
+
+
+def test_the_cycle_rule_would_catch_a_cycle(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from . import b\n")
+    (pkg / "b.py").write_text("from .a import f\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import c\n")
+    (pkg / "c.py").write_text("from . import b\n")
+    assert _cycles(_import_graph(pkg)) == [["pkg.a", "pkg.b"]]  # c -> b only: b imports c for type checkers
+
+
+def test_workloads_import_burst_only_through_its_workload_interface():
+    """A workload may use ``burst.workloads`` (the interface it implements) and nothing else of
+    burst: it stays runnable on its own (`python -m workloads.NAME`)."""
+    found = []
+    for path in (ROOT / "workloads").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {m}" for m in modules
+                      if (m == "burst" or m.startswith("burst.")) and not m.startswith("burst.workloads")]
+    assert found == []

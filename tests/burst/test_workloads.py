@@ -1,0 +1,160 @@
+"""Workloads behind one interface: the registry is the only list of names, every command asks the
+workload for its presets, knobs, metrics and profile, and a run record says what kind of run it is."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from burst import workloads
+from burst.errors import BurstError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def burst(*args, home, cwd=ROOT, timeout=120):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def test_the_registry_lists_both_workloads_with_what_they_offer(tmp_path):
+    proc = burst("workloads", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert list(rows) == ["gan3d", "calo"]
+    assert rows["gan3d"]["presets"] == ["small", "paper"] and rows["calo"]["presets"] == ["small", "wide"]
+    assert rows["calo"]["epoch_metrics"][0] == "sep_power_mean" and "classifier_auc" in rows["calo"]["gate_metrics"]
+    assert Path(rows["calo"]["example_space"]).exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run", "nope"], "unknown workload 'nope'; choose one of: gan3d, calo"),
+    (["train", "calo", "--preset", "paper"], "unknown preset 'paper' of workload calo; choose one of: small, wide"),
+    (["tune", "calo", "--space", "workloads/gan3d/tune-small.yaml", "--cluster", "x"], "unknown knob 'profile_weight'; a scan can vary: learning_rate, hidden"),
+    (["tune", "calo", "--space", "workloads/calo/tune-small.yaml", "--metric", "optimisation_metric", "--cluster", "x"],
+     "--metric optimisation_metric: a scan of calo minimises one of sep_power_mean"),
+    (["tune", "gan3d", "--space", "workloads/calo/tune-small.yaml", "--cluster", "x"], "unknown knob 'hidden'"),
+    (["bench", "nope"], "unknown workload 'nope'"),
+    (["plan", "nope"], "unknown workload 'nope'"),
+])
+def test_what_one_workload_does_not_have_is_one_line(tmp_path, args, line):
+    proc = burst(*args, home=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert line in proc.stderr and "Traceback" not in proc.stderr
+    assert len([x for x in proc.stderr.splitlines() if x.strip()]) == 1
+
+
+def test_a_gate_names_the_metrics_of_its_own_workload(tmp_path):
+    gate = tmp_path / "g.yaml"
+    gate.write_text("optimisation_metric: 30\n")
+    proc = burst("train", "calo", "--gate", str(gate), home=tmp_path)
+    assert proc.returncode == 2 and f"{gate}:1: unknown metric 'optimisation_metric'; a gate of calo can bound: sep_power_mean" in proc.stderr
+    gate.write_text("sep_power_mean: 0.2\nclassifier_auc: 0.9\n")
+    from burst import quality
+
+    assert quality.load(gate, "calo") == {"sep_power_mean": 0.2, "classifier_auc": 0.9}
+
+
+def test_the_plan_for_calo_uses_its_own_profile_and_leaves_out_what_it_has_no_speed_for(tmp_path):
+    proc = burst("plan", "calo", "--json", "--all", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    gan3d = json.loads(burst("plan", "gan3d", "--json", "--all", home=tmp_path).stdout)
+    assert plan["choice"] is not None and plan["choice"]["batch_per_replica"] == 32  # calo's small preset; gan3d plans the paper preset at 64
+    assert gan3d["choice"]["batch_per_replica"] == 64
+    assert not any(c["accelerator"].startswith("tpu") for c in plan["candidates"])  # no TPU figure for calo
+    assert any(c["accelerator"].startswith("tpu") for c in gan3d["candidates"])
+    assert plan["excluded"].get("no speed for the accelerator in the workload's profile", 0) > 0
+    by_key = {(c["provider"], c["region"], c["accelerator"], c["count"], c["preemptible"]): c for c in gan3d["candidates"]}
+    same = [(c, by_key[k]) for c in plan["candidates"] if (k := (c["provider"], c["region"], c["accelerator"], c["count"], c["preemptible"])) in by_key]
+    assert same and all(a["est_epoch_s"] != b["est_epoch_s"] for a, b in same)  # each workload's own time model
+
+
+def test_plan_reasons_carry_codes_beside_their_words(tmp_path):
+    policy = tmp_path / "p.yaml"
+    policy.write_text("providers: [gcp]\nbudget_usd: 1\n")
+    plan = json.loads(burst("plan", "gan3d", "--policy", str(policy), "--json", "--all", home=tmp_path).stdout)
+    for c in plan["candidates"]:
+        assert len(c["reason_codes"]) == len(c["reasons"])
+        for code, words in zip(c["reason_codes"], c["reasons"]):
+            assert (code == "over_budget") == words.startswith("over budget")
+    assert any("over_budget" in c["reason_codes"] for c in plan["candidates"])
+
+
+def test_a_third_workload_needs_one_registry_entry(monkeypatch):
+    """Registered by one entry, a workload is planned, trained (its request), gated and scanned
+    through the same code as gan3d and calo: nothing else in burst names it."""
+    from burst import api, quality, scan_space
+    from burst.runs import TrainRequest
+
+    monkeypatch.setitem(workloads._REGISTRY, "toy", "tests.burst.toy_workload:WORKLOAD")
+    monkeypatch.setattr(workloads, "NAMES", (*workloads.NAMES, "toy"))
+    toy = workloads.get("toy")
+    assert api.plan("toy").choice is not None
+    request = TrainRequest.of(workload="toy", epochs=1)
+    assert request.preset == "small" and request.workload == "toy"
+    with pytest.raises(BurstError, match="unknown preset 'wide' of workload toy"):
+        TrainRequest.of(workload="toy", preset="wide")
+    assert quality.parse("sep_etot: 0.5\n", "g.yaml", "toy") == {"sep_etot": 0.5}
+    assert set(scan_space.parse("hidden: {choice: [16, 32]}\n", "s.yaml", toy).as_data()) == {"hidden"}
+    workloads._instances.pop("toy", None)
+
+
+def test_a_run_record_says_its_kind_and_an_older_scan_record_is_read_as_a_scan():
+    from burst.state import RunRecord
+
+    assert RunRecord(run_id="r", workload="calo", cluster="c", provider="local").kind == "run"
+    older = {"run_id": "s", "workload": "gan3d", "cluster": "c", "provider": "local", "config": {"kind": "scan", "trials": 2}}
+    assert RunRecord.model_validate(older).kind == "scan"
+    assert RunRecord.model_validate({**older, "config": {}}).kind == "run"
+
+
+def test_a_placement_request_round_trips_through_its_flags_and_names_a_bad_flag():
+    from burst.placement.request import PlacementRequest
+
+    ask = PlacementRequest(provider="gcp", workload="calo", gpus=8, preemptible=False, avoid=("gcp:us-central1",))
+    assert PlacementRequest.from_flags(json.loads(json.dumps(ask.flags()))) == ask
+    with pytest.raises(BurstError, match="^--gpus-per-node must be a positive whole number, got 0$"):
+        PlacementRequest(gpus_per_node=0).checked()
+    with pytest.raises(BurstError, match="unknown workload 'nope'"):
+        PlacementRequest(workload="nope").checked()
+    with pytest.raises(BurstError, match="not placement fields"):
+        PlacementRequest.from_flags({"gpu": 8})
+
+
+def test_a_held_out_set_judges_a_calo_trial_on_the_epoch_metrics(tmp_path):
+    from workloads.calo import pipeline, synthetic
+
+    files = synthetic.write_dataset(tmp_path, 200, seed=2, events_per_file=200)
+    trainer, _, _ = pipeline.prepare_training(files, "small", 8, overrides={"hidden": 16})
+    summary = workloads.get("calo").held_out(files, trainer, 100).summary(trainer)
+    assert list(summary) == list(workloads.get("calo").epoch_metrics)
+    assert all(0 <= v <= 1 for k, v in summary.items() if k.startswith("sep_"))
+
+
+@pytest.mark.slow
+def test_burst_run_calo_on_this_machine_trains_validates_and_reports(tmp_path):
+    """The done-when of the second workload: `burst run calo --provider local`, end to end, with its report."""
+    from tests import census
+
+    before = census.snapshot()
+    proc = burst("run", "calo", "--provider", "local", "--epochs", "2", "--synthetic", "600", "--val-events", "200", home=tmp_path,
+                 cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "epoch 2/2: " in out and "denoising loss" in out and "validation: E_dep/E_inc MC" in out
+    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+    assert record["workload"] == "calo" and record["kind"] == "run" and record["state"] == "SUCCEEDED"
+    assert record["config"]["preset"] == "small" and record["config"]["workload"] == "calo"
+    metrics = json.loads((Path(record["run_dir"]) / "report" / "metrics.json").read_text())
+    s = metrics["summary"]
+    assert {"sep_power_mean", "sep_etot", "classifier_auc", "hl_classifier_auc", "fpd", "kpd"} <= set(s) and s["events"] == 200
+    assert metrics["noise_floor"]["sep_power_mean"] < s["sep_power_mean"]  # two epochs do not reach MC's own spread
+    assert len(json.loads((Path(record["run_dir"]) / "history.json").read_text())) == 2
+    report = burst("report", record["run_id"], home=tmp_path, cwd=tmp_path)
+    assert report.returncode == 0 and report.stdout.strip().endswith("report/report.html")
+    assert not list((tmp_path / "clusters").glob("*.json"))
+    census.assert_none_left(before)
