@@ -397,3 +397,14 @@ def test_a_burst_with_nowhere_feasible_to_go_stays_on_prem_and_says_so():
     plan = placement.plan(make(providers=["local", "ray"], onprem=site, burst_when={"queue_wait_over_hours": 0.5}), PROFILE, OFFERS)
     assert plan.choice.target == "onprem"  # this machine is the only way out, and it is too slow
     assert plan.why.startswith("bursting: on-prem queue wait 2 h is over 0.5 h") and "so the on-prem site after all" in plan.why
+
+
+def test_burst_when_over_budget_bursts_by_the_reason_code():
+    """The site's over-budget reason, found by its code (not its wording), is the burst condition the plan names."""
+    site = {"accelerator": "V100", "gpus": 8, "usd_per_gpu_hour": 50.0}
+    pol = make(providers=["ray", "gcp"], onprem=site, budget_usd=1000, burst_when={"over_budget": True})
+    plan = placement.plan(pol, PROFILE, OFFERS)
+    onprem = [c for c in plan.candidates if c.target == "onprem"]
+    assert onprem and all(not c.feasible and c.reasons[0].code.value == "over_budget" for c in onprem)
+    assert plan.why.startswith("bursting: on-prem would exceed the budget"), plan.why
+    assert plan.choice.target == "cloud" and plan.choice.estimate.cost_usd <= 1000

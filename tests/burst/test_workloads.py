@@ -158,3 +158,16 @@ def test_burst_run_calo_on_this_machine_trains_validates_and_reports(tmp_path):
     assert report.returncode == 0 and report.stdout.strip().endswith("report/report.html")
     assert not list((tmp_path / "clusters").glob("*.json"))
     census.assert_none_left(before)
+
+
+def test_up_plans_with_the_profile_of_the_workload_it_is_for(tmp_path, monkeypatch):
+    """The cluster a run starts for itself is sized and priced with its own workload's time model."""
+    from burst import api
+    from burst.placement.request import PlacementRequest
+    from burst.targets.base import QUIET
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path))
+    calo, _ = api._placed(PlacementRequest(workload="calo"), None, QUIET)
+    gan3d, _ = api._placed(PlacementRequest(workload="gan3d"), None, QUIET)
+    assert calo.estimate.batch == 32 and gan3d.estimate.batch == 64
+    assert calo.estimate.epoch_s != gan3d.estimate.epoch_s
