@@ -251,7 +251,8 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     from . import managed
 
     budget = request.budget_usd if request.budget_usd is not None else handle.budget_usd
-    record = managed.hand_over(request, {"provider": handle.provider}, policy, own_first=False, budget_usd=budget, report=report)
+    record = managed.hand_over(request, {"provider": handle.provider, "workload": request.workload}, policy, own_first=False,
+                               budget_usd=budget, report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
 

@@ -177,7 +177,8 @@ class Controller:
         from .placement.request import PlacementRequest
 
         first = self.m.placement
-        sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs", "workload")}
+        sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs")}
+        sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
         chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), **sizing), policy, _Said())
         flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
         if targets.get(chosen.provider).kind == "cloud":

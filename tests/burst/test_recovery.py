@@ -70,3 +70,14 @@ def test_the_policy_checkpoint_interval_applies_unless_the_flag_sets_one(tmp_pat
     assert api.with_policy_checkpoints(api.TrainRequest.of(), pol).checkpoint_every_steps == 50
     assert api.with_policy_checkpoints(api.TrainRequest.of(checkpoint_every_steps=7), pol).checkpoint_every_steps == 7
     assert api.with_policy_checkpoints(api.TrainRequest.of(), policy_mod.load(None)).checkpoint_every_steps is None
+
+
+def test_a_move_is_planned_for_the_run_s_own_workload(home, tmp_path):
+    """`burst train calo --managed` records no workload among its placement flags: the next cluster
+    is still planned (and later sized) with calo's profile, not the default workload's."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("providers: [gcp, azure]\npreemptible: prefer\n")
+    m = ManagedRun(run_id="calo-1", request={"workload": "calo"}, cluster="c", placement={"provider": "gcp"}, policy=str(policy),
+                   attempts=[lost_spot("us-central1"), Attempt(number=2, cluster="c-2")], avoid=["gcp:us-central1"])
+    flags, _ = controller.Controller(m).moved_flags()
+    assert flags["workload"] == "calo" and not flags["accelerator"].lower().startswith("tpu")
