@@ -109,7 +109,7 @@ def _placed(ask: PlacementRequest, policy, report: Reporter):
             raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
         chosen = planner.choose(pol, prof, offers, PlacementRequest(
             workload=ask.workload, gpus=ask.gpus, accelerator=ask.accelerator, preemptible=ask.preemptible, region=ask.region,
-            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid))
+            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid, live=ask.live))
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
             chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
@@ -134,7 +134,8 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
        bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
        epochs: Optional[int] = None, avoid: tuple[str, ...] = (), idle_minutes: Optional[float] = None,
-       workload: Optional[str] = None, report: Reporter = QUIET) -> UpResult:
+       workload: Optional[str] = None, context: Optional[str] = None, namespace: Optional[str] = None,
+       report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
@@ -145,7 +146,8 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     plan estimates the run with (default: the default workload's)."""
     ask = PlacementRequest(provider=provider, workload=workload, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                            region=region, storage=storage, nodes=nodes, partition=partition, image=image, bundle=bundle,
-                           gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=tuple(avoid))
+                           gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=tuple(avoid),
+                           context=context, namespace=namespace)
     return up_for(ask, name, policy=policy, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report)
 
 
@@ -204,13 +206,15 @@ def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = 
 def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
            accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
            hours: Optional[float] = None, cpus: Optional[int] = None, storage: Optional[str] = None,
-           image: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> dict:
+           image: Optional[str] = None, gpus_per_node: Optional[int] = None, context: Optional[str] = None,
+           namespace: Optional[str] = None, report: Reporter = QUIET) -> dict:
     """What ``up`` would create, rendered offline (no credentials, no network, nothing recorded)."""
     if name is not None:
         state.check_name(name)
     _lease(None, hours)
     placement, pol = _placement(PlacementRequest(provider=provider, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                                 region=region, storage=storage, image=image, gpus_per_node=gpus_per_node), policy, report)
+                                                 region=region, storage=storage, image=image, gpus_per_node=gpus_per_node,
+                                                 context=context, namespace=namespace, live=False), policy, report)
     target = targets.get(placement.provider)
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 

@@ -20,6 +20,13 @@ SLURM_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(?:,[A-Za-z0-9_][A-Za
 # A container image reference: [registry[:port]/]path[:tag][@digest], as the OCI distribution spec names them.
 IMAGE_REF = re.compile(r"[a-z0-9][a-z0-9._-]*(?::[0-9]{1,5})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
                        r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?")
+# A Kubernetes object name or label value (DNS-1123 label): namespaces, queues, contexts' safe form.
+K8S_NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+# A kubeconfig context name: no leading '-' (kubectl would read an option), no spaces or control characters.
+KUBE_CONTEXT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/-]{0,252}")
+# A label key (optional DNS prefix and '/') and value, for node selectors and tolerations.
+LABEL_KEY = re.compile(r"(?:[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
 # An absolute path without control characters, quotes or shell expansions (it is written into a batch script).
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./+@%=,-]*")
 
@@ -47,3 +54,19 @@ def image(value: Optional[str], what: str = "--image") -> Optional[str]:
 
 def plain_path(value: Optional[str], what: str) -> Optional[str]:
     return _check(value, PLAIN_PATH, what, "an absolute path of letters, digits and _ . / + @ % = , -")
+
+
+def k8s_name(value: Optional[str], what: str) -> Optional[str]:
+    return _check(value, K8S_NAME, what, "a Kubernetes name: lower-case letters, digits and '-', at most 63, starting and ending alphanumeric")
+
+
+def kube_context(value: Optional[str], what: str = "--context") -> Optional[str]:
+    return _check(value, KUBE_CONTEXT, what, "a kubeconfig context name (letters, digits and _ . : @ / -; no leading '-')")
+
+
+def label_key(value: Optional[str], what: str) -> Optional[str]:
+    return _check(value, LABEL_KEY, what, "a Kubernetes label key such as cloud.google.com/gke-accelerator")
+
+
+def label_value(value: Optional[str], what: str) -> Optional[str]:
+    return _check(value, LABEL_VALUE, what, "a Kubernetes label value (letters, digits, '_', '.', '-'; at most 63)")

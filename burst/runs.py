@@ -139,7 +139,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     resources = target.job_resources(handle, request.workers)
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
     resume_from = resume_from or (RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None)
-    cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=handle.storage_uri, data=data,
+    resume_from = target.job_path(handle, resume_from) if resume_from else None  # the job's view of the storage
+    cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=target.job_storage(handle), data=target.job_path(handle, data) if data else None,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
                     threads=resources.threads, tpu=resources.tpu, resume_from=resume_from)

@@ -151,8 +151,8 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     scan_id = new_scan_id(request.workload)
     data = target.stage_data(handle, request.data, scan_id, report) if request.data is not None else None
     job = JobConfig(workload=request.workload, preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
-                    steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=handle.storage_uri,
-                    data=data, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
+                    steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=target.job_storage(handle),
+                    data=target.job_path(handle, data) if data else None, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
                     cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads)
     scan = ScanConfig(job=job, space=request.space, trials=request.trials, metric=request.metric, concurrent=concurrent,
                       grace_period=request.grace_period, reduction_factor=request.reduction_factor, search=request.search)

@@ -37,7 +37,9 @@ def up(
     hours: Hours = None,
     nodes: Nodes = None,
     partition: Annotated[Optional[str], typer.Option(help="slurm: the partition (default: the policy's, else the cluster's default)")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="slurm: wait for a queued allocation to start")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="slurm, kubernetes with Kueue: wait for a queued allocation to start")] = False,
+    context: Annotated[Optional[str], typer.Option(help="kubernetes: the kubeconfig context of the cluster (default: the policy's onprem.context, else the current one)")] = None,
+    namespace: Annotated[Optional[str], typer.Option(help="kubernetes: the namespace of burst's objects (default: the policy's onprem.namespace)")] = None,
     storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run, built from docker/Dockerfile (default: stock Ray image, packages installed at every job start)")] = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on storage the nodes share; they install burst from it, not from the network")] = None,
@@ -52,7 +54,8 @@ def up(
     from .. import api
 
     flags = dict(policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                 hours=hours, storage=storage, image=image, gpus_per_node=gpus_per_node, report=ConsoleReporter())
+                 hours=hours, storage=storage, image=image, gpus_per_node=gpus_per_node, context=context, namespace=namespace,
+                 report=ConsoleReporter())
     if dry_run:
         _print_dry_run(api.render(provider, name, **flags), as_json)
         return
@@ -76,6 +79,15 @@ def up(
 def _print_dry_run(rendering: dict, as_json: bool) -> None:
     if as_json:
         emit_json(rendering)
+        return
+    if "stack" not in rendering:  # manifests for a Kubernetes cluster burst did not create
+        t = Table(title=f"{rendering['provider']} {rendering['context']}/{rendering['namespace']} (dry run: nothing was created)")
+        for col in ("kind", "name", "namespace"):
+            t.add_column(col, overflow="fold")
+        for r in rendering["resources"]:
+            t.add_row(r["kind"], r["metadata"]["name"], r["metadata"].get("namespace", "-"))
+        out.print(t)
+        out.print(f"{rendering['operator']}; storage: {rendering['storage']}; ${rendering['hourly_usd']:,.2f}/h; {rendering['note']}")
         return
     t = Table(title=f"{rendering['provider']} stack {rendering['stack']} (dry run: nothing was created)")
     for col in ("type", "name", "key inputs"):

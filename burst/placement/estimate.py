@@ -162,7 +162,9 @@ def _speed_note(est: Estimate, profile: Profile, accelerator: str) -> None:
     if basis.startswith("measured here"):
         est.notes.append(f"{accelerator} speed {basis}")
     elif not profile.measured_accelerator(accelerator):
-        est.notes.append(f"{accelerator} speed is derived, not measured (±30 % or more; {basis})")
+        # the bandwidth ratios' spread, unless the profile states its own
+        est.notes.append(f"{accelerator} speed is derived, not measured ({basis})" if "±" in basis
+                         else f"{accelerator} speed is derived, not measured (±30 %)")
 
 
 def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:
@@ -190,7 +192,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
         training_h = scan.wall_epochs(epochs, gpus // per_trial) * epoch_s / 3600
     live = queue_h is not None
     est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=training_h,
-                   queue_source="slurm" if live else "policy", batch=batch)
+                   queue_source=site.scheduler if live else "policy", batch=batch)
     if scan is not None:
         est.notes.append(scan.note(epochs))
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)
@@ -206,7 +208,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
         est.notes.append(f"on-prem price {est.price_basis}")
     _speed_note(est, profile, site.accelerator)
     if live:
-        est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now")
+        est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now" + (f" ({queue_note})" if queue_note else ""))
     elif site.queue_wait_hours or queue_note:
         est.notes.append(f"on-prem queue wait {site.queue_wait_hours:g} h from the policy" + (f" ({queue_note})" if queue_note else ""))
     return est

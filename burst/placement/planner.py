@@ -175,7 +175,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
             counts = kept
         for n in counts:
             out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
-                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch, scan),
+                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch, scan, live=ask.live),
                                  nodes=est_mod.onprem_nodes(profile, policy, n)))
 
     clouds = [p for p in providers if kinds[p] == "cloud"]
@@ -228,10 +228,10 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
 
 
 def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-                    batch: Optional[int] = None, scan: Optional[ScanShape] = None) -> est_mod.Estimate:
-    """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be asked."""
+                    batch: Optional[int] = None, scan: Optional[ScanShape] = None, live: bool = True) -> est_mod.Estimate:
+    """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be (and ``live``: may be) asked."""
     target = targets.get(provider)
-    if not target.is_scheduler:
+    if not target.is_scheduler or not live:
         return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
     first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
     wait = target.queue_estimate(policy.onprem, est_mod.onprem_nodes(profile, policy, gpus), first.training_h)
@@ -456,6 +456,8 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
     if provider is None:
         raise BurstError("pinning a placement needs a provider")
     target = targets.get(provider)
+    if (ask.context is not None or ask.namespace is not None) and not target.takes_context:
+        raise BurstError(f"--context and --namespace choose where in a Kubernetes cluster burst did not create; {provider} is not one")
     if storage is not None and not target.takes_storage:
         raise BurstError(f"--storage applies to targets on this machine; {provider} clusters get their own storage")
     if target.kind == "local":
@@ -479,6 +481,8 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
                              f"set onprem.scheduler: {provider} in the policy, or use --provider {site.scheduler}")
         if partition is not None:
             site = site.model_copy(update={"partition": command_values.slurm_name(partition, "--partition")})
+        if ask.context is not None or ask.namespace is not None:
+            site = site.model_copy(update={k: v for k, v in (("context", ask.context), ("namespace", ask.namespace)) if v is not None})
         if preemptible:
             raise BurstError(f"--preemptible does not apply to the on-prem site {site.name}")
         if accelerator is not None and accelerator != site.accelerator:
@@ -491,7 +495,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
         problem = scope_problem(policy, provider, None, site.accelerator, count, False)
         if problem:
             raise BurstError(problem)
-        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica)
+        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, live=ask.live)
         return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
                          estimate=e, nodes=nodes or (est_mod.onprem_nodes(profile, policy, count) if target.is_scheduler else None))
     if accelerator is None:

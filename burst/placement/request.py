@@ -32,6 +32,8 @@ class PlacementRequest:
     gpus_per_node: Optional[int] = None     # one node shape only
     nodes: Optional[int] = None             # on-prem scheduler: nodes to allocate; plan: layouts over this many nodes
     partition: Optional[str] = None         # on-prem scheduler's partition
+    context: Optional[str] = None           # a Kubernetes site: kubeconfig context (default: the policy's, then the current one)
+    namespace: Optional[str] = None         # a Kubernetes site: namespace of burst's objects (default: the policy's)
     storage: Optional[str] = None           # this machine: where checkpoints and results go
     image: Optional[str] = None             # cloud Kubernetes: a prebuilt runtime image
     bundle: Optional[str] = None            # on-prem: a `burst pack` bundle on shared storage
@@ -40,10 +42,11 @@ class PlacementRequest:
     events: Optional[int] = None            # training events the plan estimates (default: the profile's dataset)
     scan: Optional[ScanShape] = None        # a hyper-parameter scan's trials side by side
     avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
+    live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
 
     def checked(self) -> "PlacementRequest":
         """This request, or one line naming the flag whose value cannot be placed."""
-        from .. import targets, workloads
+        from .. import command_values, targets, workloads
 
         for name, flag in _POSITIVE.items():
             value = getattr(self, name)
@@ -51,6 +54,8 @@ class PlacementRequest:
                 raise BurstError(f"{flag} must be a positive whole number, got {value}")
         if self.provider is not None:
             targets.check_provider(self.provider)
+        command_values.kube_context(self.context, "--context")
+        command_values.k8s_name(self.namespace, "--namespace")
         if self.workload is not None:
             workloads.check(self.workload)
         return self
@@ -67,7 +72,7 @@ class PlacementRequest:
 
     def flags(self) -> dict:
         """The fields that are set, as JSON data (a managed run keeps its first placement so)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("scan", "avoid")}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("scan", "avoid", "live")}
         out = {k: v for k, v in out.items() if v is not None}
         if self.avoid:
             out["avoid"] = list(self.avoid)

@@ -1,4 +1,6 @@
-"""Cluster storage that is either a local directory or a bucket URI (gs://, abfs://).
+"""Cluster storage that is either a local directory, a bucket URI (gs://, abfs://, s3://), or a
+claim inside a site's Kubernetes cluster reached through its Ray head pod (kube://, see
+``kube_storage``).
 
 Buckets go through pyarrow's filesystems, the layer Ray Train already uses for checkpoints, so
 no cloud SDK is added. Imported lazily: pyarrow is only needed where a bucket is.
@@ -18,9 +20,18 @@ def join(uri: str, *parts: str) -> str:
     return "/".join([str(uri).rstrip("/"), *parts]) if is_remote(uri) else str(Path(uri, *parts))
 
 
+def _kube(uri: str):
+    """The Kubernetes claim backend when ``uri`` is one, else None."""
+    from . import kube_storage
+
+    return kube_storage if kube_storage.is_kube(uri) else None
+
+
 def exists(uri: str) -> bool:
     if not is_remote(uri):
         return Path(uri).exists()
+    if kube := _kube(uri):
+        return kube.exists(uri)
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
@@ -30,6 +41,8 @@ def exists(uri: str) -> bool:
 def read_text(uri: str) -> str:
     if not is_remote(uri):
         return Path(uri).read_text()
+    if kube := _kube(uri):
+        return kube.read_bytes(uri).decode()
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
@@ -46,6 +59,9 @@ def write_bytes(uri: str, data: bytes) -> None:
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
         Path(uri).write_bytes(data)
         return
+    if kube := _kube(uri):
+        kube.write_bytes(uri, data)
+        return
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
@@ -59,6 +75,9 @@ def remove(uri: str) -> None:
     if not is_remote(uri):
         Path(uri).unlink(missing_ok=True)
         return
+    if kube := _kube(uri):
+        kube.remove(uri)
+        return
     from pyarrow import fs
 
     filesystem, inner = fs.FileSystem.from_uri(uri)
@@ -68,6 +87,22 @@ def remove(uri: str) -> None:
 
 def copy(src: str, dest: str) -> bool:
     """Copy a file or a directory tree between local paths and bucket URIs; False when ``src`` is absent."""
+    if _kube(src) or _kube(dest):
+        if not exists(src):
+            return False
+        if _kube(src) and _kube(src).is_dir(src):
+            copy_dir(src, dest)
+        elif _kube(src) and not is_remote(dest):
+            _kube(src).download(src, dest)
+        elif _kube(src):
+            write_bytes(dest, _kube(src).read_bytes(src))
+        elif Path(src).is_dir():
+            copy_dir(src, dest)
+        elif not is_remote(src):
+            write_bytes(dest, Path(src).read_bytes())
+        else:
+            write_bytes(dest, read_text(src).encode())
+        return True
     if not is_remote(src):
         path = Path(src)
         if not path.exists():
@@ -96,7 +131,17 @@ def copy(src: str, dest: str) -> bool:
 
 
 def copy_dir(src: str, dest: str) -> None:
-    """Copy a directory tree between any two of: local path, bucket URI."""
+    """Copy a directory tree between any two of: local path, bucket URI, Kubernetes claim."""
+    if _kube(src) or _kube(dest):
+        if _kube(src) and not is_remote(dest):
+            _kube(src).download(src, dest)
+        elif _kube(dest) and not is_remote(src):
+            _kube(dest).upload(src, dest)
+        else:
+            from . import kube_storage
+
+            kube_storage.copy_between(src, dest, copy_dir)
+        return
     if not is_remote(src) and not is_remote(dest):
         shutil.copytree(src, dest, dirs_exist_ok=True)
         return

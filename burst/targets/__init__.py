@@ -24,6 +24,7 @@ _REGISTRY = {
     "gcp": "kuberay:GkeTarget",
     "gcp-tpu": "tpu_vm:TpuVmTarget",
     "azure": "kuberay:AksTarget",
+    "kubernetes": "kubernetes:KubernetesTarget",
 }
 PROVIDERS: tuple[str, ...] = tuple(_REGISTRY)
 _instances: dict[str, "Target"] = {}

@@ -111,6 +111,7 @@ class Target(ABC):
     takes_storage: ClassVar[bool] = False   # `up --storage` chooses where results go
     runs_images: ClassVar[bool] = False     # `up --image` chooses the container image its nodes run
     takes_bundle: ClassVar[bool] = False    # `up --bundle` installs burst on its nodes from a `burst pack` bundle
+    takes_context: ClassVar[bool] = False   # `up --context/--namespace` choose a Kubernetes cluster and namespace
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,6 +179,15 @@ class Target(ABC):
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
         """The cluster runs the same Python as this machine (same burst installation)."""
         return JobRuntime()
+
+    def job_storage(self, handle: ClusterHandle) -> str:
+        """The cluster's storage as the job sees it (the same URI as here, unless the nodes mount it elsewhere)."""
+        return handle.storage_uri
+
+    def job_path(self, handle: ClusterHandle, uri: str) -> str:
+        """``uri`` on this cluster's storage as the job sees it (other URIs unchanged)."""
+        here, there = handle.storage_uri.rstrip("/"), self.job_storage(handle).rstrip("/")
+        return there + uri[len(here):] if here != there and (uri == here or uri.startswith(here + "/")) else uri
 
     def stage_data(self, handle: ClusterHandle, data: str, run_id: str, report: Reporter = QUIET) -> str:
         """Where the job finds ``--data``: a bucket URI as given, else a path the cluster can read."""

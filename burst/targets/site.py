@@ -42,6 +42,28 @@ def _as_value_error(check, value):
         raise ValueError(str(exc)) from None
 
 
+class Toleration(StrictModel):
+    """A Kubernetes toleration, as a pod spec writes it."""
+
+    key: Optional[str] = Field(None, description="taint key, e.g. nvidia.com/gpu (absent with operator Exists: every taint)")
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: Optional[str] = None
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(lambda k, what: command_values.label_key(k, "onprem.tolerations key"), v)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(lambda x, what: command_values.label_value(x, "onprem.tolerations value"), v)
+
+    def manifest(self) -> dict:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class OnPrem(StrictModel):
     """The group's own cluster: an existing Ray cluster (provider ``ray``) or a Slurm batch system
     (provider ``slurm``) on which burst starts Ray inside an allocation."""
@@ -59,7 +81,7 @@ class OnPrem(StrictModel):
     ray_address: Optional[str] = Field(None, description="Ray dashboard URL of the on-prem cluster, e.g. http://ray-head:8265")
     token_file: Optional[str] = Field(None, description="file holding the cluster's Ray auth token, if it uses token authentication")
     storage: Optional[str] = Field(None, description="directory or bucket URI that the cluster and this machine can both read")
-    scheduler: Literal["ray", "slurm"] = Field("ray", description="ray: an existing Ray cluster at ray_address; slurm: a Slurm batch system")
+    scheduler: Literal["ray", "slurm", "kubernetes"] = Field("ray", description="ray: an existing Ray cluster at ray_address; slurm: a Slurm batch system; kubernetes: a Kubernetes cluster burst did not create (KubeRay)")
     partition: Optional[str] = Field(None, description="Slurm partition for burst's jobs (default: the cluster's default partition)")
     account: Optional[str] = Field(None, description="Slurm account to charge, if the site requires one")
     qos: Optional[str] = Field(None, description="Slurm quality of service, if the site uses them")
@@ -67,6 +89,15 @@ class OnPrem(StrictModel):
     gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
     container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
     notice_seconds: int = Field(120, ge=10, le=3600, description="Slurm: seconds before the walltime at which the job is signalled (sbatch --signal) to checkpoint and end; keep it above the site's KillWait")
+
+    # Kubernetes (scheduler: kubernetes): where in the cluster, on which nodes, through which queue
+    context: Optional[str] = Field(None, description="Kubernetes: kubeconfig context of the cluster (absent: the current context; --context overrides)")
+    namespace: str = Field("burst", description="Kubernetes: namespace of burst's RayCluster, created if missing (--namespace overrides)")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes: node labels the Ray worker pods require, e.g. {nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB}")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Kubernetes: taints the Ray pods tolerate (GPU nodes are often tainted)")
+    local_queue: Optional[str] = Field(None, description="Kubernetes: Kueue LocalQueue the RayCluster is submitted through (its admission state is the plan's queue wait)")
+    pvc_size_gi: int = Field(50, ge=1, le=100_000, description="Kubernetes: size of the PersistentVolumeClaim burst creates for the run's storage when storage is not a bucket")
+    storage_class: Optional[str] = Field(None, description="Kubernetes: storage class of that claim (absent: the cluster's default; it must be ReadWriteMany for more than one pod)")
 
     @field_validator("login")
     @classmethod
@@ -77,6 +108,24 @@ class OnPrem(StrictModel):
     @classmethod
     def _slurm_names(cls, v: Optional[str]) -> Optional[str]:
         return _as_value_error(command_values.slurm_name, v)
+
+    @field_validator("namespace", "local_queue", "storage_class")
+    @classmethod
+    def _k8s_names(cls, v: Optional[str], info) -> Optional[str]:
+        return _as_value_error(lambda value, what: command_values.k8s_name(value, f"onprem.{info.field_name}"), v)
+
+    @field_validator("context")
+    @classmethod
+    def _kube_context(cls, v: Optional[str]) -> Optional[str]:
+        return _as_value_error(command_values.kube_context, v)
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: dict) -> dict:
+        for key, value in v.items():
+            _as_value_error(lambda k, what: command_values.label_key(k, "onprem.node_selector key"), key)
+            _as_value_error(lambda x, what: command_values.label_value(x, f"onprem.node_selector[{key}]"), value)
+        return v
 
     @field_validator("container")
     @classmethod

@@ -1,0 +1,118 @@
+"""Storage on a claim inside a Kubernetes cluster, reached from this machine through the RayCluster's
+head pod: ``kube://CONTEXT/NAMESPACE/RAYCLUSTER/path`` (the context URL-quoted).
+
+A site's Kubernetes cluster may offer no bucket that both its pods and this machine reach; the Ray
+pods then share a PersistentVolumeClaim mounted at one path, and this side reads and writes that
+path with ``kubectl exec`` and ``kubectl cp`` in the head pod: the stop requests of the budget
+guard, the results after a run, checkpoints a managed run moves. The job itself sees a plain
+directory (the target hands it the mount path).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from ..errors import BurstError
+
+SCHEME = "kube://"
+CONTAINER = "ray-head"
+
+
+@dataclass(frozen=True)
+class KubePath:
+    context: str
+    namespace: str
+    cluster: str
+    path: str  # absolute, inside the pod
+
+    @classmethod
+    def parse(cls, uri: str) -> "KubePath":
+        rest = uri[len(SCHEME):]
+        context, namespace, cluster, *path = rest.split("/")
+        return cls(unquote(context), namespace, cluster, "/" + "/".join(p for p in path if p))
+
+
+def uri(context: str, namespace: str, cluster: str, path: str) -> str:
+    return f"{SCHEME}{quote(context, safe='')}/{namespace}/{cluster}{path}"
+
+
+def is_kube(value: str) -> bool:
+    return str(value).startswith(SCHEME)
+
+
+def _kubectl(p: KubePath, *args: str, data: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        proc = subprocess.run(["kubectl", f"--context={p.context}", "-n", p.namespace, *args], input=data, capture_output=True, timeout=300)
+    except FileNotFoundError:
+        raise BurstError("kubectl is not installed: it reaches the storage of a Kubernetes cluster (https://kubernetes.io/docs/tasks/tools/)",
+                         exit_code=1) from None
+    if check and proc.returncode != 0:
+        why = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
+        raise BurstError(f"the storage in cluster {p.cluster} ({p.context}/{p.namespace}) did not answer: {why[-1] if why else 'no output'}",
+                         exit_code=1)
+    return proc
+
+
+def head_pod(p: KubePath) -> str:
+    proc = _kubectl(p, "get", "pods", "-l", f"ray.io/cluster={p.cluster},ray.io/node-type=head", "-o", "jsonpath={.items[0].metadata.name}")
+    name = proc.stdout.decode().strip()
+    if not name:
+        raise BurstError(f"the head pod of RayCluster {p.cluster} in {p.context}/{p.namespace} is gone; its storage cannot be reached", exit_code=1)
+    return name
+
+
+def _exec(p: KubePath, *command: str, data: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return _kubectl(p, "exec", "-i" if data is not None else "-q", head_pod(p), "-c", CONTAINER, "--", *command, data=data, check=check)
+
+
+def exists(value: str) -> bool:
+    p = KubePath.parse(value)
+    return _exec(p, "test", "-e", p.path, check=False).returncode == 0
+
+
+def read_bytes(value: str) -> bytes:
+    p = KubePath.parse(value)
+    return _exec(p, "cat", p.path).stdout
+
+
+def write_bytes(value: str, data: bytes) -> None:
+    p = KubePath.parse(value)
+    parent = p.path.rsplit("/", 1)[0] or "/"
+    _exec(p, "sh", "-c", 'mkdir -p "$1" && cat > "$2"', "sh", parent, p.path, data=data)
+
+
+def remove(value: str) -> None:
+    p = KubePath.parse(value)
+    _exec(p, "rm", "-rf", p.path)
+
+
+def is_dir(value: str) -> bool:
+    p = KubePath.parse(value)
+    return _exec(p, "test", "-d", p.path, check=False).returncode == 0
+
+
+def download(value: str, dest: str) -> None:
+    """A file or a directory tree in the pod to ``dest`` here (the tree's contents into ``dest``)."""
+    p = KubePath.parse(value)
+    Path(dest).parent.mkdir(parents=True, exist_ok=True)
+    _kubectl(p, "cp", "-c", CONTAINER, f"{p.namespace}/{head_pod(p)}:{p.path}", str(dest))
+
+
+def upload(src: str, value: str) -> None:
+    """A local file or directory tree into the pod (a tree's contents into the path)."""
+    p = KubePath.parse(value)
+    parent = p.path.rsplit("/", 1)[0] or "/"
+    _exec(p, "mkdir", "-p", parent)
+    _kubectl(p, "cp", "-c", CONTAINER, str(src), f"{p.namespace}/{head_pod(p)}:{p.path}")
+
+
+def copy_between(src: str, dest: str, copy_dir) -> None:
+    """Through a local temporary directory, when the other end is not a local path."""
+    with tempfile.TemporaryDirectory() as tmp:
+        local = str(Path(tmp) / "x")
+        copy_dir(src, local)
+        copy_dir(local, dest)

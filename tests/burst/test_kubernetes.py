@@ -1,0 +1,263 @@
+"""A Kubernetes cluster burst did not create (`--provider kubernetes`): the manifests it applies are
+valid against the pinned Kubernetes and KubeRay schemas, the kubectl and helm calls it makes
+(recorded by stand-ins, ``tests/fakes/kube``) create and delete exactly burst's objects, the plan
+weighs the cluster against the clouds and reads a recorded Kueue queue, and the claim storage is
+reached through the head pod."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "tests" / "schemas"
+FAKES = ROOT / "tests" / "fakes" / "kube"
+SITE = ("providers: [kubernetes, gcp]\n"
+        "onprem: {scheduler: kubernetes, name: lab-k8s, accelerator: A100-40GB, gpus: 16, gpus_per_node: 4, usd_per_gpu_hour: 1.2,\n"
+        "         grid_gco2_per_kwh: 50, context: lab, namespace: physics,\n"
+        "         node_selector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB}, tolerations: [{key: nvidia.com/gpu, effect: NoSchedule}]%s}\n")
+
+
+def _strict(node):
+    """A CRD schema as the API server applies it: an unknown field is pruned (silently dropped), so here it is an error."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if "properties" in out and not node.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+VALIDATORS = {
+    "Namespace": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "namespace-v1.json").read_text())),
+    "Secret": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "secret-v1.json").read_text())),
+    "PersistentVolumeClaim": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "persistentvolumeclaim-v1.json").read_text())),
+    "RayCluster": jsonschema.Draft7Validator(_strict(json.loads((SCHEMAS / "kuberay-v1.5.1" / "raycluster-v1.json").read_text()))),
+}
+
+
+def invalid(obj: dict) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in VALIDATORS[obj["kind"]].iter_errors(obj)]
+
+
+def burst(*args, home, fake=None, timeout=120):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    if fake is not None:
+        env.update(FAKE_KUBE=str(fake), PATH=f"{FAKES}:{os.environ['PATH']}")
+    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+
+
+@pytest.fixture
+def site(tmp_path):
+    def write(extra: str = "") -> Path:
+        path = tmp_path / "site.yaml"
+        path.write_text(SITE % extra)
+        return path
+    return write
+
+
+@pytest.fixture
+def fake(tmp_path):
+    root = tmp_path / "cluster"
+    root.mkdir()
+    return root
+
+
+def calls(fake: Path) -> list[dict]:
+    return [json.loads(line) for line in (fake / "calls.jsonl").read_text().splitlines()] if (fake / "calls.jsonl").exists() else []
+
+
+@pytest.mark.parametrize("extra, gpus", [("", 8), (", local_queue: gpu-queue", 16), (", storage: gs://lab-bucket/burst", 4)])
+def test_the_dry_run_renders_schema_valid_manifests_sized_by_the_plan(tmp_path, site, extra, gpus):
+    proc = burst("up", "--provider", "kubernetes", "--context", "lab-2", "--namespace", "hep", "--policy", str(site(extra)),
+                 "--gpus", str(gpus), "--dry-run", "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["context"], out["namespace"]) == ("lab-2", "hep")  # the flags win over the policy's context and namespace
+    objects = {o["kind"]: o for o in out["resources"]}
+    for obj in out["resources"]:
+        assert invalid(obj) == [], f"{obj['kind']}: {invalid(obj)}"
+    rc = objects["RayCluster"]
+    assert rc["apiVersion"] == "ray.io/v1" and rc["metadata"]["namespace"] == "hep"
+    (group,) = rc["spec"]["workerGroupSpecs"]
+    pod = group["template"]["spec"]
+    assert group["replicas"] * int(group["rayStartParams"]["num-gpus"]) == gpus and group["replicas"] == gpus // 4
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    head = rc["spec"]["headGroupSpec"]
+    assert head["serviceType"] == "ClusterIP" and head["rayStartParams"]["dashboard-host"] == "127.0.0.1"
+    for container in [head["template"]["spec"]["containers"][0], pod["containers"][0]]:
+        env = {e["name"]: e for e in container["env"]}
+        assert env["RAY_AUTH_MODE"]["value"] == "token"
+        assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == objects["Secret"]["metadata"]["name"]
+    assert all(o["metadata"]["labels"]["burst-cluster"] == "k8s" for o in out["resources"])
+    if "local_queue" in extra:
+        assert rc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue" and rc["spec"]["suspend"] is True
+    else:
+        assert "suspend" not in rc["spec"]
+    if "storage" in extra:
+        assert "PersistentVolumeClaim" not in objects and "volumes" not in pod
+        assert "gs://lab-bucket/burst" in pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    else:
+        claim = objects["PersistentVolumeClaim"]["metadata"]["name"]
+        assert pod["volumes"] == [{"name": "burst-storage", "persistentVolumeClaim": {"claimName": claim}}]
+        assert pod["containers"][0]["volumeMounts"] == [{"name": "burst-storage", "mountPath": "/mnt/burst"}]
+
+
+def test_the_schemas_catch_what_the_api_server_would_refuse_or_silently_drop(tmp_path, site):
+    out = json.loads(burst("up", "--provider", "kubernetes", "--policy", str(site()), "--dry-run", "--json", home=tmp_path).stdout)
+    objects = {o["kind"]: o for o in out["resources"]}
+    rc = json.loads(json.dumps(objects["RayCluster"]))
+    rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelectr"] = {"a": "b"}  # a typo KubeRay's API would prune
+    rc["spec"]["workerGroupSpecs"][0]["replicas"] = "2"
+    errors = invalid(rc)
+    assert any("nodeSelectr" in e for e in errors) and any("replicas" in e for e in errors)
+    claim = json.loads(json.dumps(objects["PersistentVolumeClaim"]))
+    claim["spec"]["accessModes"] = "ReadWriteMany"  # not a list
+    assert invalid(claim)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["up", "--provider", "kubernetes", "--context", "-oProxy", "--dry-run"], "--context '-oProxy' is not allowed"),
+    (["up", "--provider", "kubernetes", "--namespace", "Physics Dept", "--dry-run"], "--namespace 'Physics Dept' is not allowed"),
+    (["up", "--provider", "gcp", "--context", "lab", "--accelerator", "V100", "--gpus", "8", "--region", "us-central1", "--dry-run"],
+     "--context and --namespace choose where in a Kubernetes cluster burst did not create; gcp is not one"),
+    (["up", "--provider", "kubernetes", "--gpus", "64", "--dry-run"], "--gpus 64: the on-prem site lab-k8s offers 16 GPUs to one run"),
+])
+def test_bad_kubernetes_flags_are_one_line(tmp_path, site, args, line):
+    proc = burst(*args, "--policy", str(site()), home=tmp_path)
+    assert proc.returncode == 2 and line in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_policy_value_that_would_reach_kubectl_or_a_manifest_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, accelerator: V100, gpus: 4, node_selector: {\"a b\": x}}\n")
+    proc = burst("policy", "check", str(bad), home=tmp_path)
+    assert proc.returncode == 2 and "onprem.node_selector key 'a b' is not allowed" in proc.stderr
+
+
+def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_deletes_only_those(tmp_path, site, fake):
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))  # the namespace is the site's: never created nor deleted by burst
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", "lab", "--json", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    handle = json.loads(proc.stdout)
+    assert handle["state"] == "running" and handle["outputs"]["context"] == "lab" and handle["outputs"]["operator_installed"] is True
+    assert handle["storage_uri"] == "kube://lab/physics/burst-lab/mnt/burst" and handle["outputs"]["job_storage"] == "/mnt/burst"
+    assert oct(os.stat(handle["token_path"]).st_mode & 0o777) == "0o600"
+    recorded = calls(fake)
+    assert all(any(a == "--context=lab" or a == "--kube-context=lab" for a in c["argv"]) for c in recorded)  # always the pinned context
+    (install,) = [c["argv"] for c in recorded if c["tool"] == "helm"]
+    assert install[install.index("--version") + 1] == "1.5.1" and "kuberay-operator" in install
+    applied = [json.loads(c["stdin"]) for c in recorded if "apply" in c["argv"]]
+    assert [o["kind"] for o in applied] == ["Secret", "PersistentVolumeClaim", "RayCluster"]  # no Namespace: it was there
+    for obj in applied:
+        assert invalid(obj) == []
+    token = Path(handle["token_path"]).read_text().strip()
+    assert applied[0]["stringData"]["auth_token"] == token and token not in json.dumps(handle)
+
+    (fake / "calls.jsonl").unlink()
+    proc = burst("down", "lab", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    deleted = [c["argv"] for c in calls(fake) if "delete" in c["argv"]]
+    assert [(a[a.index("delete") + 1], a[a.index("delete") + 2]) for a in deleted] == [
+        ("raycluster", "burst-lab"), ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth")]
+    assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # burst installed the operator: it removes it
+    assert not list((fake / "objects").glob("*.json")) and not (home / "clusters" / "lab.json").exists()
+    assert not Path(handle["token_path"]).exists()
+
+
+def test_an_operator_and_namespace_that_were_there_stay(tmp_path, site, fake):
+    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+    home = tmp_path / "home"
+    assert burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "lab", home=home, fake=fake).returncode == 0
+    assert not any(c["tool"] == "helm" for c in calls(fake))
+    applied = [json.loads(c["stdin"])["kind"] for c in calls(fake) if "apply" in c["argv"]]
+    assert applied[0] == "Namespace"  # absent, so burst creates it ...
+    assert burst("down", "lab", home=home, fake=fake).returncode == 0
+    assert not any(c["tool"] == "helm" for c in calls(fake))  # ... and deletes it, but never the operator it found
+    assert json.loads((fake / "crds.json").read_text()) == ["rayclusters.ray.io"]
+
+
+def test_a_failed_apply_deletes_what_up_created_and_gives_the_name_back(tmp_path, site, fake):
+    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    (fake / "fail-apply-RayCluster").write_text("")
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 1 and "kubectl apply RayCluster burst-lab failed on context lab" in proc.stderr
+    assert len([x for x in proc.stderr.splitlines() if x.startswith("error")]) == 1 and "Traceback" not in proc.stderr
+    assert not list((fake / "objects").glob("*.json"))  # the Secret and the claim applied before it are gone
+    assert not (home / "clusters" / "lab.json").exists()
+
+
+def test_with_kueue_up_returns_queued_and_status_sees_the_admission(tmp_path, site, fake):
+    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io", "localqueues.kueue.x-k8s.io"]))
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site(", local_queue: gpu-queue")), "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 0 and "waits for Kueue to admit it (gpu-queue)" in proc.stderr + proc.stdout
+    assert json.loads((home / "clusters" / "lab.json").read_text())["state"] == "starting"
+    (fake / "admitted").write_text("")  # Kueue admits the RayCluster
+    status = json.loads(burst("status", "--json", home=home, fake=fake).stdout)
+    assert [c["state"] for c in status["clusters"]] == ["running"]
+    assert burst("down", "lab", home=home, fake=fake).returncode == 0
+
+
+def _kueue(fake: Path, pending: int, used: int, quota: int = 32) -> None:
+    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io", "localqueues.kueue.x-k8s.io"]))
+    (fake / "kueue").mkdir(exist_ok=True)
+    (fake / "kueue" / "localqueue-gpu-queue.json").write_text(json.dumps({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": "gpu-queue", "namespace": "physics"},
+        "spec": {"clusterQueue": "lab-gpus"}, "status": {"pendingWorkloads": 0, "admittedWorkloads": 2}}))
+    (fake / "kueue" / "clusterqueue-lab-gpus.json").write_text(json.dumps({
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "lab-gpus"},
+        "spec": {"resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [
+            {"name": "cpu", "nominalQuota": 256}, {"name": "nvidia.com/gpu", "nominalQuota": quota}]}]}]},
+        "status": {"pendingWorkloads": pending, "admittedWorkloads": 3,
+                   "flavorsUsage": [{"name": "a100", "resources": [{"name": "cpu", "total": 40}, {"name": "nvidia.com/gpu", "total": used}]}]}}))
+
+
+def test_the_plan_reads_kueue_and_weighs_the_cluster_against_the_clouds(tmp_path, site, fake):
+    policy = site(", local_queue: gpu-queue, queue_wait_hours: 6")
+    _kueue(fake, pending=0, used=8)
+    plan = json.loads(burst("plan", "--policy", str(policy), "--json", "--all", home=tmp_path, fake=fake).stdout)
+    k8s = [c for c in plan["candidates"] if c["provider"] == "kubernetes"]
+    assert k8s and {c["queue_source"] for c in k8s} == {"kubernetes"} and {c["queue_wait_h"] for c in k8s} == {0.0}
+    assert any(c["provider"] == "gcp" for c in plan["candidates"])  # weighed against the clouds
+    assert plan["choice"]["provider"] == "kubernetes"  # $1.2/GPU-h, no wait, 50 gCO2/kWh: the site wins
+    assert any("Kueue physics/gpu-queue -> lab-gpus: 0 pending, 8 of 32 GPUs in use; 16 fit now" in r for r in k8s[0]["reasons"])
+
+    _kueue(fake, pending=5, used=32)  # the queue is full: the policy's wait, with the queue's state as the reason
+    plan = json.loads(burst("plan", "--policy", str(policy), "--json", "--all", home=tmp_path, fake=fake).stdout)
+    k8s = [c for c in plan["candidates"] if c["provider"] == "kubernetes"]
+    assert {c["queue_source"] for c in k8s} == {"policy"} and {c["queue_wait_h"] for c in k8s} == {6.0}
+    assert any("5 pending, 32 of 32 GPUs in use" in r for r in k8s[0]["reasons"])
+
+
+def test_the_claim_is_read_and_written_through_the_head_pod(tmp_path, fake, monkeypatch):
+    from burst.runtime import kube_storage, storage
+
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    root = kube_storage.uri("lab/ctx:1", "physics", "burst-lab", "/mnt/burst")
+    assert kube_storage.KubePath.parse(root) == kube_storage.KubePath("lab/ctx:1", "physics", "burst-lab", "/mnt/burst")
+    stop = storage.join(root, "runs", "r1", "STOP")
+    assert not storage.exists(stop)
+    storage.write_text(stop, "budget\n")
+    assert storage.exists(stop) and storage.read_text(stop) == "budget\n"
+    assert (fake / "pvc" / "runs" / "r1" / "STOP").read_text() == "budget\n"  # on the claim, through `kubectl exec`
+    (fake / "pvc" / "runs" / "r1" / "report").mkdir()
+    (fake / "pvc" / "runs" / "r1" / "report" / "metrics.json").write_text("{}")
+    storage.copy_dir(storage.join(root, "runs", "r1"), str(tmp_path / "here"))  # results: `kubectl cp`
+    assert (tmp_path / "here" / "report" / "metrics.json").read_text() == "{}"
+    storage.remove(stop)
+    assert not storage.exists(stop)
+    assert all(c["argv"][0] == "--context=lab/ctx:1" for c in calls(fake))
