@@ -202,6 +202,20 @@ BREAKS = [
           ("tests/burst/test_workloads.py::test_up_plans_with_the_profile_of_the_workload_it_is_for",),
           "a cluster for calo is sized with 3DGAN's time model", fast=True),
 
+    Break("kubernetes-namespace-taken", "burst/targets/kubernetes.py",
+          (("            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists)",
+            "            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=True)"),),
+          ("tests/burst/test_kubernetes.py::test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_deletes_only_those",),
+          "burst applies (and later deletes) a namespace the site already had", fast=True),
+    Break("kueue-full-queue-read-as-free", "burst/targets/kubernetes.py",
+          (("    if pending == 0 and free >= gpus:", "    if True:"),),
+          ("tests/burst/test_kubernetes.py::test_the_plan_reads_kueue_and_weighs_the_cluster_against_the_clouds",),
+          "a full Kueue queue is planned as a start now", fast=True),
+    Break("kubernetes-manifest-typo", "infra/byo_kubernetes.py",
+          (('            pod["nodeSelector"] = dict(spec.node_selector)', '            pod["nodeSelectors"] = dict(spec.node_selector)'),),
+          ("tests/burst/test_kubernetes.py::test_the_dry_run_renders_schema_valid_manifests_sized_by_the_plan",),
+          "a worker pod field the API server would silently drop", fast=True),
+
 ]
 
 

@@ -27,6 +27,7 @@ import subprocess
 import time
 import uuid
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -85,20 +86,35 @@ def current_context() -> str:
     return proc.stdout.strip()
 
 
+ASK_TIMEOUT = "--request-timeout=10s"  # a plan asks the queue; an unreachable cluster must not hold it up
+
+
+@lru_cache(maxsize=16)
+def kueue_state(context: Optional[str], ns: str, lq: str) -> tuple[Optional[dict], Optional[dict], str]:
+    """(LocalQueue, its ClusterQueue, why not) as the cluster reports them now; asked once per plan."""
+    proc = run("kubectl", context, ASK_TIMEOUT, "get", "crd", KUEUE_CRD, "-o", "name", timeout=30)
+    if proc.returncode != 0:
+        if "NotFound" in (proc.stderr or ""):
+            return None, None, f"no Kueue on the cluster, yet the policy names LocalQueue {lq!r}"
+        return None, None, f"the cluster did not answer ({_last(proc)})"
+    proc = run("kubectl", context, ASK_TIMEOUT, "get", "localqueue", lq, "-n", ns, "-o", "json", timeout=30)
+    if proc.returncode != 0:
+        return None, None, f"Kueue LocalQueue {ns}/{lq} not readable: {_last(proc)}"
+    local = json.loads(proc.stdout)
+    cq_name = local.get("spec", {}).get("clusterQueue")
+    proc = run("kubectl", context, ASK_TIMEOUT, "get", "clusterqueue", cq_name, "-o", "json", timeout=30)
+    if proc.returncode != 0:
+        return None, None, f"Kueue ClusterQueue {cq_name} not readable: {_last(proc)}"
+    return local, json.loads(proc.stdout), ""
+
+
 def kueue_wait(site: "OnPrem", gpus: int) -> QueueWait:
     """Whether the site's LocalQueue would admit ``gpus`` now, from the queue's and its ClusterQueue's status."""
     context, ns, lq = site.context, site.namespace, site.local_queue
-    if not has_crd(context, KUEUE_CRD):
-        return QueueWait(None, f"no Kueue on the cluster, yet the policy names LocalQueue {lq!r}")
-    proc = run("kubectl", context, "get", "localqueue", lq, "-n", ns, "-o", "json")
-    if proc.returncode != 0:
-        return QueueWait(None, f"Kueue LocalQueue {ns}/{lq} not readable: {_last(proc)}")
-    local = json.loads(proc.stdout)
-    cq_name = local.get("spec", {}).get("clusterQueue")
-    proc = run("kubectl", context, "get", "clusterqueue", cq_name, "-o", "json")
-    if proc.returncode != 0:
-        return QueueWait(None, f"Kueue ClusterQueue {cq_name} not readable: {_last(proc)}")
-    cq = json.loads(proc.stdout)
+    local, cq, why = kueue_state(context, ns, lq)
+    if why:
+        return QueueWait(None, why)
+    cq_name = cq.get("metadata", {}).get("name", "?")
     pending = int(cq.get("status", {}).get("pendingWorkloads", 0)) + int(local.get("status", {}).get("pendingWorkloads", 0))
     quota = used = 0.0
     for group in cq.get("spec", {}).get("resourceGroups", []):
@@ -144,7 +160,7 @@ class KubernetesTarget(Target):
             return QueueWait(None, "no Kueue LocalQueue in the policy")
         if shutil.which("kubectl") is None:
             return QueueWait(None, "kubectl not found")
-        return kueue_wait(site, max(1, site.gpus))
+        return kueue_wait(site, max(1, nodes * (site.gpus_per_node or site.gpus)))
 
     # ------------------------------------------------------------------ what up creates
 
