@@ -169,10 +169,11 @@ class KubernetesTarget(Target):
         from infra.spec import safe_name
 
         site = placement.site
-        per_node = site.gpus_per_node or 0
-        gpus = placement.count if site.accelerator != "cpu" else 0
-        workers = max(1, -(-gpus // per_node)) if per_node and gpus else max(1, placement.nodes or 1)
-        per_worker = (gpus // workers) if gpus else 0
+        if site.gpus_per_node:  # one worker pod per gpus_per_node GPUs
+            workers = max(1, -(-placement.count // site.gpus_per_node))
+            per_worker = placement.count // workers
+        else:  # 0: CPU nodes, one worker pod per node
+            workers, per_worker = max(1, placement.count), 0
         bucket = site.storage if site.storage and "://" in site.storage else None
         from .pulumi_stack import ray_version
 

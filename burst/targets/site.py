@@ -86,7 +86,7 @@ class OnPrem(StrictModel):
     account: Optional[str] = Field(None, description="Slurm account to charge, if the site requires one")
     qos: Optional[str] = Field(None, description="Slurm quality of service, if the site uses them")
     login: Optional[str] = Field(None, description="Slurm: login host to run the Slurm commands on with ssh (absent: this machine has them)")
-    gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node (0: CPU nodes, whole nodes)")
+    gpus_per_node: int = Field(0, ge=0, le=64, description="Slurm: GPUs per node requested as --gpus-per-node; Kubernetes: GPUs per Ray worker pod (0: CPU nodes, whole nodes or one pod per node)")
     container: Optional[str] = Field(None, description="Slurm: a Charliecloud image directory to run the job in with ch-run (burst installed in it at /opt/burst/venv)")
     notice_seconds: int = Field(120, ge=10, le=3600, description="Slurm: seconds before the walltime at which the job is signalled (sbatch --signal) to checkpoint and end; keep it above the site's KillWait")
 

@@ -261,3 +261,52 @@ def test_the_claim_is_read_and_written_through_the_head_pod(tmp_path, fake, monk
     storage.remove(stop)
     assert not storage.exists(stop)
     assert all(c["argv"][0] == "--context=lab/ctx:1" for c in calls(fake))
+
+
+@pytest.mark.slow
+def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp_path, fake):
+    """Every step burst takes from this machine, for real, against a stand-in cluster whose RayCluster
+    head is a real Ray head here: `up` applies the objects (stand-in kubectl), `train` reaches the head
+    through `kubectl port-forward` (the stand-in proxies TCP as the real one does) with the token the
+    Secret holds, submits the job, follows it and collects the results from the bucket; `down`
+    deletes the objects. Without the token the head refuses the job."""
+    from tests import census
+
+    before = census.snapshot()
+    head_home, home = tmp_path / "head-home", tmp_path / "home"
+    bucket = tmp_path / "bucket"
+    env_path = f"{Path(sys.executable).parent}:{FAKES}:{os.environ['PATH']}"  # the job's `python` is this one (an image would carry it)
+    assert subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "local", "--name", "rayhead", "--cpus", "2"], timeout=180,
+                          env={**os.environ, "BURST_HOME": str(head_home), "PATH": env_path}, capture_output=True).returncode == 0
+    head = json.loads((head_home / "clusters" / "rayhead.json").read_text())
+    try:
+        (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+        (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+        policy = tmp_path / "cpu-site.yaml"
+        policy.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, name: lab-k8s, accelerator: skylake-48c, gpus: 1, "
+                          f"usd_per_gpu_hour: 0.5, context: lab, namespace: physics, storage: 'file://{bucket}'}}\n")
+        up = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(policy), "--name", "k8s",
+                             "--image", "registry.example.org/burst:1", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "PATH": env_path})
+        assert up.returncode == 0, up.stderr
+        handle = json.loads(up.stdout)
+        assert handle["storage_uri"] == f"file://{bucket}" and handle["layout"]["workers"] == 1
+        env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "FAKE_KUBE_HEAD": head["dashboard_url"].rsplit(":", 1)[1],
+               "PATH": env_path}
+        train = ["train", "gan3d", "--cluster", "k8s", "--epochs", "1", "--steps", "2", "--synthetic", "200", "--val-events", "100",
+                 "--batch-per-replica", "4"]
+        refused = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert refused.returncode != 0  # the token up generated is not the head's: the Jobs API refuses it
+        Path(handle["token_path"]).write_text(Path(head["token_path"]).read_text())  # the Secret's token is the head's
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (record,) = [r for p in (home / "runs").glob("*.json") if (r := json.loads(p.read_text()))["state"] == "SUCCEEDED"]
+        assert record["cluster"] == "k8s" and record["provider"] == "kubernetes"
+        assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()
+        forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
+        assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
+        assert burst("down", "k8s", home=home, fake=fake).returncode == 0
+        assert not list((fake / "objects").glob("*.json"))
+    finally:
+        burst("down", "rayhead", home=head_home, timeout=120)
+    census.assert_none_left(before)
