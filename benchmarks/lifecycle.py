@@ -34,7 +34,7 @@ def plain_ray_start(env: dict) -> float:
     """`ray start --head` + wait for its dashboard, in a private temp dir; then stop exactly it."""
     import urllib.request
 
-    from burst.targets.local import _free_ports
+    from burst.runtime.ray_head import _free_ports
 
     temp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     dash = _free_ports(1)[0]
@@ -51,7 +51,7 @@ def plain_ray_start(env: dict) -> float:
         except OSError:
             time.sleep(0.2)
     elapsed = time.perf_counter() - start
-    from burst.targets.local import stop_processes
+    from burst.runtime.ray_head import stop_processes
 
     stop_processes(marker)
     return elapsed

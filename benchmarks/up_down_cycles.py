@@ -45,7 +45,7 @@ def _cluster_pids(name: str) -> list:
     """Processes of a starting cluster, found through its recorded id (the record exists before Ray starts)."""
     from burst import state
     from burst.state import ClusterHandle
-    from burst.targets.local import cluster_processes
+    from burst.runtime.ray_head import cluster_processes
 
     handle = state.load(ClusterHandle, name)
     return cluster_processes(handle.cluster_id, handle.temp_dir) if handle is not None else []
@@ -62,25 +62,26 @@ def plain(i: int, env: dict) -> str:
 def failed_port(i: int, env: dict) -> str:
     """`up` is handed a dashboard port that this process holds: Ray cannot bind it."""
     from burst.errors import BurstError
+    from burst.runtime import ray_head
     from burst.targets import local
 
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
-    real = local._free_ports
+    real = ray_head._free_ports
 
     def with_taken_port(n: int) -> list[int]:
         ports = real(n)
         ports[1] = taken.getsockname()[1]  # the dashboard's
         return ports
 
-    local._free_ports = with_taken_port
+    ray_head._free_ports = with_taken_port
     try:
         local.up(f"p{i}", cpus=1)
     except BurstError as exc:
         return f"failed as meant: {exc}"
     finally:
-        local._free_ports = real
+        ray_head._free_ports = real
         taken.close()
     _burst("down", f"p{i}", env=env)
     return "UNEXPECTED: up succeeded with a taken port"

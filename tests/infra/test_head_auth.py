@@ -23,7 +23,7 @@ import pytest
 
 from burst import targets
 from burst.placement import catalog, layout
-from burst.targets import local
+from burst.runtime import ray_head
 from infra import render as infra_render
 from tests.ray_auth import assert_refuses_strangers
 
@@ -39,7 +39,7 @@ def _raw_resources(provider: str, accelerator: str, gpus):
 
 
 def _stop(cluster_id: str, temp_dir: Path) -> None:
-    survivors = local.stop_processes(cluster_id, str(temp_dir))
+    survivors = ray_head.stop_processes(cluster_id, str(temp_dir))
     assert not survivors, f"Ray processes left: {survivors}"
 
 
@@ -64,16 +64,16 @@ def test_the_rendered_kuberay_head_refuses_requests_without_the_token(provider, 
         assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} <= names
 
     cluster_id = uuid.uuid4().hex[:12]
-    temp_dir = local.runtime_root() / cluster_id
-    ports = local.choose_ports()
-    cmd = local.head_command(ports, 1, 0, temp_dir)
+    temp_dir = ray_head.runtime_root() / cluster_id
+    ports = ray_head.choose_ports()
+    cmd = ray_head.head_command(ports, 1, 0, temp_dir)
     for key, value in params.items():  # the rendered parameters win over burst's local ones
         flag = f"--{key}"
         if flag in cmd:
             cmd[cmd.index(flag) + 1] = str(value)
         else:
             cmd += [flag, str(value)]
-    env = local.head_env(cluster_id, "unused", ports)
+    env = ray_head.head_env(cluster_id, "unused", ports)
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
         env.pop(name, None)  # authentication comes from the rendering alone
     env.update(rendered_env)
@@ -126,8 +126,8 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
     script = vm["inputs"]["metadata"]["startup-script"]
 
     cluster_id = uuid.uuid4().hex[:12]
-    temp_dir = local.runtime_root() / cluster_id
-    ports = local.choose_ports()
+    temp_dir = ray_head.runtime_root() / cluster_id
+    ports = ray_head.choose_ports()
     token_file = tmp_path / "run" / "burst" / "ray_token"
     extra = " ".join(f"{flag} {ports[role]}" for flag, role in (
         ("--ray-client-server-port", "client server"), ("--dashboard-agent-listen-port", "dashboard agent (HTTP)"),
@@ -147,7 +147,7 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
     _executable(fakes / "gcloud", FAKE_GCLOUD)
     _executable(fakes / "python3", FAKE_PYTHON3)
     (tmp_path / "secret").write_text(version["inputs"]["secretData"])
-    env = local.head_env(cluster_id, "unused", ports)
+    env = ray_head.head_env(cluster_id, "unused", ports)
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
         env.pop(name, None)  # authentication comes from the script alone
     env.update(PATH=f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin", FAKE_GCLOUD_LOG=str(tmp_path / "gcloud.log"),
