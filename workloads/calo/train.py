@@ -44,30 +44,18 @@ class CaloDiffusionTrainer(EpochLoop):
     """Owns the denoiser, its optimiser, the step and epoch counters."""
 
     def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0):
-        self.preset = preset
-        self.strategy = strategy or tf.distribute.get_strategy()
-        self.per_replica_batch = int(per_replica_batch)
-        self.global_batch = self.per_replica_batch * self.strategy.num_replicas_in_sync
-        self.seed = seed
-        keras.utils.set_random_seed(seed)
+        self._init_run(preset, per_replica_batch, strategy, seed)
         with self.strategy.scope():
             self.net = build_denoiser(preset)
             self.opt = keras.optimizers.Adam(preset.learning_rate)
             self.opt.build(self.net.trainable_variables)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.run_seed = tf.Variable(seed, dtype=tf.int64, trainable=False, name="run_seed")
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        tf.random.set_seed(0)  # the data order depends on the data seed only (see the 3DGAN trainer)
+            self._make_counters()
         self.checkpoint = tf.train.Checkpoint(net=self.net, opt=self.opt, step=self.step, run_seed=self.run_seed, epoch=self.epoch)
         self.history: list[dict] = []
         self._init_loop(METRIC_NAMES)
         self._sampler = None
 
     # ------------------------------------------------------------------ the step
-
-    def _seed(self, step: tf.Tensor, draw: int) -> tf.Tensor:
-        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
-        return tf.stack([tf.identity(self.run_seed), (step * 4096 + replica) * 8 + draw])
 
     def train_step(self, batch: dict, step: tf.Tensor) -> dict[str, tf.Tensor]:
         x0, c = batch["x"], batch["c"]
@@ -83,11 +71,6 @@ class CaloDiffusionTrainer(EpochLoop):
         variables = self.net.trainable_variables
         self.opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return {"loss": loss}
-
-    def _distributed_step(self, batch):
-        step = self.step.assign_add(1)
-        per_replica = self.strategy.run(self.train_step, args=(batch, step))
-        return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in per_replica.items()}
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -1,9 +1,11 @@
 """The epoch loop every workload's trainer inherits: epochs of compiled distributed steps, a stop
 that every replica agrees on, checkpoints inside an epoch, and a resume from the very step.
 
-A trainer sets ``strategy``, ``global_batch``, ``epoch`` (a ``tf.Variable`` in its checkpoint) and
-``history``, calls ``_init_loop`` with the names of the metrics its step returns, and defines
-``_distributed_step(batch)`` returning those metrics summed over replicas. ``fit`` does the rest;
+A trainer calls ``_init_run`` (strategy, batch sizes, seed) before it builds its networks,
+``_make_counters`` inside the strategy's scope (the step, run seed and epoch its checkpoint holds),
+``_init_loop`` with the names of the metrics its step returns once the weights exist, and defines
+``train_step(batch, step)``, one replica's step returning those metrics scaled by the global batch;
+``_seed`` gives its stateless random draws. ``fit`` does the rest;
 ``position`` and ``_restore_position`` are what its ``save`` and ``restore`` keep in the
 checkpoint's history file, so that a resume goes on from the step where the checkpoint was taken.
 """
@@ -14,9 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import keras
 import tensorflow as tf
 
 MetricsCallback = Callable[[dict], None]
+DATA_GLOBAL_SEED = 0
 
 
 def skipped(ds, ctx, steps: int):
@@ -51,8 +55,34 @@ class EpochLoop:
 
     strategy: tf.distribute.Strategy
     global_batch: int
+    step: tf.Variable
+    run_seed: tf.Variable
     epoch: tf.Variable
     history: list[dict]
+
+    def _init_run(self, preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None, seed: int) -> None:
+        """The run's preset, strategy, batch sizes and seed; before any weight exists (the seed draws them)."""
+        self.preset = preset
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.per_replica_batch = int(per_replica_batch)
+        self.global_batch = self.per_replica_batch * self.strategy.num_replicas_in_sync
+        self.seed = seed
+        keras.utils.set_random_seed(seed)
+
+    def _make_counters(self) -> None:
+        """The global step, the run's seed and the epoch: state every checkpoint holds (in the strategy's scope)."""
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self.run_seed = tf.Variable(self.seed, dtype=tf.int64, trainable=False, name="run_seed")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+
+    def _seed(self, step: tf.Tensor, draw: int) -> tf.Tensor:
+        """Stateless seed for draw ``draw`` (0..7) of this replica at global step ``step``: different on
+        every step and replica, and what an uninterrupted run would draw after a resume (only the step is state)."""
+        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
+        return tf.stack([tf.identity(self.run_seed), (step * 4096 + replica) * 8 + draw])
+
+    def train_step(self, batch: dict, step: tf.Tensor) -> dict[str, tf.Tensor]:
+        raise NotImplementedError
 
     def _init_loop(self, metric_names: tuple[str, ...]) -> None:
         # Per-epoch sums of the step's metrics, added up inside the step: reading each scalar back
@@ -60,6 +90,10 @@ class EpochLoop:
         # share the worker's GIL) measurably slowed the steps. Local to this process; a checkpoint
         # taken inside an epoch keeps them in its history file (``position``).
         self._sums = {name: tf.Variable(0.0, dtype=tf.float64, trainable=False) for name in metric_names}
+        # tf.data combines its explicit shuffle seeds with TF's global seed. Pin the global seed to a
+        # constant once the weights exist, so that the data order depends only on the data seed and
+        # a resumed run (whatever its own seed) sees what an uninterrupted one would.
+        tf.random.set_seed(DATA_GLOBAL_SEED)
         # Where inside the current epoch training is: steps done and seconds spent on them. Zero
         # between epochs; a mid-epoch checkpoint saves them and a resume goes on from there.
         self.epoch_step = 0
@@ -69,7 +103,10 @@ class EpochLoop:
         self._accumulating_step = tf.function(self._accumulate)
 
     def _distributed_step(self, batch) -> dict[str, tf.Tensor]:
-        raise NotImplementedError
+        """One step on every replica, its metrics summed over replicas."""
+        step = self.step.assign_add(1)  # cross-replica context: one update, no synchronisation
+        per_replica = self.strategy.run(self.train_step, args=(batch, step))
+        return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in per_replica.items()}
 
     def _accumulate(self, batch):
         """One distributed step whose metrics are added to the epoch sums, nothing returned."""

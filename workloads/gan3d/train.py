@@ -39,7 +39,6 @@ HISTORY_FILE = "history.json"
 #: Bumped when the saved object graph changes. 2: the generator's first block is one
 #: UpsampledConv3D layer instead of UpSampling3D + Conv3D (same weights, one layer fewer).
 CHECKPOINT_FORMAT = 2
-DATA_GLOBAL_SEED = 0
 
 
 PROFILE_FLOOR = 1e-5  # fraction of a batch's energy below which a cell's share is not told apart
@@ -84,12 +83,7 @@ class GAN3DTrainer(EpochLoop):
     """Owns both networks, both optimisers, the random generator and the epoch counter."""
 
     def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0):
-        self.preset = preset
-        self.strategy = strategy or tf.distribute.get_strategy()
-        self.per_replica_batch = int(per_replica_batch)
-        self.global_batch = self.per_replica_batch * self.strategy.num_replicas_in_sync
-        self.seed = seed
-        keras.utils.set_random_seed(seed)
+        self._init_run(preset, per_replica_batch, strategy, seed)
         with self.strategy.scope():
             self.generator = build_generator(preset)
             self.discriminator = build_discriminator(preset)
@@ -98,13 +92,7 @@ class GAN3DTrainer(EpochLoop):
             # Build the optimiser slots now so a restore finds every variable it saved.
             self.g_opt.build(self.generator.trainable_variables)
             self.d_opt.build(self.discriminator.trainable_variables)
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.run_seed = tf.Variable(seed, dtype=tf.int64, trainable=False, name="run_seed")
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-        # tf.data combines its explicit shuffle seeds with TF's global seed. Pin the global seed
-        # to a constant once the weights exist, so that the data order depends only on the data
-        # seed and a resumed run (whatever its own seed) sees what an uninterrupted one would.
-        tf.random.set_seed(DATA_GLOBAL_SEED)
+            self._make_counters()
         # Dropout draws from Keras seed generators whose state variables Keras does not track
         # for tf.train.Checkpoint; without them a resumed run would draw different masks.
         seed_states = [v for m in (self.generator, self.discriminator) for v in m.variables if "seed_generator_state" in v.path]
@@ -124,11 +112,6 @@ class GAN3DTrainer(EpochLoop):
         scaled = [tf.nn.compute_average_loss(w * t, global_batch_size=self.global_batch) for w, t in zip(weights, terms)]
         unweighted = [tf.nn.compute_average_loss(t, global_batch_size=self.global_batch) for t in terms]  # a weight may be 0
         return tf.add_n(scaled), unweighted
-
-    def _seed(self, step: tf.Tensor, draw: int) -> tf.Tensor:
-        """Stateless seed for draw ``draw`` (0..7) of this replica at global step ``step``."""
-        replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int64)
-        return tf.stack([tf.identity(self.run_seed), (step * 4096 + replica) * 8 + draw])
 
     def _latent(self, y: tf.Tensor, ang: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         noise = tf.random.stateless_normal([tf.shape(y)[0], self.preset.noise_size], seed=seed)
@@ -170,11 +153,6 @@ class GAN3DTrainer(EpochLoop):
             out[f"d_{name}"] = (d_real_terms[i] + d_fake_terms[i]) / 2
             out[f"g_{name}"] = (g1_terms[i] + g2_terms[i]) / 2
         return out
-
-    def _distributed_step(self, batch):
-        step = self.step.assign_add(1)  # cross-replica context: one update, no synchronisation
-        per_replica = self.strategy.run(self.train_step, args=(batch, step))
-        return {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in per_replica.items()}
 
     # ------------------------------------------------------------------ checkpoints
 
