@@ -53,7 +53,7 @@ def test_the_model_representation_round_trips_above_the_threshold(files):
     (lambda f: (f.create_dataset("incident_energies", data=np.ones((3, 1), np.float32) * 1e4),
                 f.create_dataset("showers", data=np.zeros((4, VOXELS), np.float32))), "expected (4, 1) to match 'showers'"),
     (lambda f: (f.create_dataset("incident_energies", data=np.array([[1e4], [np.nan]], np.float32)),
-                f.create_dataset("showers", data=np.zeros((2, VOXELS), np.float32))), "'incident_energies' holds NaN or infinite values"),
+                f.create_dataset("showers", data=np.zeros((2, VOXELS), np.float32))), "'incident_energies' contains NaN or infinite values"),
     (lambda f: (f.create_dataset("incident_energies", data=np.array([[1e4], [0.0]], np.float32)),
                 f.create_dataset("showers", data=np.zeros((2, VOXELS), np.float32))), "'incident_energies' holds energies <= 0"),
 ])

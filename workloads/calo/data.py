@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..common import hdf5
+from ..common.hdf5 import DataError, open_file, read_finite
 from .geometry import ENERGY_KEY, SHOWER_KEY, VOXELS
 
 EPS = 1e-7
@@ -21,36 +23,15 @@ THRESHOLD_MEV = 0.01515
 READ_CHUNK = 2000
 
 
-class DataError(ValueError):
-    """A data file that cannot be used; the message names the file and the key."""
-
-
-def list_files(path: Path, pattern: str = "*.h5") -> list[Path]:
-    """HDF5 files in a directory (sorted), or the single file given."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise DataError(f"{path}: no such file or directory")
-    files = sorted(set(path.glob(pattern)) | set(path.glob("*.hdf5")))
-    if not files:
-        raise DataError(f"{path}: no {pattern} or *.hdf5 files found")
-    return files
-
-
-def _open(path: Path):
-    import h5py
-
-    try:
-        return h5py.File(path, "r")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: {exc})") from None
+def list_files(path: Path) -> list[Path]:
+    """The HDF5 files of a directory (``*.h5`` and ``*.hdf5``, as the CaloChallenge names them), or the one file given."""
+    return hdf5.list_files(path, ("*.h5", "*.hdf5"))
 
 
 def check_file(path: Path) -> int:
     """The CaloChallenge layout (both keys, dataset-2 voxel count, one energy per shower) and the
     incident energies (finite, positive); return the event count. Leaves the showers unread."""
-    with _open(path) as f:
+    with open_file(path) as f:
         for key in (ENERGY_KEY, SHOWER_KEY):
             if key not in f:
                 raise DataError(f"{path}: missing key {key!r} (found: {', '.join(sorted(f.keys())) or 'none'}); "
@@ -60,34 +41,24 @@ def check_file(path: Path) -> int:
             raise DataError(f"{path}: key {SHOWER_KEY!r} has shape {shape}, expected (N, {VOXELS}) (dataset-2 geometry)")
         if e_shape not in ((shape[0], 1), (shape[0],)):
             raise DataError(f"{path}: key {ENERGY_KEY!r} has shape {e_shape}, expected ({shape[0]}, 1) to match {SHOWER_KEY!r}")
-        energies = _read(f, path, ENERGY_KEY, slice(None)).reshape(-1)
+        energies = read_finite(f, path, ENERGY_KEY, slice(None)).reshape(-1)
         if not (energies > 0).all():
             raise DataError(f"{path}: key {ENERGY_KEY!r} holds energies <= 0")
         return int(shape[0])
-
-
-def _read(f, path: Path, key: str, sl: slice) -> np.ndarray:
-    try:
-        arr = np.asarray(f[key][sl], dtype=np.float32)
-    except (OSError, ValueError, KeyError) as exc:
-        raise DataError(f"{path}: key {key!r} cannot be read ({exc.__class__.__name__}: {exc})") from None
-    if not np.isfinite(arr).all():
-        raise DataError(f"{path}: key {key!r} holds NaN or infinite values")
-    return arr
 
 
 def load(files: list[Path], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(incident energies (N,) MeV, showers (N, 6480) MeV) of the files, up to ``limit`` events."""
     energies, showers, n = [], [], 0
     for path in files:
-        with _open(Path(path)) as f:
+        with open_file(Path(path)) as f:
             total = f[SHOWER_KEY].shape[0]
             for start in range(0, total, READ_CHUNK):
                 if limit is not None and n >= limit:
                     break
                 stop = min(total, start + READ_CHUNK, start + (limit - n if limit is not None else READ_CHUNK))
-                energies.append(_read(f, Path(path), ENERGY_KEY, slice(start, stop)).reshape(-1))
-                showers.append(_read(f, Path(path), SHOWER_KEY, slice(start, stop)))
+                energies.append(read_finite(f, Path(path), ENERGY_KEY, slice(start, stop)).reshape(-1))
+                showers.append(read_finite(f, Path(path), SHOWER_KEY, slice(start, stop)))
                 n += stop - start
     if not energies:
         return np.zeros(0, np.float32), np.zeros((0, VOXELS), np.float32)

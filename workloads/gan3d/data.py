@@ -20,16 +20,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..common.hdf5 import DataError, list_files, open_file, read_finite  # noqa: F401  (DataError, list_files: this module's names too)
 from .features import measured_angle, rebin
 from .presets import ECAL_CUT, FULL_GRID, Preset
 
 REQUIRED_KEYS = ("ECAL", "energy")
 VECTOR_KEYS = ("energy", "theta", "mtheta", "eta", "sum")
 READ_CHUNK = 500
-
-
-class DataError(ValueError):
-    """A data file that cannot be used; the message names the file and the key."""
 
 
 @dataclass
@@ -45,31 +42,9 @@ class Batch:
         return len(self.y)
 
 
-def list_files(path: Path, pattern: str = "*.h5") -> list[Path]:
-    """HDF5 files in a directory (sorted), or the single file given."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise DataError(f"{path}: no such file or directory")
-    files = sorted(path.glob(pattern))
-    if not files:
-        raise DataError(f"{path}: no {pattern} files found")
-    return files
-
-
-def _open(path: Path):
-    import h5py
-
-    try:
-        return h5py.File(path, "r")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: {exc})") from None
-
-
 def inspect_file(path: Path) -> int:
     """Validate the layout of a CERN file without reading the images; return its event count."""
-    with _open(path) as f:
+    with open_file(path) as f:
         for key in REQUIRED_KEYS:
             if key not in f:
                 raise DataError(f"{path}: missing key {key!r} (found: {', '.join(sorted(f.keys())) or 'none'})")
@@ -86,34 +61,23 @@ def check_conditions(path: Path) -> int:
     """``inspect_file`` plus the per-event values (energy, angles) checked for NaN/inf: cheap,
     since it leaves the images alone, so a driver can reject a bad file before any worker starts."""
     n = inspect_file(path)
-    with _open(path) as f:
+    with open_file(path) as f:
         for key in ("energy", "theta", "mtheta"):
             if key in f:
-                _read_finite(f, path, key, slice(None))
+                read_finite(f, path, key, slice(None))
     return n
-
-
-def _read_finite(f, path: Path, key: str, sl: slice) -> np.ndarray:
-    """``f[key][sl]`` as float32, or a DataError naming the file and key (unreadable, NaN or inf)."""
-    try:
-        arr = np.asarray(f[key][sl], dtype=np.float32)
-    except (OSError, ValueError, KeyError) as exc:
-        raise DataError(f"{path}: cannot read key {key!r} (truncated or corrupt file: {exc})") from None
-    if not np.all(np.isfinite(arr)):
-        raise DataError(f"{path}: key {key!r} contains NaN or infinite values")
-    return arr
 
 
 def read_chunks(path: Path, chunk: int = READ_CHUNK) -> Iterator[dict[str, np.ndarray]]:
     """Yield validated raw arrays (ECAL in stored units, energy, optional mtheta) chunk by chunk."""
     n = inspect_file(path)
-    with _open(path) as f:
+    with open_file(path) as f:
         for start in range(0, n, chunk):
             sl = slice(start, min(n, start + chunk))
             out: dict[str, np.ndarray] = {}
             for key in ("ECAL", "energy", "theta", "mtheta"):
                 if key in f:
-                    out[key] = _read_finite(f, path, key, sl)
+                    out[key] = read_finite(f, path, key, sl)
             if np.any(out["ECAL"] < 0):
                 raise DataError(f"{path}: key 'ECAL' contains negative energies")
             yield out
@@ -249,7 +213,7 @@ class InputSpec:
         events = 0
         for file in files:
             inspect_file(file)
-            with _open(file) as f:
+            with open_file(file) as f:
                 # Summing cells keeps every deposit when the grid divides evenly (51 = 3 × 17),
                 # so the file's ECAL sum gives the cut without decompressing the images.
                 keeps_all = FULL_GRID[0] % preset.rebin[0] == 0 and FULL_GRID[1] % preset.rebin[1] == 0
