@@ -84,16 +84,13 @@ def condition(energies_mev: np.ndarray) -> np.ndarray:
     return (np.log10(np.asarray(energies_mev, np.float64) / 1e3) / 3).astype(np.float32)
 
 
-def make_dataset_fn(files: list[Path], per_replica_batch: int, steps_per_epoch: int, seed: int) -> tuple[Callable, int]:
-    """(``fn(input_context, epoch) -> tf.data.Dataset``, events): every input pipeline holds its
-    share of the events (every k-th) in memory, shuffles them per epoch with seed (seed, epoch),
-    and yields exactly ``steps_per_epoch x local replicas`` batches of {"x", "c"}."""
+def make_dataset_fn(energies: np.ndarray, showers: np.ndarray, per_replica_batch: int, steps_per_epoch: int, seed: int) -> Callable:
+    """``fn(input_context, epoch) -> tf.data.Dataset`` over the events (``load``'s arrays): every
+    input pipeline holds its share (every k-th) in memory, shuffles it per epoch with seed (seed,
+    epoch), and yields exactly ``steps_per_epoch x local replicas`` batches of {"x", "c"}."""
     import tensorflow as tf
 
-    energies, showers = load(files)
     x, c = to_model(showers, energies), condition(energies)
-    del showers
-    events = len(energies)
 
     def dataset_fn(ctx, epoch: int):
         pid, npipe = (ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1)
@@ -107,4 +104,4 @@ def make_dataset_fn(files: list[Path], per_replica_batch: int, steps_per_epoch: 
         options.autotune.enabled = False
         return ds.with_options(options).prefetch(2)
 
-    return dataset_fn, events
+    return dataset_fn

@@ -43,12 +43,13 @@ def prepare_training(train_files: list[Path], preset_name: str, per_replica_batc
     trainer = make_trainer(tuned(get_preset(preset_name), overrides), per_replica_batch, strategy, seed)
     if resume_from is not None:
         trainer.restore(resume_from)
-    events = sum(data.check_file(Path(f)) for f in train_files)
-    steps = steps_per_epoch or events // trainer.global_batch
+    for f in train_files:
+        data.check_file(Path(f))  # the layout, before the showers are read
+    energies, showers = data.load(train_files)
+    steps = steps_per_epoch or len(energies) // trainer.global_batch
     if steps < 1:
-        raise data.DataError(f"{train_files[0].parent}: {events} events cannot fill one global batch of {trainer.global_batch}")
-    dataset_fn, _ = data.make_dataset_fn(train_files, trainer.per_replica_batch, steps, seed)
-    return trainer, dataset_fn, steps
+        raise data.DataError(f"{train_files[0].parent}: {len(energies)} events cannot fill one global batch of {trainer.global_batch}")
+    return trainer, data.make_dataset_fn(energies, showers, trainer.per_replica_batch, steps, seed), steps
 
 
 class HeldOut:
