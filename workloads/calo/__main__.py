@@ -20,27 +20,10 @@ def _cmd_generate(a) -> int:
 
 
 def _cmd_train(a) -> int:
-    from . import pipeline
+    from ..common.standalone import train_here
     from .workload import WORKLOAD
 
-    if a.synthetic:
-        train_dir, test_dir = pipeline.prepare_synthetic(Path(a.workdir) / "data", a.synthetic, seed=a.seed)
-        train_files, test_files = WORKLOAD.list_files(train_dir), WORKLOAD.list_files(test_dir)
-    else:
-        train_files, test_files = WORKLOAD.split_files(Path(a.data))
-    ckpt = Path(a.workdir) / "checkpoint"
-    resume = ckpt if (ckpt / "history.json").exists() else None
-    trainer, dataset_fn, steps = pipeline.prepare_training(train_files, a.preset, a.batch_per_replica, seed=a.seed, resume_from=resume,
-                                                           steps_per_epoch=a.steps)
-
-    def log_and_save(metrics: dict) -> None:
-        trainer.save(ckpt)
-        print(json.dumps(metrics), flush=True)
-
-    trainer.fit(dataset_fn, a.epochs, steps, on_epoch_end=[log_and_save])
-    metrics = pipeline.validate(trainer, test_files, Path(a.workdir) / "report", events=a.val_events, seed=a.seed)
-    print(json.dumps({"checkpoint": str(ckpt), "summary": metrics["summary"], "verdict": metrics["verdict"]["line"]}, indent=1))
-    return 0
+    return train_here(WORKLOAD, a)
 
 
 def main(argv: list[str] | None = None) -> int:

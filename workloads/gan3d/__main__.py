@@ -29,29 +29,10 @@ def _cmd_convert(a) -> int:
 
 
 def _cmd_train(a) -> int:
-    from . import pipeline
+    from ..common.standalone import train_here
+    from .workload import WORKLOAD
 
-    if a.synthetic:
-        train_dir, test_dir = pipeline.prepare_synthetic(Path(a.workdir) / "data", a.synthetic, seed=a.seed)
-        train_files, test_files = sorted(train_dir.glob("*.h5")), sorted(test_dir.glob("*.h5"))
-    else:
-        train_files, test_files = pipeline.split_files(Path(a.data))
-    ckpt = Path(a.workdir) / "checkpoint"
-    resume = ckpt if (ckpt / "history.json").exists() else None
-
-    trainer, dataset_fn, steps = pipeline.prepare_training(
-        train_files, a.preset, a.batch_per_replica, seed=a.seed, resume_from=resume, steps_per_epoch=a.steps
-    )
-
-    def log_and_save(metrics: dict) -> None:
-        trainer.save(ckpt)
-        print(json.dumps(metrics), flush=True)
-
-    trainer.fit(dataset_fn, a.epochs, steps, on_epoch_end=[log_and_save])
-    metrics = pipeline.validate(trainer, test_files, Path(a.workdir) / "report", events=a.val_events, seed=a.seed)
-    print(json.dumps({"checkpoint": str(ckpt), "report": str(Path(a.workdir) / "report" / "report.html"), "summary": metrics["summary"],
-                      "noise_floor": metrics["noise_floor"], "verdict": metrics["verdict"]["line"]}, indent=1))
-    return 0
+    return train_here(WORKLOAD, a)
 
 
 def _cmd_validate(a) -> int:
