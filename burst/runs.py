@@ -180,12 +180,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         if tracker.stopped is not None and tracker.stopped.on_notice:  # it saw the end coming and checkpointed where it was
             raise _ended_on_notice(run, tracker) from None
         why = target.stopped_reason(home_handle) if home_handle is not None else "it was taken down"
-        run.state = "LOST"
-        run.message = (f"the cluster stopped ({why}); the run's last checkpoint is {last_checkpoint(handle.storage_uri, run.run_id)}; "
-                       f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` continues on a running cluster")
-        run.progress = tracker.snapshot()
-        with state.locked():
-            state.save(run)
+        _record_lost(run, tracker, f"the cluster stopped ({why}); the run's last checkpoint is {last_checkpoint(handle.storage_uri, run.run_id)}; "
+                                   f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` continues on a running cluster")
         where = f"at epoch {tracker.last_step.epoch} step {tracker.last_step.step}" if tracker.last_step else "before its first step"
         raise BurstError(f"run {run.run_id} lost its cluster {where}: {run.message}", exit_code=1) from None
     except KeyboardInterrupt:
@@ -232,13 +228,18 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
 def _ended_on_notice(run: RunRecord, tracker) -> BurstError:
     """Record a run that checkpointed where it was on its cluster's notice and ended: LOST, with the step to go on from."""
     where = tracker.stopped
+    _record_lost(run, tracker, f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
+                               f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
+    return BurstError(f"run {run.run_id} {run.message}", exit_code=1)
+
+
+def _record_lost(run: RunRecord, tracker, message: str) -> None:
+    """Save ``run`` as LOST, saying why and where to go on from, with its progress so far."""
     run.state = "LOST"
-    run.message = (f"checkpointed at epoch {where.epoch} step {where.step} of {where.steps} on the cluster's {where.reason}; "
-                   f"`burst train {run.workload} --cluster NAME --resume {run.run_id}` goes on from that step")
+    run.message = message
     run.progress = tracker.snapshot()
     with state.locked():
         state.save(run)
-    return BurstError(f"run {run.run_id} {run.message}", exit_code=1)
 
 
 def clear_verdicts(storage_uri: str, run_id: str) -> None:
@@ -355,15 +356,23 @@ def _replay(run: RunRecord, log: str):
     return tracker
 
 
-def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
-    """Fetch the results of a training run that succeeded while nothing followed it (detached, or
-    the CLI killed); ``handle``: its cluster as reached from here (default: as recorded)."""
+def succeeded_on(record: RunRecord, handle: Optional[ClusterHandle], refresh_record) -> tuple[RunRecord, Optional[ClusterHandle]]:
+    """``record`` refreshed from its cluster (``handle``: as reached from here; default: as recorded)
+    with ``refresh_record`` (the run's or the scan's), and the handle when it SUCCEEDED there with
+    its results not collected yet (else None)."""
     reached = handle is not None
     handle = handle or state.load(ClusterHandle, record.cluster)
     if handle is None:
-        return record
-    record = refresh(record, {handle.name: handle}, reached)
-    if record.state != "SUCCEEDED":
+        return record, None
+    record = refresh_record(record, {handle.name: handle}, reached)
+    return record, handle if record.state == "SUCCEEDED" else None
+
+
+def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
+    """Fetch the results of a training run that succeeded while nothing followed it (detached, or
+    the CLI killed); ``handle``: its cluster as reached from here (default: as recorded)."""
+    record, handle = succeeded_on(record, handle, refresh)
+    if handle is None:
         return record
     from .runtime import jobs
 

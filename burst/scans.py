@@ -360,14 +360,11 @@ def refresh(record: RunRecord, handles: dict[str, ClusterHandle], reached: bool 
 def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) -> RunRecord:
     """Fetch the results of a scan that succeeded while nothing followed it; ``handle``: its
     cluster as reached from here (default: as recorded)."""
+    from .runs import succeeded_on
     from .runtime import jobs
 
-    reached = handle is not None
-    handle = handle or state.load(ClusterHandle, record.cluster)
+    record, handle = succeeded_on(record, handle, refresh)
     if handle is None:
-        return record
-    record = refresh(record, {handle.name: handle}, reached)
-    if record.state != "SUCCEEDED":
         return record
     record.finished = record.finished or time.time()
     publish(handle, record, jobs.client(handle).get_job_logs(record.job_id))
