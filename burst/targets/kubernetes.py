@@ -27,7 +27,6 @@ import subprocess
 import time
 import uuid
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
@@ -87,11 +86,20 @@ def current_context() -> str:
 
 
 ASK_TIMEOUT = "--request-timeout=10s"  # a plan asks the queue; an unreachable cluster must not hold it up
+KUEUE_FRESH_S = 30.0  # a plan asks once for all its candidate sizes; a controller planning a move later asks again
+_kueue_asked: dict[tuple, tuple[float, tuple]] = {}
 
 
-@lru_cache(maxsize=16)
 def kueue_state(context: Optional[str], ns: str, lq: str) -> tuple[Optional[dict], Optional[dict], str]:
-    """(LocalQueue, its ClusterQueue, why not) as the cluster reports them now; asked once per plan."""
+    """(LocalQueue, its ClusterQueue, why not) as the cluster reports them, asked at most every ``KUEUE_FRESH_S``."""
+    key = (context, ns, lq)
+    asked = _kueue_asked.get(key)
+    if asked is None or time.monotonic() - asked[0] > KUEUE_FRESH_S:
+        _kueue_asked[key] = asked = (time.monotonic(), _ask_kueue(context, ns, lq))
+    return asked[1]
+
+
+def _ask_kueue(context: Optional[str], ns: str, lq: str) -> tuple[Optional[dict], Optional[dict], str]:
     proc = run("kubectl", context, ASK_TIMEOUT, "get", "crd", KUEUE_CRD, "-o", "name", timeout=30)
     if proc.returncode != 0:
         if "NotFound" in (proc.stderr or ""):
