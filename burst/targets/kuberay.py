@@ -24,6 +24,16 @@ CLUSTER_PACKAGES = ("tensorflow[and-cuda]>=2.16,<2.22", "h5py>=3.10", "matplotli
                     "typer>=0.12", "rich>=13", "filelock>=3.13", "psutil>=5.9")
 
 
+def pod_job_runtime(handle: ClusterHandle) -> JobRuntime:
+    """How a job starts in KubeRay pods: with burst's image, its own Python; with the stock Ray image,
+    a runtime env that installs TensorFlow and ships burst's source to every node."""
+    if handle.outputs.get("image"):  # burst, TensorFlow and the workload are in the image
+        return JobRuntime(python="python")
+    return JobRuntime(python="python", runtime_env={
+        "working_dir": str(SOURCE_ROOT), "pip": list(CLUSTER_PACKAGES),
+        "excludes": [".git", ".venv", "burst-runs", "tests", "*.h5", "*.tfrecord"]})
+
+
 class KubeRayTarget(PulumiTarget):
     head_hint = "see `kubectl get pods -n burst`"
     runs_images = True
@@ -34,11 +44,7 @@ class KubeRayTarget(PulumiTarget):
         return JobResources(workers=int(handle.layout["count"]) // per_worker, gpus_per_worker=per_worker, cpus_per_worker=1)
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
-        if handle.outputs.get("image"):  # burst, TensorFlow and the workload are in the image
-            return JobRuntime(python="python")
-        return JobRuntime(python="python", runtime_env={
-            "working_dir": str(SOURCE_ROOT), "pip": list(CLUSTER_PACKAGES),
-            "excludes": [".git", ".venv", "burst-runs", "tests", "*.h5", "*.tfrecord"]})
+        return pod_job_runtime(handle)
 
     def kubeconfig(self, handle: ClusterHandle) -> Optional[str]:
         with stack_errors():

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from .. import command_values, state
+from .. import state
 from ..errors import BurstError
 from ..runtime import ray_head
 from ..state import ClusterHandle
@@ -387,9 +387,9 @@ class KubernetesTarget(Target):
         return JobResources(workers=count, gpus_per_worker=per_worker, cpus_per_worker=1)
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
-        from .kuberay import KubeRayTarget
+        from .kuberay import pod_job_runtime
 
-        return KubeRayTarget.job_runtime(self, handle)  # the same pods: an image with burst, or the stock Ray image plus a runtime env
+        return pod_job_runtime(handle)  # the same pods as on GKE/AKS
 
     def job_storage(self, handle: ClusterHandle) -> str:
         return handle.outputs.get("job_storage") or handle.storage_uri
@@ -399,8 +399,3 @@ def _chart_version() -> str:
     from infra.spec import KUBERAY_CHART_VERSION
 
     return KUBERAY_CHART_VERSION
-
-
-def check_flags(context: Optional[str], namespace: Optional[str]) -> None:
-    command_values.kube_context(context, "--context")
-    command_values.k8s_name(namespace, "--namespace")
