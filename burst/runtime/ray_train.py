@@ -43,6 +43,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train
     from ray.train import Checkpoint
 
+    from workloads.common.cpu import configure_threads
+
     from .. import workloads
     from . import storage
 
@@ -51,7 +53,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     if cfg.threads:
-        workload.configure_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
+        configure_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
     strategy = _strategy(world)
     restored = ray.train.get_checkpoint()
     # as_directory: Ray's own directory when the checkpoint is local, else a download removed on

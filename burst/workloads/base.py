@@ -153,15 +153,6 @@ class Workload(ABC):
             out[f.name] = h.hexdigest()[:16]
         return out
 
-    def configure_threads(self, intra: int | None, inter: int | None) -> None:
-        """Pin TensorFlow's thread pools (before it runs any op)."""
-        import tensorflow as tf
-
-        if intra:
-            tf.config.threading.set_intra_op_parallelism_threads(intra)
-        if inter:
-            tf.config.threading.set_inter_op_parallelism_threads(inter)
-
     @abstractmethod
     def prepare_training(self, train_files: list[Path], preset: str, per_replica_batch: int | None = None, strategy=None,
                          seed: int = 0, resume_from: Path | None = None, steps_per_epoch: int | None = None,

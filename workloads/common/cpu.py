@@ -72,3 +72,13 @@ def machine_facts() -> dict:
         facts["intra_op_threads"] = tf.config.threading.get_intra_op_parallelism_threads()
         facts["inter_op_threads"] = tf.config.threading.get_inter_op_parallelism_threads()
     return facts
+
+
+def configure_threads(intra: int | None = None, inter: int | None = None) -> None:
+    """Pin TensorFlow's thread pools (must run before TensorFlow executes any op)."""
+    import tensorflow as tf
+
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)

@@ -232,11 +232,3 @@ def generate_showers(generator: keras.Model, energy_gev: np.ndarray, theta_rad: 
         z = np.concatenate([e[:, None] / 100.0, t[:, None], rng.standard_normal((len(e), generator.input_shape[-1] - 2)).astype(np.float32)], axis=1)
         out.append(predict(tf.constant(z)).numpy())
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
-
-
-def configure_cpu_threads(intra: int | None = None, inter: int | None = None) -> None:
-    """Pin TensorFlow's thread pools (must run before TensorFlow executes any op)."""
-    if intra:
-        tf.config.threading.set_intra_op_parallelism_threads(intra)
-    if inter:
-        tf.config.threading.set_inter_op_parallelism_threads(inter)
