@@ -299,7 +299,7 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
     chosen, pol = _placement(ask, policy, report)
     flags = {**ask.but(provider=provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
     budget = request.budget_usd if request.budget_usd is not None else (pol.budget_usd if pol is not None else None)
-    record = managed.hand_over(request, {k: v for k, v in flags.items() if v is not None}, policy, own_first=True, budget_usd=budget,
+    record = managed.hand_over(request, flags, policy, own_first=True, budget_usd=budget,
                                   report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
