@@ -13,7 +13,6 @@ cos^2(pi/2 (t + s) / (1 + s)), s = 0.008); generation runs DDIM (deterministic) 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -28,7 +27,6 @@ from .model import build_denoiser
 from .presets import Preset, overrides_of
 
 CHECKPOINT_PREFIX = "calo"
-HISTORY_FILE = "history.json"
 CHECKPOINT_FORMAT = 1
 SCHEDULE_S = 0.008
 METRIC_NAMES = ("loss",)
@@ -75,31 +73,18 @@ class CaloDiffusionTrainer(EpochLoop):
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, directory: str | os.PathLike) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.checkpoint.write(str(directory / CHECKPOINT_PREFIX))
-        meta = {"workload": "calo", "preset": self.preset.name, "format": CHECKPOINT_FORMAT, "overrides": overrides_of(self.preset),
-                "history": self.history}
-        position = self.position()
-        if position is not None:
-            meta["position"] = position
-        (directory / HISTORY_FILE).write_text(json.dumps(meta, indent=1))
-        return directory
+        return self._write_checkpoint(directory, CHECKPOINT_PREFIX, {"workload": "calo", "preset": self.preset.name,
+                                                                     "format": CHECKPOINT_FORMAT, "overrides": overrides_of(self.preset)})
 
     def restore(self, directory: str | os.PathLike) -> int:
-        directory = Path(directory)
-        meta = json.loads((directory / HISTORY_FILE).read_text())
+        return self._read_checkpoint(directory, CHECKPOINT_PREFIX, overrides_of(self.preset), lambda meta: self._same_model(directory, meta))
+
+    def _same_model(self, directory, meta: dict) -> None:
         if meta.get("preset") != self.preset.name or meta.get("workload") != "calo":
             raise ValueError(f"checkpoint {directory} was made by {meta.get('workload', 'another workload')} preset "
                              f"{meta.get('preset')!r}, not calo preset {self.preset.name!r}")
         if meta.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"checkpoint {directory} is in format {meta.get('format')}, this burst reads format {CHECKPOINT_FORMAT}")
-        if meta.get("overrides", {}) != overrides_of(self.preset):
-            raise ValueError(f"checkpoint {directory} was trained with {meta.get('overrides') or 'the preset as it is'}, not with "
-                             f"{overrides_of(self.preset) or 'the preset as it is'}")
-        self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
-        self._restore_position(meta)
-        return int(self.epoch.numpy())
 
     # ------------------------------------------------------------------ generation
 

@@ -12,8 +12,11 @@ checkpoint's history file, so that a resume goes on from the step where the chec
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import keras
@@ -21,6 +24,7 @@ import tensorflow as tf
 
 MetricsCallback = Callable[[dict], None]
 DATA_GLOBAL_SEED = 0
+HISTORY_FILE = "history.json"
 
 
 def skipped(ds, ctx, steps: int):
@@ -193,6 +197,33 @@ class EpochLoop:
         running = time.perf_counter() - self._epoch_clock if self._epoch_clock is not None else 0.0
         return {"step": self.epoch_step, "seconds": round(self._epoch_seconds + running, 3),
                 "sums": {k: float(v.numpy()) for k, v in self._sums.items()}}
+
+    def _write_checkpoint(self, directory: str | os.PathLike, prefix: str, meta: dict) -> Path:
+        """``self.checkpoint`` as ``prefix`` in ``directory``, and beside it the history file: ``meta``,
+        the epochs' metrics and, when saved inside an epoch, the position there."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.checkpoint.write(str(directory / prefix))
+        meta = {**meta, "history": self.history}
+        position = self.position()
+        if position is not None:
+            meta["position"] = position
+        (directory / HISTORY_FILE).write_text(json.dumps(meta, indent=1))
+        return directory
+
+    def _read_checkpoint(self, directory: str | os.PathLike, prefix: str, overrides: dict, check: Callable[[dict], None]) -> int:
+        """Restore what ``_write_checkpoint`` wrote, after ``check`` (ValueError: the checkpoint is of
+        another model) and a check that it was trained with the same knobs (``overrides``); return the
+        epoch to continue from."""
+        directory = Path(directory)
+        meta = json.loads((directory / HISTORY_FILE).read_text())
+        check(meta)
+        if meta.get("overrides", {}) != overrides:
+            raise ValueError(f"checkpoint {directory} was trained with {meta.get('overrides') or 'the preset as it is'}, not with "
+                             f"{overrides or 'the preset as it is'}")
+        self.checkpoint.read(str(directory / prefix)).assert_existing_objects_matched()
+        self._restore_position(meta)
+        return int(self.epoch.numpy())
 
     def _restore_position(self, meta: dict) -> None:
         """Put back the position a checkpoint's history file holds (none: the start of an epoch)."""

@@ -21,7 +21,6 @@ Choices where the authors' code is buggy or ambiguous:
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 from pathlib import Path
@@ -35,7 +34,6 @@ from .model import build_discriminator, build_generator
 from .presets import PAPER_POWER, Preset, overrides_of
 
 CHECKPOINT_PREFIX = "gan3d"
-HISTORY_FILE = "history.json"
 #: Bumped when the saved object graph changes. 2: the generator's first block is one
 #: UpsampledConv3D layer instead of UpSampling3D + Conv3D (same weights, one layer fewer).
 CHECKPOINT_FORMAT = 2
@@ -159,21 +157,15 @@ class GAN3DTrainer(EpochLoop):
     def save(self, directory: str | os.PathLike) -> Path:
         """Write both networks, both optimisers, the RNG, the epoch and the metrics history, and
         the position inside the epoch when it is saved in the middle of one."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.checkpoint.write(str(directory / CHECKPOINT_PREFIX))
-        meta = {"preset": self.preset.name, "format": CHECKPOINT_FORMAT, "power": self.preset.power,
-                "overrides": overrides_of(self.preset), "history": self.history}
-        position = self.position()
-        if position is not None:
-            meta["position"] = position
-        (directory / HISTORY_FILE).write_text(json.dumps(meta, indent=1))
-        return directory
+        return self._write_checkpoint(directory, CHECKPOINT_PREFIX, {"preset": self.preset.name, "format": CHECKPOINT_FORMAT,
+                                                                     "power": self.preset.power, "overrides": overrides_of(self.preset)})
 
     def restore(self, directory: str | os.PathLike) -> int:
         """Restore everything ``save`` wrote; return the epoch to continue from."""
-        directory = Path(directory)
-        meta = json.loads((directory / HISTORY_FILE).read_text())
+        return self._read_checkpoint(directory, CHECKPOINT_PREFIX, overrides_of(self.preset), lambda meta: self._same_model(directory, meta))
+
+    def _same_model(self, directory, meta: dict) -> None:
+        """ValueError when the checkpoint holds another preset, format or power transform."""
         if meta.get("preset") != self.preset.name:
             raise ValueError(f"checkpoint {directory} was made with preset {meta.get('preset')!r}, not {self.preset.name!r}")
         if meta.get("format", 1) != CHECKPOINT_FORMAT:
@@ -182,12 +174,6 @@ class GAN3DTrainer(EpochLoop):
         if meta.get("power", PAPER_POWER) != self.preset.power:  # before powers were per preset, every preset used the paper's
             raise ValueError(f"checkpoint {directory} was trained on images ** {meta.get('power', PAPER_POWER)}; preset "
                              f"{self.preset.name!r} now trains on ** {self.preset.power}; retrain, or read it with the burst version that wrote it")
-        if meta.get("overrides", {}) != overrides_of(self.preset):
-            raise ValueError(f"checkpoint {directory} was trained with {meta.get('overrides') or 'the preset as it is'}, not with "
-                             f"{overrides_of(self.preset) or 'the preset as it is'}")
-        self.checkpoint.read(str(directory / CHECKPOINT_PREFIX)).assert_existing_objects_matched()
-        self._restore_position(meta)
-        return int(self.epoch.numpy())
 
     # ------------------------------------------------------------------ inference
 
