@@ -22,13 +22,14 @@ from pydantic import BaseModel
 
 from . import command_values, runs, state, targets
 from .errors import BurstError
+from .records import Damaged
 from .placement.request import PlacementRequest
 from .runs import TrainRequest
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
 
 __all__ = ["plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
-           "ClusterStatus", "BurstError"]
+           "ClusterStatus", "DamagedRecord", "BurstError"]
 
 MAX_LEASE_HOURS = 8760.0
 
@@ -50,11 +51,26 @@ class ClusterStatus(BaseModel):
     dashboard: Optional[str]
 
 
+class DamagedRecord(BaseModel):
+    """A record in the state directory that cannot be read: shown, never acted on."""
+
+    kind: str   # "cluster record", "run record", "managed-run record"
+    name: str
+    path: str
+    why: str
+    fix: str
+
+    @classmethod
+    def of(cls, exc: Damaged) -> "DamagedRecord":
+        return cls(kind=exc.what, name=exc.path.stem, path=str(exc.path), why=exc.why, fix=exc.fix)
+
+
 class Status(BaseModel):
     clusters: list[ClusterStatus]
     runs: list[RunRecord]
     moves: dict[str, list[str]] = {}  # a managed run's moves, one line each (run id -> lines)
     revived: list[str] = []           # managed runs whose controller was gone and was started again
+    damaged: list[DamagedRecord] = []  # records that cannot be read (the rest is shown as usual)
 
 
 def _policy(policy):
@@ -219,21 +235,35 @@ def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 
 
+def _known_providers(handles: list[ClusterHandle], damaged: list[Damaged]) -> list[ClusterHandle]:
+    """The handles whose provider burst knows; the others (a hand edit) go to ``damaged``."""
+    for h in handles:
+        if h.provider not in targets.PROVIDERS:
+            damaged.append(state.damaged(ClusterHandle, h.name, f"provider {h.provider[:40]!r} is not one burst knows"))
+    return [h for h in handles if h.provider in targets.PROVIDERS]
+
+
 def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: bool = False, report: Reporter = QUIET) -> list[ClusterHandle]:
     """Stop (local), forget (on-prem) or destroy (cloud) clusters, verifying nothing is left; returns those taken down."""
+    damaged: list[Damaged] = []
     if expired:
         now = time.time()
-        handles = [h for h in state.load_all(ClusterHandle) if h.expires is not None and h.expires < now]
+        handles = [h for h in state.load_all(ClusterHandle, damaged) if h.expires is not None and h.expires < now]
     elif all_clusters:
-        handles = state.load_all(ClusterHandle)
+        handles = state.load_all(ClusterHandle, damaged)
     else:
         handles = [runs.cluster(name or "local")]
+    handles = _known_providers(handles, damaged)
     from .watcher import stop_watcher
 
     for handle in handles:
         targets.get(handle.provider).down(handle, report)
         stop_watcher(handle)
         report.say(f"cluster {handle.name} ({handle.provider}) down; nothing left")
+    if damaged:  # the readable ones are down; a damaged record names no cluster burst could stop
+        first = damaged[0]
+        more = f" (and {len(damaged) - 1} more damaged cluster record(s): `burst status` lists them)" if len(damaged) > 1 else ""
+        raise Damaged(first.what, first.path, first.why, first.fix + more)
     return handles
 
 
@@ -385,22 +415,25 @@ def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = 
 
 def status() -> Status:
     """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
-    handles = state.load_all(ClusterHandle)
+    damaged: list[Damaged] = []
+    handles = state.load_all(ClusterHandle, damaged)
     now = time.time()
     rows = []
+    handles = _known_providers(handles, damaged)
     for h in handles:
         rows.append(ClusterStatus(name=h.name, provider=h.provider, state=targets.get(h.provider).describe_state(h),
                                   layout=h.layout, age_s=round(now - h.created), expires=h.expires,
                                   accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
     from . import managed
 
-    revived = managed.revive()  # a controller that was killed picks its run up again
+    revived = managed.revive(damaged)  # a controller that was killed picks its run up again
     by_name = {h.name: h for h in handles}
-    records = state.load_all(RunRecord)
+    records = state.load_all(RunRecord, damaged)
     from . import tracking
 
     return Status(clusters=rows, runs=[r if r.managed else tracking.refresh(r, by_name) for r in records],
-                  moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed}, revived=revived)
+                  moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed}, revived=revived,
+                  damaged=[DamagedRecord.of(d) for d in damaged])
 
 
 def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,
@@ -442,16 +475,17 @@ def prediction_lines(run_id: str) -> list[str]:
     cost_file = Path(record.run_dir) / "cost.json" if record.run_dir else None
     if cost_file is None or not cost_file.exists():
         return []
-    from .records import read_json
+    from .rundir import read_cost
 
-    cost = read_json(cost_file, f"run {run_id}'s cost record")
-    measured, predicted = cost.get("measured") or {}, cost.get("predicted") or {}
-    lines = [f"cost: ${cost.get('cost_usd', 0):,.4f} over {cost.get('hours', 0):.3f} h at ${cost.get('hourly_usd', 0):,.2f}/h"
-             + (f"; about {measured['kgco2e']:.3f} kgCO2e" if measured.get("kgco2e") is not None else "")]
-    if predicted.get("epoch_s") is not None and measured.get("epoch_s") is not None:
-        lines.append(f"epoch: predicted {predicted['epoch_s']:.1f} s, measured {measured['epoch_s']:.1f} s ({cost['epoch_error']:+.1%})")
-    elif measured.get("epoch_s") is not None:
-        lines.append(f"epoch: measured {measured['epoch_s']:.1f} s; no prediction: {predicted.get('why', 'none recorded')}")
+    cost = read_cost(cost_file, run_id)
+    measured, predicted = cost.measured, cost.predicted
+    lines = [f"cost: ${cost.cost_usd:,.4f} over {cost.hours:.3f} h at ${cost.hourly_usd:,.2f}/h"
+             + (f"; about {measured.kgco2e:.3f} kgCO2e" if measured.kgco2e is not None else "")]
+    if predicted.epoch_s is not None and measured.epoch_s is not None:
+        error = measured.epoch_s / predicted.epoch_s - 1
+        lines.append(f"epoch: predicted {predicted.epoch_s:.1f} s, measured {measured.epoch_s:.1f} s ({error:+.1%})")
+    elif measured.epoch_s is not None:
+        lines.append(f"epoch: measured {measured.epoch_s:.1f} s; no prediction: {predicted.why or 'none recorded'}")
     return lines
 
 

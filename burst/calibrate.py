@@ -12,7 +12,6 @@ and says "measured here".
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from datetime import date
@@ -41,21 +40,18 @@ def _measured(run_id: str) -> dict:
     record = runs.load_run(run_id)
     if not record.run_dir:
         raise BurstError(f"run {run_id} has no results on this machine yet (state {record.state}); calibrate from finished runs")
-    cost_file = Path(record.run_dir) / "cost.json"
-    try:
-        cost = json.loads(cost_file.read_text())
-    except (OSError, ValueError):
-        raise BurstError(f"run {run_id}: {cost_file} is missing or unreadable") from None
-    plan = cost.get("plan")
-    measured = (cost.get("measured") or {}).get("epoch_s")
+    from .rundir import read_cost
+
+    cost = read_cost(Path(record.run_dir) / "cost.json", run_id)
+    plan, measured = cost.plan, cost.measured.epoch_s
     if not plan:
         raise BurstError(f"run {run_id} ran on a cluster started without a plan (a pinned local machine); "
                          "this machine's speed is measured by `burst bench`")
     if measured is None:
         raise BurstError(f"run {run_id} measured no epoch time")
-    if (cost.get("predicted") or {}).get("epoch_s") is None:
-        raise BurstError(f"run {run_id} is not comparable with the time model: {cost['predicted'].get('why')}")
-    return {"run": run_id, "workload": record.workload, "plan": plan, "epoch_s": float(measured), "events": int(cost["predicted"]["events_per_epoch"])}
+    if cost.predicted.epoch_s is None or cost.predicted.events_per_epoch is None:
+        raise BurstError(f"run {run_id} is not comparable with the time model: {cost.predicted.why}")
+    return {"run": run_id, "workload": record.workload, "plan": plan, "epoch_s": measured, "events": cost.predicted.events_per_epoch}
 
 
 def calibrate(run_ids: list[str]) -> Calibration:

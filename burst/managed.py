@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from . import state
 from .errors import BurstError
-from .records import read_json, write_json_atomic
+from .records import Damaged, ensure_dir, read_record, write_json_atomic
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Reporter
 
@@ -79,9 +79,7 @@ class ManagedRun(BaseModel):
 
 
 def _dir() -> Path:
-    path = state.home() / "managed"
-    path.mkdir(exist_ok=True, mode=0o700)
-    return path
+    return ensure_dir(state.home() / "managed", "the managed runs' directory", private=True)
 
 
 def _file(key: str, suffix: str) -> Path:
@@ -90,16 +88,34 @@ def _file(key: str, suffix: str) -> Path:
 
 def load(run_id: str) -> Optional[ManagedRun]:
     path = _file(run_id, ".json")
-    return ManagedRun.model_validate(read_json(path, f"managed run {run_id}")) if path.exists() else None
+    fix = (f"stop its controller if one still runs (`pkill -f 'burst.controller run {run_id}'`), then remove the record "
+           f"(rm -r {path}); the run's own record and directory stay")
+    try:
+        return read_record(path, "managed-run record", fix, ManagedRun)
+    except FileNotFoundError:
+        return None
 
 
 def save(m: ManagedRun) -> None:
     write_json_atomic(_file(m.run_id, ".json"), m.model_dump(mode="json"), private=True)
 
 
-def load_all() -> list[ManagedRun]:
-    return [m for p in sorted(_dir().glob("*.json")) if not p.name.endswith(".policy.json")
-            if (m := load(p.stem)) is not None]
+def load_all(damaged: Optional[list[Damaged]] = None) -> list[ManagedRun]:
+    """Every managed run's record; a damaged one goes to ``damaged`` when a list is given, else is raised."""
+    out = []
+    for path in sorted(_dir().glob("*.json")):
+        if path.name.endswith(".policy.json"):
+            continue
+        try:
+            m = load(path.stem)
+        except BurstError as exc:  # damaged, or a file whose name no run has
+            if damaged is None:
+                raise
+            damaged.append(exc if isinstance(exc, Damaged) else Damaged("managed-run record", path, str(exc), f"remove it (rm -r {path})"))
+            continue
+        if m is not None:
+            out.append(m)
+    return out
 
 
 def moves(run_id: str) -> list[str]:
@@ -206,10 +222,11 @@ def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float],
                f"(${budget_usd:,.2f}) and collects its results, with no CLI attached")
 
 
-def revive() -> list[str]:
-    """Start again the controller of every unfinished managed run whose controller is gone; their ids."""
+def revive(damaged: Optional[list[Damaged]] = None) -> list[str]:
+    """Start again the controller of every unfinished managed run whose controller is gone; their ids.
+    A damaged record starts nothing: it goes to ``damaged`` when a list is given (``burst status`` shows it)."""
     started = []
-    for m in load_all():
+    for m in load_all(damaged if damaged is not None else []):
         if m.phase != "finished" and not controller_alive(m.run_id, m.controller_pid):
             m.controller_pid = _spawn("run", m.run_id, m.cwd, _file(m.run_id, ".out"))
             save(m)

@@ -2,7 +2,12 @@
 
 Every write goes to a temporary file in the same directory and is renamed over the old one, so a
 reader sees the old file or the new one, never half of one, whatever kills the writer. A file that
-is damaged all the same (a full disk, an editor) is one line naming it, not a traceback.
+is damaged all the same (a full disk, a sync tool, a hand edit) is read back through one loader,
+``read_record``: it checks the kind of path (a file, not a directory), the size, the text and the
+JSON, and, given a pydantic model, the values (finite, positive where a price, speed or size must
+be); whatever is wrong is one line (``Damaged``) naming the file and the fix, never a traceback and
+never a number that cannot be true passed on. ``ensure_dir`` does the same for the directories
+burst keeps its records in.
 """
 
 from __future__ import annotations
@@ -10,10 +15,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Type, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from .errors import BurstError
+
+M = TypeVar("M", bound=BaseModel)
+MAX_RECORD_BYTES = 16 << 20  # the largest record burst writes (a long run's history) is well under 1 MiB
 
 
 def _read_umask() -> int:
@@ -47,13 +58,82 @@ def write_json_atomic(path: Path, data: Any, indent: int = 2, private: bool = Fa
     write_text_atomic(path, json.dumps(data, indent=indent, default=str), private)
 
 
-def read_json(path: Path, what: str) -> Any:
-    """The JSON in ``path``; one line (exit code 1) when it is missing or damaged."""
+class Damaged(BurstError):
+    """A file or directory burst reads back is not what it wrote: ``path``, ``why`` and the ``fix``, one line."""
+
+    def __init__(self, what: str, path: Path, why: str, fix: str):
+        super().__init__(f"{what} {path} is damaged ({why}); {fix}", exit_code=1)
+        self.what, self.path, self.why, self.fix = what, Path(path), why, fix
+
+
+def ensure_dir(path: Path, what: str, private: bool = False) -> Path:
+    """``path`` as a directory, created (user-only with ``private``) when missing; ``Damaged`` when
+    something else stands there (a file a sync tool left, a dangling link)."""
+    path = Path(path)
     try:
-        return json.loads(Path(path).read_text())
+        path.mkdir(parents=True, exist_ok=True, **({"mode": 0o700} if private else {}))
+    except FileExistsError:
+        raise Damaged(what, path, "a file stands where a directory must be",
+                      f"move it away (mv {path} {path}.damaged) and run the command again") from None
+    except OSError as exc:
+        raise Damaged(what, path, exc.strerror or str(exc), "check the path and its permissions") from None
+    return path
+
+
+def _problem(loc: tuple, message: str) -> str:
+    where = ".".join(str(part) for part in loc)
+    return f"{where}: {message}" if where else message
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON can hold")
+
+
+def read_record(path: Path, what: str, fix: str, model: Optional[Type[M]] = None, allow_nan: bool = True) -> Any:
+    """The JSON record at ``path`` (an instance of ``model`` when given), read and checked.
+
+    One loader for every record burst reads back (state, run directories, bench and calibration
+    records): a path that is not a regular file, a file over ``MAX_RECORD_BYTES``, bytes that are not
+    UTF-8 JSON, and values the model refuses (wrong type, NaN or infinite, negative, out of range)
+    each raise ``Damaged`` naming the file and ``fix``. ``allow_nan=False`` refuses NaN and Infinity
+    anywhere in the document, for records that hold no free-form numbers. A missing file is
+    ``FileNotFoundError``, for the caller to decide.
+    """
+    path = Path(path)
+    try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise Damaged(what, path, "a directory, not a file", fix)
+        if not stat.S_ISREG(info.st_mode):
+            raise Damaged(what, path, "not a regular file", fix)
+        if info.st_size > MAX_RECORD_BYTES:
+            raise Damaged(what, path, f"{info.st_size} bytes, over {MAX_RECORD_BYTES >> 20} MiB", fix)
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise Damaged(what, path, why, fix) from None
+    if not data.strip():
+        raise Damaged(what, path, "empty", fix)
+    try:
+        raw = json.loads(data.decode("utf-8"), **({} if allow_nan else {"parse_constant": _no_constant}))
+    except UnicodeDecodeError as exc:
+        raise Damaged(what, path, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}", fix) from None
+    except (ValueError, RecursionError) as exc:
+        raise Damaged(what, path, f"not valid JSON: {str(exc)[:120]}", fix) from None
+    if model is None:
+        return raw
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise Damaged(what, path, _problem(first["loc"], first["msg"]), fix) from None
+
+
+def read_json(path: Path, what: str, fix: str = "remove it or collect the run again", model: Optional[Type[M]] = None) -> Any:
+    """The JSON in ``path`` (checked by ``read_record``); one line (exit code 1) when it is missing or damaged."""
+    try:
+        return read_record(path, what, fix, model)
     except FileNotFoundError:
         raise BurstError(f"{what} {path} is missing", exit_code=1) from None
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else f"not valid JSON: {exc}"
-        raise BurstError(f"{what} {path} is unreadable ({why}); remove it or collect the run again", exit_code=1) from None
-

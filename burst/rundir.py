@@ -11,7 +11,9 @@ import json
 import platform
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
 from .records import read_json, write_json_atomic, write_text_atomic
@@ -30,6 +32,42 @@ def versions() -> dict:
         except PackageNotFoundError:
             got[pkg] = None
     return got
+
+
+Seconds = Annotated[float, Field(ge=0, le=1e9)]
+Usd = Annotated[float, Field(ge=0, le=1e12)]
+
+
+class _Measured(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+    epoch_s: Optional[Annotated[float, Field(gt=0, le=1e9)]] = None
+    kgco2e: Optional[Annotated[float, Field(ge=0)]] = None
+
+
+class _Predicted(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+    epoch_s: Optional[Annotated[float, Field(gt=0, le=1e9)]] = None
+    events_per_epoch: Optional[Annotated[int, Field(ge=1)]] = None
+    why: Optional[str] = None
+
+
+class CostRecord(BaseModel):
+    """What is read back from a run's ``cost.json`` (``burst report``'s plan-against-run lines,
+    ``burst calibrate``): the figures a reader uses, each finite and in range; the rest passes as written."""
+
+    model_config = ConfigDict(allow_inf_nan=False, extra="allow")
+    hourly_usd: Usd = 0.0
+    hours: Seconds = 0.0
+    cost_usd: Usd = 0.0
+    measured: _Measured = Field(default_factory=_Measured)
+    predicted: _Predicted = Field(default_factory=_Predicted)
+    plan: Optional[dict] = None
+    epoch_error: Optional[float] = None
+
+
+def read_cost(path: Path, run_id: str) -> CostRecord:
+    """A run's cost.json, checked (``read_json``): one line when it is missing or damaged."""
+    return read_json(path, f"run {run_id}'s cost record", model=CostRecord)
 
 
 class RunDirectory:

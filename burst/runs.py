@@ -111,7 +111,7 @@ def train(request: TrainRequest, report: Reporter = QUIET, resume_from: Optional
 def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
     """The request of an earlier run, on the cluster asked for now: same settings, same data."""
     if earlier.state not in FINISHED:
-        earlier = refresh(earlier, {h.name: h for h in state.load_all(ClusterHandle)})
+        earlier = refresh(earlier, {h.name: h for h in state.load_all(ClusterHandle, damaged=[])})  # a damaged other record is not this run's
     if earlier.state in ("SUCCEEDED", "RUNNING", "PENDING"):
         raise BurstError(f"run {earlier.run_id} is {earlier.state.lower()}; only a run that stopped, failed or lost its cluster can be resumed")
     if not earlier.storage_uri:

@@ -12,13 +12,14 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Literal, Type, TypeVar
+from typing import Annotated, Iterator, Literal, Optional, Type, TypeVar
+from urllib.parse import urlsplit
 
 from filelock import FileLock
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import BurstError
-from .records import write_json_atomic
+from .records import Damaged, ensure_dir, read_record, write_json_atomic
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -38,37 +39,69 @@ def check_name(name: str, what: str = "cluster") -> str:
 
 def home() -> Path:
     path = Path(os.environ.get("BURST_HOME") or Path.home() / ".burst").expanduser()
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    try:
+        return ensure_dir(path, "burst's state directory", private=True)
+    except Damaged as exc:
+        raise Damaged(exc.what, exc.path, exc.why, f"{exc.fix}, or point BURST_HOME at a directory") from None
 
 
 @contextmanager
 def locked(timeout: float = 60.0) -> Iterator[None]:
     """Serialise state changes across burst processes."""
-    lock = FileLock(str(home() / "state.lock"), timeout=timeout)
-    with lock:
+    path = home() / "state.lock"
+    lock = FileLock(str(path), timeout=timeout)
+    try:
+        lock.acquire()
+    except (IsADirectoryError, PermissionError, NotADirectoryError) as exc:
+        why = "a directory, not a file" if isinstance(exc, IsADirectoryError) else exc.strerror
+        raise Damaged("state lock", path, why, f"remove it (rm -r {path}); burst makes it again") from None
+    try:
         yield
+    finally:
+        lock.release()
+
+
+# What a record may hold: times since the epoch before the year 5000, prices an hour, process ids.
+Timestamp = Annotated[float, Field(ge=0, le=95_617_584_000)]
+HourlyUsd = Annotated[float, Field(ge=0, le=1_000_000)]
+Pid = Annotated[int, Field(ge=1, le=2**31 - 1)]
+
+
+def _dashboard_url(url: Optional[str]) -> Optional[str]:
+    """An http(s) address with a host and a valid port, or None: what the Jobs API client is given."""
+    if url is None:
+        return None
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url[:80]!r} is not an http(s) address with a host")
+    return url
 
 
 class ClusterHandle(BaseModel):
     """Everything later commands need to reach a cluster burst started."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
+
     name: str
     provider: str
     cluster_id: str
     state: Literal["starting", "running", "stopping"] = "starting"
-    created: float = Field(default_factory=time.time)
-    expires: float | None = None
+    created: Timestamp = Field(default_factory=time.time)
+    expires: Timestamp | None = None
     dashboard_url: str | None = None
     gcs_address: str | None = None
     token_path: str | None = None
     temp_dir: str | None = None
     storage_uri: str
     layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
-    hourly_usd: float = 0.0
-    budget_usd: float | None = None  # the policy's total budget: `burst train` stops before it is spent
-    pids: list[int] = Field(default_factory=list)
-    starter_pid: int | None = None  # the `burst up` that is starting it (a second `up` waits for it, never kills it)
+    hourly_usd: HourlyUsd = 0.0
+    budget_usd: Annotated[float, Field(ge=0)] | None = None  # the policy's total budget: `burst train` stops before it is spent
+    pids: list[Pid] = Field(default_factory=list)
+    starter_pid: Pid | None = None  # the `burst up` that is starting it (a second `up` waits for it, never kills it)
     region: str | None = None
     accelerator: str | None = None
     preemptible: bool = False
@@ -76,12 +109,19 @@ class ClusterHandle(BaseModel):
     stack: str | None = None  # Pulumi stack name (cloud providers)
     outputs: dict = Field(default_factory=dict)  # non-secret stack outputs
     plan: dict = Field(default_factory=dict)  # the plan's prediction at `up` (batch, epoch seconds, power): runs compare against it
-    idle_minutes: float | None = None  # its watcher takes it down after this long without a job
-    watcher_pid: int | None = None  # that watcher (burst.controller cluster NAME)
+    idle_minutes: Annotated[float, Field(ge=0)] | None = None  # its watcher takes it down after this long without a job
+    watcher_pid: Pid | None = None  # that watcher (burst.controller cluster NAME)
+
+    @field_validator("dashboard_url")
+    @classmethod
+    def _check_dashboard(cls, url: Optional[str]) -> Optional[str]:
+        return _dashboard_url(url)
 
 
 class RunRecord(BaseModel):
     """One training run or scan: where it ran, its job, its progress and where its results are."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     run_id: str
     kind: Literal["run", "scan"] = "run"  # a training run (burst.runs) or a hyper-parameter scan (burst.scans)
@@ -90,15 +130,15 @@ class RunRecord(BaseModel):
     provider: str
     job_id: str | None = None
     state: str = "PENDING"
-    created: float = Field(default_factory=time.time)
-    finished: float | None = None
+    created: Timestamp = Field(default_factory=time.time)
+    finished: Timestamp | None = None
     config: dict = Field(default_factory=dict)
     progress: dict = Field(default_factory=dict)
     run_dir: str | None = None
-    hourly_usd: float = 0.0
+    hourly_usd: HourlyUsd = 0.0
     message: str | None = None
     storage_uri: str | None = None  # the storage its checkpoints went to (where `burst train --resume` finds them)
-    attempts: int = 1  # 1 + the number of `--resume`s
+    attempts: Annotated[int, Field(ge=1, le=10_000)] = 1  # 1 + the number of `--resume`s
     managed: bool = False  # carried by a controller (burst.controller), which moves it when its cluster is lost
 
     @model_validator(mode="before")
@@ -117,9 +157,7 @@ def new_run_id(workload: str) -> str:
 
 def cluster_dir(name: str) -> Path:
     """``clusters/<name>/`` under the state directory, user-only: a cluster's token file, job script, local storage."""
-    path = _dir("clusters") / check_name(name)
-    path.mkdir(exist_ok=True, mode=0o700)
-    return path
+    return ensure_dir(_dir("clusters") / check_name(name), f"cluster {name}'s directory", private=True)
 
 
 def claim(handle: ClusterHandle) -> ClusterHandle | None:
@@ -156,9 +194,7 @@ def starter_alive(handle: ClusterHandle) -> bool:
 
 
 def _dir(kind: str) -> Path:
-    d = home() / kind
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return ensure_dir(home() / kind, f"the {kind} directory")
 
 
 def save(obj: BaseModel) -> None:
@@ -167,26 +203,52 @@ def save(obj: BaseModel) -> None:
     write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"), private=True)
 
 
-def load(model: Type[M], key: str) -> M | None:
+def record_path(model: Type[BaseModel], key: str) -> Path:
+    """Where the record of cluster or run ``key`` is kept."""
     kind = "clusters" if model is ClusterHandle else "runs"
-    check_name(key, "cluster" if kind == "clusters" else "run")
-    return _read(model, _dir(kind) / f"{key}.json")
+    return _dir(kind) / f"{check_name(key, 'cluster' if kind == 'clusters' else 'run')}.json"
+
+
+def load(model: Type[M], key: str) -> M | None:
+    return _read(model, record_path(model, key))
+
+
+def damaged(model: Type[BaseModel], key: str, why: str) -> Damaged:
+    """A record that reads well but names what cannot be (an unknown provider): damaged all the same."""
+    path = record_path(model, key)
+    what, fix = _what(model, path)
+    return Damaged(what, path, why, fix)
+
+
+def _what(model: Type[BaseModel], path: Path) -> tuple[str, str]:
+    """How a record is named in a message, and how to be rid of a damaged one."""
+    if model is ClusterHandle:
+        return ("cluster record", f"if cluster {path.stem} still runs, stop it where it runs (its processes, its Slurm job, its "
+                f"cloud stack: `pulumi destroy`); then remove the record (rm -r {path})")
+    return "run record", f"remove it (rm -r {path}); the run's directory under burst-runs/ keeps its results"
 
 
 def _read(model: Type[M], path: Path) -> M | None:
-    if not path.exists():
-        return None
+    what, fix = _what(model, path)
     try:
-        return model.model_validate_json(path.read_text())
-    except ValueError as exc:
-        raise BurstError(f"state file {path} is corrupt ({exc.__class__.__name__}); remove it and run the command again") from None
+        return read_record(path, what, fix, model)
+    except FileNotFoundError:
+        return None
 
 
-def load_all(model: Type[M]) -> list[M]:
+def load_all(model: Type[M], damaged: Optional[list[Damaged]] = None) -> list[M]:
+    """Every record of the kind, oldest first. A damaged one is appended to ``damaged`` when a list
+    is given (the caller goes on with the rest and says so), else raised."""
     kind = "clusters" if model is ClusterHandle else "runs"
     out = []
     for path in sorted(_dir(kind).glob("*.json")):  # files already here (a state dir from before the naming rule included)
-        item = _read(model, path)
+        try:
+            item = _read(model, path)
+        except Damaged as exc:
+            if damaged is None:
+                raise
+            damaged.append(exc)
+            continue
         if item is not None:
             out.append(item)
     return sorted(out, key=lambda m: m.created)

@@ -111,6 +111,17 @@ def down(
         console.print("no expired clusters" if expired else "no clusters to stop")
 
 
+def _progress(r) -> str:
+    """A run's progress in a few words; a value of the wrong kind (the record is the job's word) is shown as written."""
+    p = r.progress or {}
+    number = lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else None  # noqa: E731
+    if r.kind == "scan":
+        best = f"; best {number(p.get('best')):.4g}" if number(p.get("best")) is not None else ""
+        return f"trials: {p.get('running', '?')} running, {p.get('terminated', '?')} ended, {p.get('pending', '?')} pending{best}"
+    done = p.get("epoch") if p.get("epoch") is not None else 0
+    return f"epoch {done}/{p.get('epochs', '-')}" if p else "-"
+
+
 def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
     from .. import api
@@ -126,19 +137,18 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         layout = c.layout.get("description") or json.dumps(c.layout)
         ends = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.expires)) if c.expires else "-"
         t.add_row(c.name, c.provider, c.state, layout, f"{c.age_s} s", ends, f"{c.accrued_usd:.2f}")
+    for d in now.damaged:
+        if d.kind == "cluster record":
+            t.add_row(d.name, "-", "damaged", f"{d.path}: {d.why}; {d.fix}", "-", "-", "-")
     out.print(t)
     t = Table(title="runs")
     for col in ("run", "cluster", "state", "progress", "run dir"):
         t.add_column(col)
     for r in now.runs:
-        p = r.progress or {}
-        if r.kind == "scan":
-            best = f"; best {p['best']:.4g}" if p.get("best") is not None else ""
-            progress = f"trials: {p['running']} running, {p['terminated']} ended, {p['pending']} pending{best}"
-        else:
-            done = p.get("epoch") if p.get("epoch") is not None else 0
-            progress = f"epoch {done}/{p.get('epochs', '-')}" if p else "-"
-        t.add_row(r.run_id, r.cluster, r.state, progress, r.run_dir or "-")
+        t.add_row(r.run_id, r.cluster, r.state, _progress(r), r.run_dir or "-")
+    for d in now.damaged:
+        if d.kind != "cluster record":
+            t.add_row(d.name, "-", "damaged", f"{d.kind} {d.path}: {d.why}; {d.fix}", "-")
     out.print(t)
     for run_id, lines in now.moves.items():
         for line in lines:

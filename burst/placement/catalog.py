@@ -11,6 +11,7 @@ its accelerator and whether the shape is sold on demand at all.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -24,6 +25,9 @@ DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
 COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accelerator_count", "vcpus", "memory_gib",
            "price_od", "price_spot", "unit", "quality", "source", "fetched_at", "note")
 PLACEHOLDER_PRICES = (700.0,)  # SkyPilot's TPU_V6E_MAX_PRICE stands for "no price"
+# Upper bounds no real row comes near (the largest TPU pod slice is a few $10,000 an hour): a value
+# past one is a slipped digit or a unit mix-up, not a price.
+LIMITS = {"price_od": 1e6, "price_spot": 1e6, "accelerator_count": 100_000, "vcpus": 100_000, "memory_gib": 1e7}
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,10 @@ def _number(text: str, where: str, field: str, kind=float, required: bool = True
         value = kind(text)
     except ValueError:
         raise BurstError(f"{where}: column {field} is {text!r}, not a number") from None
+    if not math.isfinite(value):
+        raise BurstError(f"{where}: column {field} is {text!r}, not a finite number; give the real figure")
+    if value < 0 or value > LIMITS.get(field, math.inf):
+        raise BurstError(f"{where}: column {field} is {text!r}, outside 0 to {LIMITS.get(field, math.inf):g}; give the real figure")
     return value
 
 

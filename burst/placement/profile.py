@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .. import state
 from ..errors import BurstError
+from ..records import read_record
 
 _SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3
 
@@ -308,20 +309,41 @@ def calibration_path(workload: str) -> Path:
     return state.home() / "calibration" / f"{workload}.json"
 
 
+# Speeds a plan may rest on: finite, above zero, and within what any machine could measure.
+Speed = Field(gt=0, le=1e9, allow_inf_nan=False)
+
+
+class _Calibrated(BaseModel):
+    per_event_s: float = Speed
+    basis: str
+
+
+class CalibrationRecord(BaseModel):
+    """``calibration/<workload>.json``, written by `burst calibrate`."""
+
+    accelerators: dict[str, _Calibrated]
+
+
+class BenchRecord(BaseModel):
+    """``bench/<workload>.json``, written by `burst bench`: this machine's events per second."""
+
+    events_per_s: float = Speed
+    cpus: Optional[int] = Field(None, ge=1, le=1_000_000)
+
+
 def calibration(profile: Profile) -> dict[str, dict]:
     """Accelerator speeds refitted from this site's own runs by `burst calibrate` (family → record)."""
     path = calibration_path(profile.workload)
-    if not path.exists():
-        return {}
     try:
-        rec = json.loads(path.read_text())
-        return {k: {"per_event_s": float(v["per_event_s"]), "basis": str(v["basis"])} for k, v in rec["accelerators"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise BurstError(f"calibration record {path} is corrupt; run `burst calibrate` again or delete it") from None
+        rec = read_record(path, "calibration record", f"run `burst calibrate` again or remove it (rm -r {path})", CalibrationRecord)
+    except FileNotFoundError:
+        return {}
+    return {k: {"per_event_s": v.per_event_s, "basis": v.basis} for k, v in rec.accelerators.items()}
 
 
 def record_calibration(profile: Profile, family: str, per_event_s: float, basis: str, runs: list[str]) -> Path:
     path = calibration_path(profile.workload)
+    calibration(profile)  # a damaged record is said, not overwritten with this one accelerator
     current = json.loads(path.read_text()) if path.exists() else {"accelerators": {}}
     current["accelerators"][family] = {"per_event_s": per_event_s, "basis": basis, "runs": runs, "recorded_at": time.time()}
     state.write_json_atomic(path, current)
@@ -344,10 +366,8 @@ def record_local(workload: str, result: dict) -> Path:
 def local_throughput(profile: Profile) -> tuple[float, str]:
     """Events per second of the paper preset on this machine, and where the figure comes from."""
     path = bench_path(profile.workload)
-    if path.exists():
-        try:
-            rec = json.loads(path.read_text())
-            return float(rec["events_per_s"]), f"measured by `burst bench` ({rec.get('cpus', '?')} CPUs)"
-        except (ValueError, KeyError, TypeError):
-            raise BurstError(f"bench record {path} is corrupt; run `burst bench` again") from None
-    return profile.local_default.events_per_s, f"profile default ({profile.local_default.basis}); run `burst bench` to measure this machine"
+    try:
+        rec = read_record(path, "bench record", f"run `burst bench` again or remove it (rm -r {path})", BenchRecord)
+    except FileNotFoundError:
+        return profile.local_default.events_per_s, f"profile default ({profile.local_default.basis}); run `burst bench` to measure this machine"
+    return rec.events_per_s, f"measured by `burst bench` ({rec.cpus or '?'} CPUs)"

@@ -42,7 +42,7 @@ def test_a_damaged_cost_record_is_one_line(tmp_path, monkeypatch, damage):
     result = CliRunner().invoke(app, ["report", "gan3d-1"])
     assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit), result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"run gan3d-1's cost record {run_dir / 'cost.json'} is unreadable" in lines[0], result.stderr
+    assert len(lines) == 1 and f"run gan3d-1's cost record {run_dir / 'cost.json'} is damaged" in lines[0], result.stderr
 
 
 def test_a_damaged_scan_table_is_one_line(tmp_path):
@@ -50,5 +50,5 @@ def test_a_damaged_scan_table_is_one_line(tmp_path):
 
     (tmp_path / "scan.json").write_text('{"scan_id": "t')
     (tmp_path / "trials.json").write_text("[]")
-    with pytest.raises(BurstError, match=r"scan summary .*scan.json is unreadable \(not valid JSON"):
+    with pytest.raises(BurstError, match=r"scan summary .*scan.json is damaged \(not valid JSON"):
         scans.load(tmp_path)

@@ -26,7 +26,7 @@ def test_roundtrip_and_listing():
 def test_corrupt_state_file_is_a_clear_error(burst_home):
     (burst_home / "clusters").mkdir(parents=True)
     (burst_home / "clusters" / "bad.json").write_text("{not json")
-    with pytest.raises(BurstError, match="corrupt"):
+    with pytest.raises(BurstError, match=r"cluster record .*bad.json is damaged \(not valid JSON"):
         state.load(ClusterHandle, "bad")
 
 
