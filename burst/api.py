@@ -440,16 +440,15 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
          on_event: Optional[Callable] = None) -> str:
     """A run's job log: from its cluster while it exists, else the copy saved with the run.
     With ``follow``, ``on_line`` and ``on_event`` hear the job's output until it ends."""
-    from .rundir import RunDirectory
     from .runtime import jobs
 
     record = runs.load_run(run_id)
     handle = state.load(ClusterHandle, record.cluster)
     if handle is None:  # the cluster is gone (e.g. after `burst run`): the saved log
-        saved = Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(run_id).job_log
-        if not saved.exists():
-            raise BurstError(f"cluster {record.cluster!r} of run {run_id} is gone and no saved log is at {saved}", exit_code=1)
-        text = saved.read_text()
+        text = _saved_log(record)
+        if text is None:
+            raise BurstError(f"cluster {record.cluster!r} of run {run_id} is gone and no saved log is at {_saved_log_path(record)}",
+                             exit_code=1)
         if follow and on_line is not None:  # nothing more will come: the saved log is the whole of it
             for line in text.splitlines():
                 on_line(line)
@@ -462,11 +461,28 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
         except RuntimeError as exc:  # the Jobs API's 404: a cluster of that name started again since
             if "does not exist" not in str(exc):
                 raise
-            saved = Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(run_id).job_log
-            if saved.exists():
-                return saved.read_text()
+            text = _saved_log(record)
+            if text is not None:
+                return text
             raise BurstError(f"cluster {record.cluster!r} no longer knows run {run_id}'s job (the cluster was started again "
                              "since) and no log was saved for it", exit_code=1) from None
+
+
+def _saved_log_path(record: RunRecord) -> Path:
+    from .rundir import RunDirectory
+
+    return Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(record.run_id).job_log
+
+
+def _saved_log(record: RunRecord) -> Optional[str]:
+    """The job log saved with the run (None: there is none); a damaged one is one line."""
+    from .records import read_file
+
+    path = _saved_log_path(record)
+    try:
+        return read_file(path, f"run {record.run_id}'s saved log", f"remove it (rm -r {path})", limit=None).decode(errors="replace")
+    except FileNotFoundError:
+        return None
 
 
 def prediction_lines(run_id: str) -> list[str]:
@@ -499,6 +515,6 @@ def report(run_id: str) -> Path:
     if not record.run_dir:
         raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
     path = Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
-    if not path.exists():
-        raise BurstError(f"report {path} is missing; was the run directory moved?", exit_code=1)
+    if not path.is_file():
+        raise BurstError(f"report {path} is {'not a file' if path.exists() else 'missing'}; was the run directory moved?", exit_code=1)
     return path

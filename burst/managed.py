@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from filelock import FileLock, Timeout
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import state
 from .errors import BurstError
 from .records import Damaged, ensure_dir, read_record, write_json_atomic
-from .state import ClusterHandle, RunRecord
+from .state import BudgetUsd, ClusterHandle, HourlyUsd, Pid, RunRecord, Timestamp
 from .targets.base import QUIET, Reporter
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")
@@ -32,20 +32,22 @@ FINAL_STATES = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUD
 class Attempt(BaseModel):
     """One cluster a managed run ran on: where, from when to when, how it ended, what it cost."""
 
-    number: int
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    number: int = Field(ge=1, le=10_000)
     cluster: str
     own: bool = True                 # started by the run (the controller takes it down)
     provider: str = ""
     region: Optional[str] = None
     preemptible: bool = False
-    hourly_usd: float = 0.0
-    started: float = Field(default_factory=time.time)  # the attempt began (planning, up)
-    cluster_created: Optional[float] = None             # its cluster's cost accrues from here
-    submitted: Optional[float] = None
-    first_step: Optional[float] = None
-    ended: Optional[float] = None
+    hourly_usd: HourlyUsd = 0.0
+    started: Timestamp = Field(default_factory=time.time)  # the attempt began (planning, up)
+    cluster_created: Optional[Timestamp] = None             # its cluster's cost accrues from here
+    submitted: Optional[Timestamp] = None
+    first_step: Optional[Timestamp] = None
+    ended: Optional[Timestamp] = None
     how: Optional[str] = None
-    cost_usd: float = 0.0
+    cost_usd: float = Field(0.0, ge=0, le=1e12)
 
     def cost_until(self, at: float) -> float:
         """The cluster's price from its creation (a cluster the run found running: from the attempt's start) until ``at``."""
@@ -58,6 +60,8 @@ class Attempt(BaseModel):
 class ManagedRun(BaseModel):
     """What a controller needs to carry a run to its end, kept beside the run's record."""
 
+    model_config = ConfigDict(allow_inf_nan=False)
+
     run_id: str
     request: dict                     # the TrainRequest, as the user gave it
     placement: dict = Field(default_factory=dict)  # the first attempt's placement flags (provider, gpus, ...)
@@ -65,13 +69,13 @@ class ManagedRun(BaseModel):
     cluster: str                      # the first cluster's name; moves add -2, -3, ...
     own_first: bool = True            # the first cluster was started for the run
     recover: bool = True
-    budget_usd: Optional[float] = None
+    budget_usd: Optional[BudgetUsd] = None
     cwd: str = Field(default_factory=os.getcwd)  # where the run's directory (burst-runs/) goes
     phase: Literal["starting", "running", "finished"] = "starting"
     attempts: list[Attempt] = Field(default_factory=list)
     avoid: list[str] = Field(default_factory=list)
-    controller_pid: Optional[int] = None
-    created: float = Field(default_factory=time.time)
+    controller_pid: Optional[Pid] = None
+    created: Timestamp = Field(default_factory=time.time)
 
     def spent(self, at: Optional[float] = None) -> float:
         at = time.time() if at is None else at

@@ -85,20 +85,10 @@ def _problem(loc: tuple, message: str) -> str:
     return f"{where}: {message}" if where else message
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON can hold")
-
-
-def read_record(path: Path, what: str, fix: str, model: Optional[Type[M]] = None, allow_nan: bool = True) -> Any:
-    """The JSON record at ``path`` (an instance of ``model`` when given), read and checked.
-
-    One loader for every record burst reads back (state, run directories, bench and calibration
-    records): a path that is not a regular file, a file over ``MAX_RECORD_BYTES``, bytes that are not
-    UTF-8 JSON, and values the model refuses (wrong type, NaN or infinite, negative, out of range)
-    each raise ``Damaged`` naming the file and ``fix``. ``allow_nan=False`` refuses NaN and Infinity
-    anywhere in the document, for records that hold no free-form numbers. A missing file is
-    ``FileNotFoundError``, for the caller to decide.
-    """
+def read_file(path: Path, what: str, fix: str, limit: Optional[int] = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of ``path`` once it is known to be a regular file (not a directory, a pipe that would
+    block the reader, or a file where one of its directories must be) under ``limit`` bytes;
+    ``Damaged`` otherwise. A missing file is ``FileNotFoundError``, for the caller to decide."""
     path = Path(path)
     try:
         info = path.stat()
@@ -106,18 +96,32 @@ def read_record(path: Path, what: str, fix: str, model: Optional[Type[M]] = None
             raise Damaged(what, path, "a directory, not a file", fix)
         if not stat.S_ISREG(info.st_mode):
             raise Damaged(what, path, "not a regular file", fix)
-        if info.st_size > MAX_RECORD_BYTES:
-            raise Damaged(what, path, f"{info.st_size} bytes, over {MAX_RECORD_BYTES >> 20} MiB", fix)
-        data = path.read_bytes()
+        if limit is not None and info.st_size > limit:
+            raise Damaged(what, path, f"{info.st_size} bytes, over {limit >> 20} MiB", fix)
+        return path.read_bytes()
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise Damaged(what, path, why, fix) from None
+    except NotADirectoryError:  # a file stands where one of its directories must be
+        parent = next(p for p in path.parents if p.exists() and not p.is_dir())
+        raise Damaged("the directory", parent, "a file stands where a directory must be",
+                      f"move it away (mv {parent} {parent}.damaged) and run the command again") from None
+    except OSError as exc:
+        raise Damaged(what, path, exc.strerror or str(exc), fix) from None
+
+
+def read_record(path: Path, what: str, fix: str, model: Optional[Type[M]] = None) -> Any:
+    """The JSON record at ``path`` (an instance of ``model`` when given), read and checked.
+
+    One loader for every record burst reads back (state, run directories, bench and calibration
+    records): what ``read_file`` refuses, bytes that are not UTF-8 JSON, and values the model
+    refuses (wrong type, NaN or infinite, negative, out of range) each raise ``Damaged`` naming the
+    file and ``fix``. A missing file is ``FileNotFoundError``, for the caller to decide.
+    """
+    data = read_file(path, what, fix)
     if not data.strip():
         raise Damaged(what, path, "empty", fix)
     try:
-        raw = json.loads(data.decode("utf-8"), **({} if allow_nan else {"parse_constant": _no_constant}))
+        raw = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise Damaged(what, path, f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}", fix) from None
     except (ValueError, RecursionError) as exc:

@@ -64,6 +64,7 @@ def locked(timeout: float = 60.0) -> Iterator[None]:
 # What a record may hold: times since the epoch before the year 5000, prices an hour, process ids.
 Timestamp = Annotated[float, Field(ge=0, le=95_617_584_000)]
 HourlyUsd = Annotated[float, Field(ge=0, le=1_000_000)]
+BudgetUsd = Annotated[float, Field(ge=0, le=1e8)]  # the policy's bound
 Pid = Annotated[int, Field(ge=1, le=2**31 - 1)]
 
 
@@ -99,7 +100,7 @@ class ClusterHandle(BaseModel):
     storage_uri: str
     layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
     hourly_usd: HourlyUsd = 0.0
-    budget_usd: Annotated[float, Field(ge=0)] | None = None  # the policy's total budget: `burst train` stops before it is spent
+    budget_usd: BudgetUsd | None = None  # the policy's total budget: `burst train` stops before it is spent
     pids: list[Pid] = Field(default_factory=list)
     starter_pid: Pid | None = None  # the `burst up` that is starting it (a second `up` waits for it, never kills it)
     region: str | None = None
@@ -109,7 +110,7 @@ class ClusterHandle(BaseModel):
     stack: str | None = None  # Pulumi stack name (cloud providers)
     outputs: dict = Field(default_factory=dict)  # non-secret stack outputs
     plan: dict = Field(default_factory=dict)  # the plan's prediction at `up` (batch, epoch seconds, power): runs compare against it
-    idle_minutes: Annotated[float, Field(ge=0)] | None = None  # its watcher takes it down after this long without a job
+    idle_minutes: Annotated[float, Field(ge=0, le=1e6)] | None = None  # its watcher takes it down after this long without a job
     watcher_pid: Pid | None = None  # that watcher (burst.controller cluster NAME)
 
     @field_validator("dashboard_url")
@@ -145,7 +146,10 @@ class RunRecord(BaseModel):
     @classmethod
     def _kind_of_an_older_record(cls, data):
         """Records written before ``kind`` existed said a scan in ``config["kind"]``."""
-        if isinstance(data, dict) and "kind" not in data and (data.get("config") or {}).get("kind") == "scan":
+        if not isinstance(data, dict):
+            return data  # not a record at all: the model says so
+        config = data.get("config")
+        if "kind" not in data and isinstance(config, dict) and config.get("kind") == "scan":
             data = {**data, "kind": "scan"}
         return data
 
