@@ -383,12 +383,13 @@ def request_stop(handle: ClusterHandle, run_id: str) -> None:
 
 
 def stage_checkpoint(run_id: str, handle: ClusterHandle) -> Optional[str]:
-    """The newest complete checkpoint of ``run_id`` on any storage it ran on, copied to ``handle``'s
-    storage when it is elsewhere; where the next attempt resumes from (None: nothing to resume)."""
+    """The newest complete checkpoint of ``run_id`` on the store it last ran on (what Ray Train wrote
+    there, and what an earlier move staged there), copied to ``handle``'s store when that is another;
+    where the next attempt resumes from (None: nothing to resume). Directories, buckets and claims alike."""
     from .runs import load_run
     from .runtime import storage
     from .runtime.job import RunFiles
-    from .runtime.training import latest_checkpoint
+    from .runtime.training import checkpoints_here, latest_checkpoint
 
     record = load_run(run_id)
     if not record.storage_uri:
@@ -399,15 +400,8 @@ def stage_checkpoint(run_id: str, handle: ClusterHandle) -> Optional[str]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        if storage.is_remote(old.ray_train_dir):
-            storage.copy_dir(old.ray_train_dir, tmp)
-            found = list(Path(tmp).glob("checkpoint_*"))
-        else:
-            found = list(Path(old.ray_train_dir).glob("checkpoint_*"))
-        staged = storage.join(record.storage_uri, "resume", run_id)
-        if not storage.is_remote(staged):
-            found += list(Path(staged).glob("checkpoint_*"))  # what an earlier move staged there
-        newest = latest_checkpoint(sorted(found))
+        roots = [old.ray_train_dir, storage.join(record.storage_uri, "resume", run_id)]
+        newest = latest_checkpoint(checkpoints_here(roots, Path(tmp)))
         if newest is None:
             return None
         dest = storage.join(handle.storage_uri, "resume", run_id)

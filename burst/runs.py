@@ -290,18 +290,20 @@ def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
 
 def last_checkpoint(storage_uri: str, run_id: str) -> str:
     """The newest complete checkpoint of a run on its cluster's storage, in words for a message."""
+    import tempfile
+
     from .runtime import storage
     from .runtime.job import RunFiles
-    from .runtime.training import latest_checkpoint, progress_in
+    from .runtime.training import checkpoints_here, latest_checkpoint, progress_in
 
     where = RunFiles(storage_uri, run_id).ray_train_dir
-    if storage.is_remote(where):
-        return f"the newest complete one under {where}"
-    newest = latest_checkpoint(sorted(Path(where).glob("checkpoint_*")))
-    if newest is None:
-        return "not written yet (the run starts over)"
-    epochs, step = progress_in(newest)
-    return f"{newest} (epoch {epochs}" + (f", step {step} of epoch {epochs + 1})" if step else ")")
+    with tempfile.TemporaryDirectory() as tmp:
+        newest = latest_checkpoint(checkpoints_here([where], Path(tmp)))
+        if newest is None:
+            return "not written yet (the run starts over)"
+        epochs, step = progress_in(newest)
+        name = storage.join(where, newest.name) if storage.is_remote(where) else str(newest)
+    return f"{name} (epoch {epochs}" + (f", step {step} of epoch {epochs + 1})" if step else ")")
 
 
 def job_client(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = False):

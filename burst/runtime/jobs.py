@@ -41,7 +41,11 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     # AVX2-only CPUs, ~6x slower); workers read it when they first import TensorFlow.
     # Ray folds lines that differ only in numbers into "[repeated Nx across cluster]"; a scan's
     # trials print such events side by side, and every one of them counts.
-    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0"}
+    # A storage emulator on this machine (tests, a laptop's dry run of a bucket store) serves the job's buckets too.
+    from . import storage
+
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0",
+           **storage.emulator_env()}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster

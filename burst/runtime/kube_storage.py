@@ -95,6 +95,13 @@ def is_dir(value: str) -> bool:
     return _exec(p, "test", "-d", p.path, check=False).returncode == 0
 
 
+def list_dirs(value: str) -> list[str]:
+    """The names of the directories directly under the path in the pod (none when it is absent)."""
+    p = KubePath.parse(value)
+    proc = _exec(p, "find", p.path, "-mindepth", "1", "-maxdepth", "1", "-type", "d", "-printf", "%f\\n", check=False)
+    return sorted(line for line in proc.stdout.decode(errors="replace").splitlines() if line) if proc.returncode == 0 else []
+
+
 def download(value: str, dest: str) -> None:
     """A file or a directory tree in the pod to ``dest`` here (the tree's contents into ``dest``)."""
     p = KubePath.parse(value)

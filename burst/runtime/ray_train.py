@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .job import JobConfig, RunFiles, failure_line
 from .scratch import private_dir
-from .training import announce_stop, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
+from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
 
 
 def _strategy(world_size: int):
@@ -25,16 +25,23 @@ def _strategy(world_size: int):
     return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
 
 
-def checkpoints_on_storage(cfg: JobConfig) -> list[Path]:
-    """The run's checkpoint directories that Ray Train wrote to a local or shared storage directory,
-    an earlier attempt's first, oldest first (none are listed for a bucket: there, Ray's own
-    records are all there is)."""
+def checkpoints_on_storage(cfg: JobConfig, scratch_dir: Path) -> list[Path]:
+    """The run's checkpoint directories that Ray Train wrote, an earlier attempt's first (where a
+    resume was staged, or the store it ran on), oldest first, wherever they are: a directory, a
+    bucket or a claim (those copied into ``scratch_dir``)."""
+    roots = ([cfg.resume_from] if cfg.resume_from else []) + [RunFiles(cfg.storage, cfg.run_id).ray_train_dir]
+    return checkpoints_here(roots, scratch_dir)
+
+
+def ray_train_storage(root: str) -> dict:
+    """RunConfig's storage arguments for a store: a directory as it is, a bucket with its filesystem
+    (the emulator's, where the environment names one)."""
     from . import storage
 
-    earlier = sorted(Path(cfg.resume_from).glob("checkpoint_*")) if cfg.resume_from and not storage.is_remote(cfg.resume_from) else []
-    if storage.is_remote(cfg.storage):
-        return earlier
-    return earlier + sorted(Path(RunFiles(cfg.storage, cfg.run_id).ray_train_dir).glob("checkpoint_*"))
+    if not storage.is_remote(root):
+        return {"storage_path": root}
+    filesystem, inner = storage.filesystem(root)
+    return {"storage_path": inner, "storage_filesystem": filesystem}
 
 
 def train_loop_per_worker(loop_config: dict) -> None:
@@ -60,7 +67,8 @@ def train_loop_per_worker(loop_config: dict) -> None:
     # exit (to_directory left a /tmp/checkpoint_tmp_* copy behind per resumed worker)
     with contextlib.ExitStack() as held:
         restored_dirs = [Path(held.enter_context(restored.as_directory()))] if restored is not None else []
-        resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg))
+        copies = Path(held.enter_context(tempfile.TemporaryDirectory(dir=private_dir(node_scratch_dir(cfg.run_id)))))
+        resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg, copies))
         trainer, dataset_fn, steps = workload.prepare_training(
             local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
             resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch, overrides=cfg.overrides,
@@ -110,7 +118,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
             announce_stop(trainer, notices)
 
 
-def tensorflow_trainer(cfg: JobConfig, ray_train_storage: str, callbacks: tuple = (), keep_best: str | None = None):
+def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_best: str | None = None):
     """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
     (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -124,16 +132,16 @@ def tensorflow_trainer(cfg: JobConfig, ray_train_storage: str, callbacks: tuple 
         train_loop_per_worker,
         train_loop_config={"job": cfg.to_arg()},
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.gpus_per_worker > 0, resources_per_worker=resources),
-        run_config=RunConfig(name=cfg.run_id, storage_path=ray_train_storage, failure_config=FailureConfig(max_failures=cfg.max_failures),
+        run_config=RunConfig(name=cfg.run_id, **ray_train_storage(root), failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=keep, callbacks=list(callbacks)),
     )
 
 
-def train(cfg: JobConfig, ray_train_storage: str, dest: Path) -> tuple[Path | None, str | None]:
+def train(cfg: JobConfig, root: str, dest: Path) -> tuple[Path | None, str | None]:
     """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
     from . import storage
 
-    trainer = tensorflow_trainer(cfg, ray_train_storage)
+    trainer = tensorflow_trainer(cfg, root)
     try:
         result = trainer.fit()
     finally:  # a worker killed while saving leaves its half-written checkpoint here, on this node
@@ -159,7 +167,7 @@ def final_checkpoint(result, cfg: JobConfig, dest: Path) -> Path | None:
     if result.checkpoint is not None:
         kept.append(result.checkpoint)  # last: on a tie in epochs, Ray's choice wins
     with tempfile.TemporaryDirectory() as tmp:
-        candidates = checkpoints_on_storage(cfg) + [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
+        candidates = checkpoints_on_storage(cfg, Path(tmp) / "stored") + [Path(c.to_directory(str(Path(tmp) / str(i)))) for i, c in enumerate(kept)]
         best = latest_checkpoint(candidates)
         if best is None:
             return None

@@ -16,6 +16,7 @@ import json
 import math
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,6 +127,7 @@ def run(scan: ScanConfig) -> int:
 
     from . import storage
     from .entry import _publish, stage_inputs
+    from .ray_train import ray_train_storage
 
     started = time.time()
     job, storage_dir, train_files, test_files = stage_inputs(scan.job, with_test_files=True)
@@ -144,8 +146,8 @@ def run(scan: ScanConfig) -> int:
         tune_config=tune.TuneConfig(metric=scan.metric, mode="min", scheduler=scheduler, search_alg=search, num_samples=scan.trials,
                                     max_concurrent_trials=scan.concurrent, trial_dirname_creator=lambda trial: trial.trial_id,
                                     reuse_actors=False),
-        run_config=tune.RunConfig(name=scan.scan_id, storage_path=f"{job.storage.rstrip('/')}/ray-tune", callbacks=[_trial_events(scan.metric)],
-                                  verbose=0),
+        run_config=tune.RunConfig(name=scan.scan_id, **ray_train_storage(f"{job.storage.rstrip('/')}/ray-tune"),
+                                  callbacks=[_trial_events(scan.metric)], verbose=0),
     )
     grid = tuner.fit()
     out_dir = storage_dir / "runs" / scan.scan_id
@@ -207,10 +209,11 @@ def _checkpointed_history(cfg: JobConfig, metric: str, reported: list[dict]) -> 
     from .ray_train import checkpoints_on_storage
     from .training import latest_checkpoint
 
-    newest = latest_checkpoint(checkpoints_on_storage(cfg))
-    if newest is None:
-        return reported
-    saved = [h for h in json.loads((newest / "history.json").read_text())["history"] if metric in h]
+    with tempfile.TemporaryDirectory() as tmp:
+        newest = latest_checkpoint(checkpoints_on_storage(cfg, Path(tmp)))
+        if newest is None:
+            return reported
+        saved = [h for h in json.loads((newest / "history.json").read_text())["history"] if metric in h]
     if len(saved) <= len(reported):
         return reported
     paths = {h["epoch"]: h["checkpoint"] for h in reported if "checkpoint" in h}
@@ -232,24 +235,27 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
     from .ray_train import checkpoints_on_storage
 
     cfg = trial_config(scan, best["trial"], best["config"])
-    at_best = [str(c) for c in checkpoints_on_storage(cfg) if epochs_in(c) == best["best_epoch"]]
-    at_best += [h["checkpoint"] for h in best["history"] if h["epoch"] == best["best_epoch"] and "checkpoint" in h]
     dest = out_dir / "best" / "checkpoint"
     shutil.rmtree(dest, ignore_errors=True)
     source = None
-    for candidate in at_best:
-        if storage.exists(storage.join(candidate, "history.json")):
-            storage.copy_dir(candidate, str(dest))
-            source = candidate
-            break
-    if source is None:  # kept checkpoints are the best and the newest; fall back to the newest
-        from .training import latest_checkpoint
+    with tempfile.TemporaryDirectory() as tmp:
+        stored = checkpoints_on_storage(cfg, Path(tmp))  # a bucket's copied here
+        # Tune's own record names the checkpoint where it is (a bucket URI too); the store's listing follows
+        at_best = [h["checkpoint"] for h in best["history"] if h["epoch"] == best["best_epoch"] and "checkpoint" in h]
+        at_best += [str(c) for c in stored if epochs_in(c) == best["best_epoch"]]
+        for candidate in at_best:
+            if storage.exists(storage.join(candidate, "history.json")):
+                storage.copy_dir(candidate, str(dest))
+                source = candidate
+                break
+        if source is None:  # kept checkpoints are the best and the newest; fall back to the newest
+            from .training import latest_checkpoint
 
-        newest = latest_checkpoint(checkpoints_on_storage(cfg))
-        if newest is None:
-            return {"error": "the best trial left no checkpoint"}
-        shutil.copytree(newest, dest)
-        source = str(newest)
+            newest = latest_checkpoint(stored)
+            if newest is None:
+                return {"error": "the best trial left no checkpoint"}
+            shutil.copytree(newest, dest)
+            source = str(newest)
     metrics = workloads.get(cfg.workload).validate(dest, test_files, out_dir / "best" / "report", events=scan.report_events, seed=scan.job.seed,
                                 extra={"scan": scan.scan_id, "trial": best["trial"], "knobs": json.dumps(best["config"])}, gate=scan.job.gate)
     return {"trial": best["trial"], "epoch": epochs_in(dest), "checkpoint": source, "summary": metrics["summary"]}

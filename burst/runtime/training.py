@@ -47,6 +47,31 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
     return max(scored, key=lambda item: item[:2])[2] if scored else None
 
 
+def checkpoint_dirs(root: str) -> list[str]:
+    """The ``checkpoint_*`` directories under a storage path (a directory, a bucket or a claim), oldest first."""
+    from . import storage
+
+    return [storage.join(root, name) for name in storage.list_dirs(root) if name.startswith("checkpoint_")]
+
+
+def checkpoints_here(roots: list[str], scratch_dir: Path) -> list[Path]:
+    """Every checkpoint under ``roots`` as a directory on this machine, in the order of ``roots``:
+    a local one where it is, one in a bucket or claim copied into ``scratch_dir`` first (so that
+    ``latest_checkpoint`` reads the bytes it would resume from, whatever the storage)."""
+    from . import storage
+
+    out = []
+    for root in roots:
+        for uri in checkpoint_dirs(root):
+            if storage.is_remote(uri):
+                local = scratch_dir / str(len(out)) / uri.rstrip("/").rsplit("/", 1)[-1]
+                storage.copy_dir(uri, str(local))
+                out.append(local)
+            else:
+                out.append(Path(uri))
+    return out
+
+
 def node_data_dir(run_id: str) -> Path:
     """Where a worker node keeps the training files it copied from the bucket (private to the user)."""
     return scratch.run_path("data", run_id)

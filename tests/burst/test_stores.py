@@ -1,0 +1,188 @@
+"""Stores served by real storage servers: a directory, an emulated ``gs://`` bucket (PyPI's
+gcp-storage-emulator) and an emulated ``abfs://`` container (Azurite), through the same code as
+the clouds' (``burst.runtime.storage``). What money and data rest on is checked on each of them:
+files round-trip, trees copy both ways and between clouds, a run's newest complete checkpoint is
+found in a bucket (an incomplete newer one is not taken), a managed move stages it from one cloud's
+store to another's, and a run stopped by its budget on a bucket resumes on another cluster from its
+final checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
+
+STORES = ["directory", "gs", "abfs"]
+
+
+@pytest.fixture(params=STORES)
+def store(request, tmp_path) -> str:
+    if request.param == "directory":
+        return str(tmp_path / "store")
+    return request.getfixturevalue("gcs_store" if request.param == "gs" else "azure_store")
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_files_round_trip_and_are_removed(store):
+    from burst.runtime import storage
+
+    uri = storage.join(store, "runs", "r1", "STOP")
+    assert not storage.exists(uri)
+    storage.write_text(uri, "budget\n")
+    assert storage.exists(uri) and storage.read_text(uri) == "budget\n"
+    storage.remove(uri)
+    storage.remove(uri)  # absent: nothing happens
+    assert not storage.exists(uri)
+
+
+def test_a_tree_goes_up_and_comes_back_byte_for_byte(store, tmp_path):
+    from burst.runtime import storage
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.bin").write_bytes(os.urandom(300_000))
+    (src / "sub" / "b.json").write_text('{"epoch": 2}')
+    storage.copy_dir(str(src), storage.join(store, "tree"))
+    assert storage.list_dirs(store) == ["tree"] and storage.list_dirs(storage.join(store, "tree")) == ["sub"]
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(store, "tree"), str(back))
+    assert _tree(back) == _tree(src)
+    assert storage.list_dirs(storage.join(store, "nothing-here")) == []
+
+
+def test_a_tree_copies_from_one_cloud_s_store_to_the_other_s(gcs_store, azure_store, tmp_path):
+    from burst.runtime import storage
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.data").write_bytes(os.urandom(100_000))
+    storage.copy_dir(str(src), storage.join(gcs_store, "ckpt"))
+    storage.copy_dir(storage.join(gcs_store, "ckpt"), storage.join(azure_store, "ckpt"))
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(azure_store, "ckpt"), str(back))
+    assert _tree(back) == _tree(src)
+
+
+def _checkpoint(root: Path, name: str, epochs: int, step: int = 0, complete: bool = True) -> Path:
+    """A checkpoint directory as the trainers write it: history.json and a TensorFlow index and data file."""
+    d = root / name
+    d.mkdir(parents=True)
+    history = {"history": [{"epoch": e + 1} for e in range(epochs)], **({"position": {"step": step}} if step else {})}
+    (d / "history.json").write_text(json.dumps(history))
+    (d / "gan3d.index").write_bytes(b"index")
+    if complete:
+        (d / "gan3d.data-00000-of-00001").write_bytes(os.urandom(1000))
+    return d
+
+
+def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
+    """A bucket's checkpoints were never listed: a resume from a bucket started again at epoch 0."""
+    from burst.runs import last_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+    from burst.runtime.training import checkpoints_here, latest_checkpoint, progress_in
+
+    local = tmp_path / "written"
+    _checkpoint(local, "checkpoint_000000", 1)
+    _checkpoint(local, "checkpoint_000001", 2, step=4)
+    _checkpoint(local, "checkpoint_000002", 3, complete=False)  # a copy cut short: never resumed from
+    where = RunFiles(store, "r1").ray_train_dir
+    storage.copy_dir(str(local), where)
+    newest = latest_checkpoint(checkpoints_here([where], tmp_path / "copies"))
+    assert newest is not None and newest.name == "checkpoint_000001" and progress_in(newest) == (2, 4)
+    assert last_checkpoint(store, "r1") == f"{storage.join(where, 'checkpoint_000001')} (epoch 2, step 4 of epoch 3)"
+
+
+def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gcs_store, azure_store, tmp_path, monkeypatch):
+    from burst import state
+    from burst.controller import stage_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+    from burst.state import ClusterHandle, RunRecord
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    local = tmp_path / "written"
+    _checkpoint(local, "checkpoint_000000", 1)
+    newest = _checkpoint(local, "checkpoint_000001", 2, step=3)
+    storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
+    state.save(RunRecord(run_id="r1", workload="gan3d", cluster="a", provider="local", state="LOST", storage_uri=gcs_store))
+    handle = ClusterHandle(name="b", provider="local", cluster_id="b1", storage_uri=azure_store)
+    staged = stage_checkpoint("r1", handle)
+    assert staged == storage.join(azure_store, "resume", "r1")
+    assert storage.list_dirs(staged) == ["checkpoint_000001"]
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
+    assert _tree(back) == _tree(newest)
+
+
+def _burst(*args, home, cwd, check=True, timeout=300):
+    env = {**os.environ, "BURST_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"burst {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+@pytest.mark.slow
+def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gcs_store, azure_store, tmp_path, monkeypatch):
+    """The job checkpoints into the emulated GCS bucket (Ray Train through the emulator), the budget
+    guard stops it, its cluster is torn down; `--resume` on a cluster whose store is the Azure
+    container reads that final checkpoint where it is and goes on from its step."""
+    from typer.testing import CliRunner
+
+    from burst import budget, cli
+    from tests import census
+    from tests.burst.test_local_cluster import TRAIN_ARGS, raw_events
+
+    home = tmp_path / "home"
+    before = census.snapshot()
+    policy = tmp_path / "tight.yaml"
+    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
+    handle = json.loads(_burst("up", "--provider", "local", "--name", "on-gcs", "--cpus", "2", "--policy", str(policy),
+                               "--storage", f"{gcs_store}/burst", "--json", home=home, cwd=tmp_path).stdout)
+    looks = []
+
+    def clock() -> float:  # first look: just created; every later look: 56 s old, so $0.56 + $0.75 reserve > $1.30
+        looks.append(1)
+        return handle["created"] + (0 if len(looks) == 1 else 56)
+
+    monkeypatch.setattr(budget, "now", clock)
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "on-gcs", "--epochs", "2", "--steps", "10", *TRAIN_ARGS])
+    assert result.exit_code == 3, result.output[-3000:]
+    assert not (home / "clusters" / "on-gcs.json").exists()  # torn down by the budget stop
+    (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
+    assert run["state"] == "STOPPED_BUDGET" and run["storage_uri"] == f"{gcs_store}/burst"
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+
+    stopped = json.loads(storage.read_text(storage.join(RunFiles(run["storage_uri"], run["run_id"]).run_dir, "checkpoint", "stopped.json")))
+    assert stopped["step"] >= 5
+
+    _burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path)
+    try:
+        resumed = _burst("train", "gan3d", "--cluster", "on-azure", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        record = json.loads(resumed.stdout)
+        assert record["state"] == "SUCCEEDED" and record["attempts"] == 2 and record["storage_uri"] == f"{azure_store}/burst"
+        assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2]
+        log = (Path(record["run_dir"]) / "job.log").read_text()
+        starts = [e for e in raw_events(log) if e["type"] == "start"]
+        assert starts and starts[0]["resumed"] is True, starts  # from the final checkpoint in the gs bucket, not from scratch
+        steps = [e for e in raw_events(log) if e["type"] == "step"]
+        assert steps and (steps[0]["epoch"], steps[0]["step"]) == (stopped["epoch"], stopped["step"] + 1), (steps[:2], stopped)
+        # the results are in the Azure container the new cluster writes to
+        assert storage.exists(storage.join(RunFiles(record["storage_uri"], run["run_id"]).run_dir, "history.json"))
+    finally:
+        _burst("down", "on-azure", home=home, cwd=tmp_path, check=False)
+    census.assert_none_left(before)
