@@ -271,9 +271,10 @@ class Controller:
         from . import runs
 
         stopped = tracker.stopped
-        if stopped is not None and stopped.on_notice and not (budget or lease):
+        how = ending(status, stopped, budget=budget, lease=lease)
+        if how == "notice":
             return self.lost(attempt, f"it gave notice ({stopped.reason}); checkpointed at epoch {stopped.epoch} step {stopped.step}")
-        if budget or lease:
+        if how in ("budget", "lease"):
             self.end_attempt(attempt, "stopped by the budget guard" if budget else "stopped at the end of its lease")
             self.take_down(handle)  # the budget or the lease stops whoever started it
             where = f"epoch {stopped.epoch} step {stopped.step}" if stopped else "its last checkpoint"
@@ -283,10 +284,10 @@ class Controller:
             else:
                 self.finish("STOPPED", f"stopped at {where}: the lease of cluster {handle.name!r} ended; `burst train --resume {record.run_id}` goes on")
             return
-        if status == "SUCCEEDED":
+        if how == "finished":
             record = runs.collect_finished(runs.load_run(record.run_id), reachable)
             self.end_attempt(attempt, "finished")
-            if attempt.own:
+            if attempt.own or budget or lease:  # a stop asked for too late: the run is done, and the stop still takes the cluster down
                 self.take_down(handle)
             self.write_cost(record)
             self.finish(record.state, record.message or "trained, validated and collected")
@@ -372,6 +373,20 @@ class Controller:
         self.m.phase = "finished"
         self.save()
         self.say(f"run {self.m.run_id} {record.state}: {message}; spent ${self.m.spent():,.4f} over {len(self.m.attempts)} attempt(s)")
+
+
+def ending(status: str, stopped, *, budget: bool, lease: bool) -> str:
+    """How an attempt whose job reached ``status`` ended: ``finished`` (it trained every epoch: its
+    results are collected, even when a budget or lease stop was asked for after its last check),
+    ``notice`` (it checkpointed on its cluster's notice: move on), ``budget`` or ``lease`` (it
+    stopped where asked), or ``failed``."""
+    if status == "SUCCEEDED" and stopped is None:
+        return "finished"
+    if stopped is not None and stopped.on_notice and not (budget or lease):
+        return "notice"
+    if budget or lease:
+        return "budget" if budget else "lease"
+    return "finished" if status == "SUCCEEDED" else "failed"
 
 
 def request_stop(handle: ClusterHandle, run_id: str) -> None:

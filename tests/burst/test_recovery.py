@@ -81,3 +81,24 @@ def test_a_move_is_planned_for_the_run_s_own_workload(home, tmp_path):
                    attempts=[lost_spot("us-central1"), Attempt(number=2, cluster="c-2")], avoid=["gcp:us-central1"])
     flags, _ = controller.Controller(m).moved_flags()
     assert flags["workload"] == "calo" and not flags["accelerator"].lower().startswith("tpu")
+
+
+# How an attempt ended, from its job's final status, whether it stopped where asked (and why) and
+# whether the budget guard or the lease asked it to stop.
+_NOTICE = type("Stopped", (), {"on_notice": True})()
+_ASKED = type("Stopped", (), {"on_notice": False})()
+
+
+@pytest.mark.parametrize("status, stopped, budget, lease, how", [
+    ("SUCCEEDED", None, False, False, "finished"),
+    ("SUCCEEDED", None, True, False, "finished"),    # the budget's stop came after the last step: the results are collected
+    ("SUCCEEDED", None, False, True, "finished"),    # so does a lease's
+    ("SUCCEEDED", _ASKED, True, False, "budget"),    # it stopped where the budget guard asked
+    ("SUCCEEDED", _ASKED, False, True, "lease"),
+    ("SUCCEEDED", _NOTICE, False, False, "notice"),  # its cluster gave notice: the run moves
+    ("SUCCEEDED", _NOTICE, True, False, "budget"),   # a budget stop is not a move
+    ("FAILED", None, True, False, "budget"),
+    ("FAILED", None, False, False, "failed"),
+])
+def test_a_job_that_finished_wins_over_a_late_stop(status, stopped, budget, lease, how):
+    assert controller.ending(status, stopped, budget=budget, lease=lease) == how
