@@ -13,6 +13,7 @@ from . import quality, state, targets
 from .errors import BurstError
 from .records import read_json
 from .rundir import RunDirectory
+from .runtime import notice
 from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
 from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Reporter, Target
@@ -143,8 +144,9 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=target.job_storage(handle), data=target.job_path(handle, data) if data else None,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
-                    threads=resources.threads, tpu=resources.tpu, resume_from=resume_from)
-    run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from"})
+                    threads=resources.threads, tpu=resources.tpu, resume_from=resume_from,
+                    notices=notice.root(target.job_storage(handle), handle.cluster_id))
+    run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
     if earlier:
         report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}")
         clear_verdicts(handle.storage_uri, run.run_id)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import state, targets, workloads
 from .errors import BurstError
 from .records import read_json, write_json_atomic, write_text_atomic
+from .runtime import notice
 from .rundir import RunDirectory
 from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent, parse_events
 from .state import ClusterHandle, RunRecord
@@ -153,7 +154,8 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     job = JobConfig(workload=request.workload, preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
                     steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=target.job_storage(handle),
                     data=target.job_path(handle, data) if data else None, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
-                    cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads)
+                    cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads,
+                    notices=notice.root(target.job_storage(handle), handle.cluster_id))
     scan = ScanConfig(job=job, space=request.space, trials=request.trials, metric=request.metric, concurrent=concurrent,
                       grace_period=request.grace_period, reduction_factor=request.reduction_factor, search=request.search)
     record = RunRecord(run_id=scan_id, kind="scan", workload=request.workload, cluster=handle.name, provider=handle.provider,

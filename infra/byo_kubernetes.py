@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .notice_hook import hook_command
+from .notice_hook import hook_command, notice_root
 from .spec import RAY_AUTH_KEY, RAY_AUTH_SECRET
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -34,6 +34,7 @@ class ByoSpec:
     """What the RayCluster in a site's Kubernetes is made of."""
 
     name: str                           # RayCluster name (also the prefix of the Secret and the claim)
+    cluster_id: str                     # burst's id of the cluster (its handle's): where its notices go
     namespace: str
     labels: dict[str, str]              # on every object: the lease, its expiry, the burst cluster
     ray_version: str
@@ -91,7 +92,7 @@ def _pod(spec: ByoSpec, container: dict, workers: bool) -> dict:
             pod["nodeSelector"] = dict(spec.node_selector)
         if spec.tolerations:
             pod["tolerations"] = [dict(t) for t in spec.tolerations]
-        container["lifecycle"] = {"preStop": {"exec": {"command": hook_command(spec.job_storage, "checkpoint", "Kubernetes ends a worker pod",
+        container["lifecycle"] = {"preStop": {"exec": {"command": hook_command(notice_root(spec.job_storage, spec.cluster_id), "checkpoint", "Kubernetes ends a worker pod",
                                                                               NOTICE_WAIT_S)}}}
         pod["terminationGracePeriodSeconds"] = TERMINATION_GRACE_S
     elif spec.tolerations:

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .notice_hook import hook_command
+from .notice_hook import hook_command, notice_root
 from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -30,8 +30,8 @@ NOTICE_WAIT_S = 20
 TERMINATION_GRACE_S = 25
 
 
-def notice_hook(storage_uri: pulumi.Input[str]) -> dict:
-    return {"preStop": {"exec": {"command": hook_command(storage_uri, "checkpoint", "Kubernetes ends a worker pod", NOTICE_WAIT_S)}}}
+def notice_hook(root: pulumi.Input[str]) -> dict:
+    return {"preStop": {"exec": {"command": hook_command(root, "checkpoint", "Kubernetes ends a worker pod", NOTICE_WAIT_S)}}}
 
 
 def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, tolerations: list, env: list, service_account: Optional[str],
@@ -48,7 +48,7 @@ def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, toleratio
         }],
     }
     if storage_uri is not None:
-        pod["containers"][0]["lifecycle"] = notice_hook(storage_uri)
+        pod["containers"][0]["lifecycle"] = notice_hook(notice_root(storage_uri, spec.lease_id))  # the handle's cluster id
         pod["terminationGracePeriodSeconds"] = TERMINATION_GRACE_S
     if service_account:
         pod["serviceAccountName"] = service_account

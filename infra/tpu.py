@@ -20,6 +20,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from .notice_hook import notice_root
 from .spec import StackSpec
 
 METADATA = "http://metadata.google.internal/computeMetadata/v1/instance/attributes"
@@ -68,13 +69,14 @@ fi
 NOTICE_WAIT_S = 20  # of the ~30 s GCE gives a preempted VM's shutdown script
 
 
-def shutdown_script(storage_uri: str) -> str:
+def shutdown_script(root: str) -> str:
     """GCE runs it when it preempts or stops the slice: host 0 (where the training task runs) posts a
-    stop notice and waits for the run's checkpoint at the step it reached."""
+    stop notice in the cluster's notice directory ``root`` and waits for the run's checkpoint at the
+    step it reached."""
     return f"""#!/bin/bash
 md() {{ curl -sf -H 'Metadata-Flavor: Google' "{METADATA}/$1"; }}
 [ "$(md agent-worker-number || echo 0)" = "0" ] || exit 0
-python3 -m burst.runtime.notice '{storage_uri}' --action stop --source 'GCE stops the TPU slice' --wait {NOTICE_WAIT_S}
+python3 -m burst.runtime.notice '{root}' --action stop --source 'GCE stops the TPU slice' --wait {NOTICE_WAIT_S}
 """
 
 
@@ -109,7 +111,7 @@ def program(spec: StackSpec) -> dict:
         network_config=gcp.tpu.V2VmNetworkConfigArgs(network="default", enable_external_ips=spec.external_ip),
         service_account=gcp.tpu.V2VmServiceAccountArgs(email=account.email, scopes=SCOPES),
         labels=labels, metadata={"startup-script": wheel_uri.apply(lambda uri: startup_script(spec, uri)),
-                                 "shutdown-script": bucket.name.apply(lambda n: shutdown_script(f"gs://{n}"))},
+                                 "shutdown-script": bucket.name.apply(lambda n: shutdown_script(notice_root(f"gs://{n}", spec.lease_id)))},
         # the hosts download and read the token at boot: the NAT and the token's grant must exist before they start
         opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m"), depends_on=[*network, *token]),
     )

@@ -68,6 +68,7 @@ class JobConfig(TrainSettings):
     tpu: bool = False
     max_failures: int = Field(3, ge=0)
     resume_from: Optional[str] = None   # checkpoints of an earlier attempt of this run (another cluster's storage)
+    notices: Optional[str] = None       # this cluster's notice directory (notice.root); None: no one posts notices
     # filled in by the job's driver once the data is ready: where every worker reads it
     train_files: tuple[str, ...] = ()
     # a scan's trial (burst tune): the preset knobs it sets, physics on held-out MC after every

@@ -1,7 +1,8 @@
 """Notices: a cluster's warning that capacity is about to go, turned into a checkpoint.
 
-Whatever hears the warning writes one small file, ``NOTICE``, at the root of the cluster's
-storage: the Slurm allocation's batch script on its ``--signal`` before the walltime (or on
+Whatever hears the warning writes one small file, ``NOTICE``, in the cluster's own notice
+directory on its storage (``root``: ``<storage>/notices/<cluster id>``; clusters that share a
+storage never read each other's notices): the Slurm allocation's batch script on its ``--signal`` before the walltime (or on
 ``scancel``), a KubeRay pod's preStop hook when Kubernetes ends it (spot reclaim, node drain), a
 TPU VM's shutdown script when GCE preempts it. Training workers read it at their regular stop
 check and every replica agrees on acting on it (``training.fit_with_events``):
@@ -13,7 +14,7 @@ check and every replica agrees on acting on it (``training.fit_with_events``):
 
 The worker that talks for the job acknowledges a notice once its checkpoint is on storage
 (``NOTICE.taken`` holds the notice's id); whoever wrote the notice may wait for that before it
-lets the capacity go: ``python -m burst.runtime.notice STORAGE --action stop --wait 60``.
+lets the capacity go: ``python -m burst.runtime.notice ROOT --action stop --wait 60``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ class Notice:
     action: Action
     source: str
     time: float
+
+
+def root(storage: str, cluster_id: str) -> str:
+    """A cluster's notice directory on its storage: where its hooks post and its runs read."""
+    from infra.notice_hook import notice_root  # one definition, shared with the pods' hook
+
+    return notice_root(storage, cluster_id)
 
 
 def notice_uri(storage: str) -> str:
@@ -111,14 +119,14 @@ class NoticeWatch:
     posted when the worker starts was for a worker before it (its checkpoint is what this one
     restored); a ``stop`` notice is acted on whenever it is seen (the cluster is going)."""
 
-    def __init__(self, storage: str):
-        self.storage = storage
-        first = read(storage)
+    def __init__(self, storage: Optional[str]):
+        self.storage = storage  # the cluster's notice directory (None: no one posts notices to this run)
+        first = read(storage) if storage else None
         self.seen: set[str] = {first.id} if first is not None and first.action == "checkpoint" else set()
         self.acting: Optional[Notice] = None  # the notice being acted on (acknowledged after its checkpoint)
 
     def _new(self, action: Action) -> bool:
-        notice = read(self.storage)
+        notice = read(self.storage) if self.storage else None
         if notice is None or notice.id in self.seen or notice.action != action:
             return False
         self.seen.add(notice.id)

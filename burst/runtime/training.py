@@ -129,7 +129,7 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
         if speaks:
             emit(EpochEvent(epochs=cfg.epochs, said=workload.epoch_line(metrics), **metrics))
 
-    notices = NoticeWatch(cfg.storage)
+    notices = NoticeWatch(cfg.notices)
 
     def on_checkpoint(position: dict) -> None:
         if save_position is None:

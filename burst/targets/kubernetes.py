@@ -141,6 +141,11 @@ def kueue_wait(site: "OnPrem", gpus: int) -> QueueWait:
     return QueueWait(None, f"{state_line}; {gpus} GPUs wait for admission")
 
 
+def cluster_id_of(lease_id: str) -> str:
+    """The id a cluster's handle (and its notice directory) carries: its lease's first 12 hex digits."""
+    return lease_id[:12]
+
+
 class KubernetesTarget(Target):
     """A site's own Kubernetes cluster, driven through kubectl and helm; burst creates only the RayCluster and its objects."""
 
@@ -186,7 +191,7 @@ class KubernetesTarget(Target):
         from .pulumi_stack import ray_version
 
         return ByoSpec(
-            name=safe_name(f"burst-{name}", 40), namespace=site.namespace,
+            name=safe_name(f"burst-{name}", 40), cluster_id=cluster_id_of(lease_id), namespace=site.namespace,
             labels={"burst-lease": lease_id, "burst-expires": str(expires), "burst-cluster": safe_name(name, 63)},
             ray_version=ray_version(), workers=workers, gpus_per_worker=per_worker, image=placement.image,
             node_selector=dict(site.node_selector), tolerations=tuple(t.manifest() for t in site.tolerations),
@@ -218,7 +223,7 @@ class KubernetesTarget(Target):
         context = site.context or current_context()
         lease_id = uuid.uuid4().hex
         expires = int(time.time() + 3600 * (lease.hours or 24.0))
-        claim = ClusterHandle(name=name, provider=self.provider, cluster_id=lease_id[:12], state="starting", region=site.name,
+        claim = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id_of(lease_id), state="starting", region=site.name,
                               accelerator=site.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
                               created=time.time(), expires=expires, starter_pid=os.getpid(), storage_uri="",
                               layout={"count": placement.count, "gpus": placement.count, "accelerator": site.accelerator},

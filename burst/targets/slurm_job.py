@@ -5,7 +5,7 @@ chosen free there, its dashboard on that node's loopback, token authentication o
 private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
 cluster directory (shared storage) so that ``burst up`` learns where the head is.
 
-On SIGTERM it first posts a ``stop`` notice on the cluster's storage (``burst.runtime.notice``)
+On SIGTERM it first posts a ``stop`` notice in the cluster's notice directory on its storage (``burst.runtime.notice``)
 and waits up to GRACE_S for the training workers to checkpoint where they are and for the jobs to
 end: the signal sbatch's ``--signal=B:TERM@N`` sends this script alone N seconds before the
 walltime. (A ``scancel`` or the walltime itself signals every process of the job: Ray ends at once
@@ -52,8 +52,9 @@ def _jobs_running(url: str, token: Path) -> bool:
 def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0) -> int:
     from ..runtime import notice
 
-    if storage:
-        notice.clear(storage)  # a notice to the allocation before this one is not for this one
+    notices = notice.root(storage, cluster_id) if storage else None  # this allocation's, never another's on the same storage
+    if notices:
+        notice.clear(notices)  # a notice to a cluster of this id before (a restarted allocation) is not for this one
     nodes = int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
     host = socket.gethostname()
     multi = nodes > 1
@@ -90,11 +91,11 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     noticed = []
 
     def on_signal(signum, frame) -> None:
-        if signum == signal.SIGTERM and storage and grace_s > 0 and not noticed:
+        if signum == signal.SIGTERM and notices and grace_s > 0 and not noticed:
             noticed.append(signum)  # a second signal (the walltime, scancel) cuts the wait short
             deadline = time.time() + grace_s
-            posted = notice.write(storage, "stop", f"Slurm job {os.environ.get('SLURM_JOB_ID')} signalled (walltime near, or cancelled)")
-            notice.wait_taken(storage, posted, grace_s, alive=lambda: procs[0].poll() is None)
+            posted = notice.write(notices, "stop", f"Slurm job {os.environ.get('SLURM_JOB_ID')} signalled (walltime near, or cancelled)")
+            notice.wait_taken(notices, posted, grace_s, alive=lambda: procs[0].poll() is None)
             jobs_url = f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/"
             while time.time() < deadline and procs[0].poll() is None and _jobs_running(jobs_url, token):
                 time.sleep(0.5)  # the job publishes what it has and ends

@@ -104,7 +104,7 @@ def test_the_dry_run_renders_schema_valid_manifests_sized_by_the_plan(tmp_path, 
         assert "suspend" not in rc["spec"]
     if "storage" in extra:
         assert "PersistentVolumeClaim" not in objects and "volumes" not in pod
-        assert "gs://lab-bucket/burst" in pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        assert pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][3].startswith("gs://lab-bucket/burst/notices/")
     else:
         claim = objects["PersistentVolumeClaim"]["metadata"]["name"]
         assert pod["volumes"] == [{"name": "burst-storage", "persistentVolumeClaim": {"claimName": claim}}]
@@ -162,6 +162,11 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
         assert invalid(obj) == []
     token = Path(handle["token_path"]).read_text().strip()
     assert applied[0]["stringData"]["auth_token"] == token and token not in json.dumps(handle)
+    from burst.runtime import notice
+
+    for group in applied[2]["spec"]["workerGroupSpecs"]:  # a worker pod's preStop posts where this cluster's runs read
+        hook = group["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        assert hook[3] == notice.root("/mnt/burst", handle["cluster_id"])
 
     (fake / "calls.jsonl").unlink()
     proc = burst("down", "lab", home=home, fake=fake)

@@ -160,7 +160,7 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
     # preempted or stopped, host 0 posts a stop notice on the bucket and waits for the run's checkpoint
     shutdown = i["metadata"]["shutdown-script"]
-    assert f"python3 -m burst.runtime.notice '{bucket_uri(resources)}' --action stop" in shutdown and "--wait 20" in shutdown
+    assert f"python3 -m burst.runtime.notice '{bucket_uri(resources)}/notices/{spec.lease_id}' --action stop" in shutdown and "--wait 20" in shutdown
     assert_every_resource_is_labelled(resources, spec)
 
 
@@ -249,7 +249,9 @@ def test_a_worker_pod_that_kubernetes_ends_first_posts_a_checkpoint_notice_on_th
         pod = group["template"]["spec"]
         command = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         assert command[:3] == ["python", "-c", HOOK_SCRIPT] and command[4:] == ["checkpoint", "Kubernetes ends a worker pod", str(NOTICE_WAIT_S)]
-        assert command[3] == bucket_uri(resources) if provider == "gcp" else command[3].startswith("abfs://")  # the stack's own storage
+        # the cluster's own notice directory on the stack's storage (its id: the lease's, as its handle's)
+        assert command[3] == f"{bucket_uri(resources)}/notices/{spec.lease_id}" if provider == "gcp" else (
+            command[3].startswith("abfs://") and command[3].endswith(f"/notices/{spec.lease_id}"))
         assert NOTICE_WAIT_S < pod["terminationGracePeriodSeconds"] == TERMINATION_GRACE_S
     # tests/burst/test_notice.py runs this very command and shows a worker acting on its notice
 
