@@ -146,7 +146,7 @@ class Controller:
         n, name = attempt.number, attempt.cluster
         request = runs.TrainRequest(**self.m.request).model_copy(update={"cluster": name, "detach": True,
                                                                          "resume": self.m.run_id if n > 1 else None})
-        resume_from = stage_checkpoint(self.m.run_id, handle) if n > 1 else None
+        resume_from = runs.stage_checkpoint(runs.load_run(self.m.run_id), handle) if n > 1 else None
         spent = self.m.spent() - attempt.cost_until(time.time())  # the attempts before this one (the guard counts this cluster itself)
         budget = None if self.m.budget_usd is None else self.m.budget_usd - spent
         if budget is not None and budget <= 0:
@@ -276,6 +276,7 @@ class Controller:
             return self.lost(attempt, f"it gave notice ({stopped.reason}); checkpointed at epoch {stopped.epoch} step {stopped.step}")
         if how in ("budget", "lease"):
             self.end_attempt(attempt, "stopped by the budget guard" if budget else "stopped at the end of its lease")
+            self.keep_checkpoint(handle, record)  # the final one: `--resume` goes on from it
             self.take_down(handle)  # the budget or the lease stops whoever started it
             where = f"epoch {stopped.epoch} step {stopped.step}" if stopped else "its last checkpoint"
             if budget:
@@ -321,6 +322,7 @@ class Controller:
                  f"cost ${attempt.cost_usd:,.4f}; newest checkpoint {last_checkpoint(record.storage_uri, record.run_id) if record.storage_uri else 'none'}")
         handle = state.load(ClusterHandle, attempt.cluster)
         if handle is not None and attempt.own:
+            self.keep_checkpoint(handle, record)  # before its storage goes with it: the next attempt resumes from it
             self.take_down(handle)
         kind = targets.get(attempt.provider).kind if attempt.provider in targets.PROVIDERS else "local"
         self.m.avoid.append(f"{attempt.provider}:{attempt.region}" if kind == "cloud" and attempt.region else attempt.provider)
@@ -330,6 +332,16 @@ class Controller:
             self.finish("LOST", f"cluster {attempt.cluster} lost ({why}); not moved: {why_not}; `burst train --resume {self.m.run_id}` goes on")
             return
         self.say(f"moving run {self.m.run_id}: planning again without {', '.join(self.m.avoid)}")
+
+    def keep_checkpoint(self, handle: ClusterHandle, record: RunRecord) -> None:
+        """Copy the run's newest checkpoint to this machine when ``handle``'s storage goes with it."""
+        from .runs import keep_checkpoint
+
+        if targets.get(handle.provider).storage_outlives(handle):
+            return
+        kept = keep_checkpoint(record)
+        self.say(f"newest checkpoint kept on this machine at {kept} before cluster {handle.name} and its storage go" if kept else
+                 f"cluster {handle.name} and its storage go with no complete checkpoint of the run")
 
     def take_down(self, handle: ClusterHandle) -> None:
         try:
@@ -395,33 +407,6 @@ def request_stop(handle: ClusterHandle, run_id: str) -> None:
     from .runtime.job import RunFiles
 
     storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "lease\n")
-
-
-def stage_checkpoint(run_id: str, handle: ClusterHandle) -> Optional[str]:
-    """The newest complete checkpoint of ``run_id`` on the store it last ran on (what Ray Train wrote
-    there, and what an earlier move staged there), copied to ``handle``'s store when that is another;
-    where the next attempt resumes from (None: nothing to resume). Directories, buckets and claims alike."""
-    from .runs import load_run
-    from .runtime import storage
-    from .runtime.job import RunFiles
-    from .runtime.training import checkpoints_here, latest_checkpoint
-
-    record = load_run(run_id)
-    if not record.storage_uri:
-        return None
-    old = RunFiles(record.storage_uri, run_id)
-    if record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/"):
-        return old.ray_train_dir
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        roots = [old.ray_train_dir, storage.join(record.storage_uri, "resume", run_id)]
-        newest = latest_checkpoint(checkpoints_here(roots, Path(tmp)))
-        if newest is None:
-            return None
-        dest = storage.join(handle.storage_uri, "resume", run_id)
-        storage.copy_dir(str(newest), storage.join(dest, newest.name))
-    return dest
 
 
 # --------------------------------------------------------------------------- the watcher

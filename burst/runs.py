@@ -139,7 +139,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         report.say(f"batch per replica {planned}, as planned by `burst up`")
     resources = target.job_resources(handle, request.workers)
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
-    resume_from = resume_from or (RunFiles(earlier.storage_uri, earlier.run_id).ray_train_dir if earlier else None)
+    resume_from = resume_from or (stage_checkpoint(earlier, handle) if earlier else None)
     resume_from = target.job_path(handle, resume_from) if resume_from else None  # the job's view of the storage
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=target.job_storage(handle), data=target.job_path(handle, data) if data else None,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
@@ -148,7 +148,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                     notices=notice.root(target.job_storage(handle), handle.cluster_id))
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
     if earlier:
-        report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}")
+        report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}" if resume_from else
+                   f"resuming run {run.run_id} (attempt {run.attempts}): no complete checkpoint of it is left, so it starts again at epoch 1")
         clear_verdicts(handle.storage_uri, run.run_id)
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
@@ -213,8 +214,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         run.state = "STOPPED_BUDGET"
         where = tracker.stopped
         run.message = (f"stopped by the budget guard at epoch {where.epoch if where else '?'} step {where.step if where else '?'}: "
-                       f"${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; final checkpoint "
-                       f"{Path(handle.storage_uri) / 'runs' / run.run_id / 'checkpoint'}")
+                       f"${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; final checkpoint {_final_checkpoint(target, handle, run)}")
     with state.locked():
         state.save(run)
     if stopped:
@@ -225,6 +225,18 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if run.state == "FAILED_QUALITY":
         raise BurstError(f"run {run.run_id} {run.message}; report: {run.run_dir}/report/report.html", exit_code=quality.EXIT_CODE)
     return run
+
+
+def _final_checkpoint(target: Target, handle: ClusterHandle, run: RunRecord) -> str:
+    """Where a stopped run's final checkpoint stays once its cluster is taken down (copied to this
+    machine first when the cluster's storage goes with it), in words for its message."""
+    from .runtime import storage
+    from .runtime.job import RunFiles
+
+    if target.storage_outlives(handle):
+        return storage.join(RunFiles(handle.storage_uri, run.run_id).run_dir, "checkpoint")
+    kept = keep_checkpoint(run)
+    return f"kept on this machine at {kept} (the cluster's storage goes with it)" if kept else "none: no complete checkpoint was written"
 
 
 def _ended_on_notice(run: RunRecord, tracker) -> BurstError:
@@ -288,6 +300,74 @@ def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
     if verdict.get("passed") is False:
         run.state = "FAILED_QUALITY"
         run.message = "failed its quality gate: " + ", ".join(f"{k} {v['value']:.4g} > {v['max']:.4g}" for k, v in verdict["failing"].items())
+
+
+def kept_checkpoints(run_id: str) -> Path:
+    """Where this machine keeps a run's newest checkpoint when the store it was on goes with its
+    cluster (a cloud stack's own bucket, a site claim): the next attempt is staged from here."""
+    return state.home() / "checkpoints" / state.check_name(run_id, "run")
+
+
+def _reachable_checkpoints(record: RunRecord, scratch: Path) -> list[Path]:
+    """Every checkpoint of the run burst can still reach, as directories here: those kept on this
+    machine, then its store's (what Ray Train wrote there, what a move staged there). A store gone
+    with its cluster is passed over: what was kept here stands for it."""
+    from .runtime import storage
+    from .runtime.job import RunFiles
+    from .runtime.training import checkpoints_here
+
+    found = checkpoints_here([str(kept_checkpoints(record.run_id))], scratch)
+    if record.storage_uri:
+        for root in (RunFiles(record.storage_uri, record.run_id).ray_train_dir, storage.join(record.storage_uri, "resume", record.run_id)):
+            try:
+                found += checkpoints_here([root], scratch)
+            except OSError:
+                pass
+    return found
+
+
+def keep_checkpoint(record: RunRecord) -> Optional[Path]:
+    """Copy the run's newest complete checkpoint to this machine (``kept_checkpoints``) before a
+    cluster whose storage goes with it is taken down; the copy (None: the run has none)."""
+    import os
+    import shutil
+    import tempfile
+
+    from .runtime.training import latest_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp)))
+        if newest is None:
+            return None
+        dest = kept_checkpoints(record.run_id) / newest.name
+        if newest.parent != dest.parent and not dest.exists():
+            partial = dest.with_name(f".partial-{newest.name}")  # not a checkpoint_* name: never taken for one while it is copied
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(newest, partial)
+            os.replace(partial, dest)
+    return dest
+
+
+def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[str]:
+    """Where the next attempt of ``record`` on ``handle`` resumes from: its store's own checkpoints
+    when it runs on the same store again, else the newest complete checkpoint burst can reach
+    (kept here, or on the store it ran on) copied to ``handle``'s store (None: nothing to resume).
+    Directories, buckets and claims alike; a copy through this machine works between clouds."""
+    from .runtime import storage
+    from .runtime.job import RunFiles
+    from .runtime.training import latest_checkpoint
+
+    if record.storage_uri and record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/"):
+        return RunFiles(record.storage_uri, record.run_id).ray_train_dir
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp)))
+        if newest is None:
+            return None
+        dest = storage.join(handle.storage_uri, "resume", record.run_id)
+        storage.copy_dir(str(newest), storage.join(dest, newest.name))
+    return dest
 
 
 def last_checkpoint(storage_uri: str, run_id: str) -> str:

@@ -58,13 +58,16 @@ def checkpoints_here(roots: list[str], scratch_dir: Path) -> list[Path]:
     """Every checkpoint under ``roots`` as a directory on this machine, in the order of ``roots``:
     a local one where it is, one in a bucket or claim copied into ``scratch_dir`` first (so that
     ``latest_checkpoint`` reads the bytes it would resume from, whatever the storage)."""
+    import tempfile
+
     from . import storage
 
     out = []
     for root in roots:
         for uri in checkpoint_dirs(root):
             if storage.is_remote(uri):
-                local = scratch_dir / str(len(out)) / uri.rstrip("/").rsplit("/", 1)[-1]
+                scratch_dir.mkdir(parents=True, exist_ok=True)
+                local = Path(tempfile.mkdtemp(dir=scratch_dir)) / uri.rstrip("/").rsplit("/", 1)[-1]
                 storage.copy_dir(uri, str(local))
                 out.append(local)
             else:

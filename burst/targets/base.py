@@ -134,6 +134,12 @@ class Target(ABC):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """True while the cluster can take jobs."""
 
+    def storage_outlives(self, handle: ClusterHandle) -> bool:
+        """True when the cluster's storage is still there after ``down`` (a directory, a bucket it
+        was given); False when ``down`` deletes it with the cluster (its own bucket or claim), so
+        that what a run must keep is copied off first."""
+        return True
+
     def answers_here(self, handle: ClusterHandle) -> bool:
         """True when this machine reaches the head without opening a tunnel (``status`` asks only these)."""
         return True

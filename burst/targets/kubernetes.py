@@ -399,6 +399,11 @@ class KubernetesTarget(Target):
     def job_storage(self, handle: ClusterHandle) -> str:
         return handle.outputs.get("job_storage") or handle.storage_uri
 
+    def storage_outlives(self, handle: ClusterHandle) -> bool:
+        from ..runtime import kube_storage
+
+        return not kube_storage.is_kube(handle.storage_uri)  # a claim is deleted with the cluster; the site's bucket stays
+
 
 def _chart_version() -> str:
     from infra.spec import KUBERAY_CHART_VERSION

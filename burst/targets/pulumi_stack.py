@@ -94,6 +94,9 @@ class PulumiTarget(Target):
     def default_cluster_name(self) -> str:  # type: ignore[override]
         return self.provider
 
+    def storage_outlives(self, handle: ClusterHandle) -> bool:
+        return False  # the stack's own bucket, destroyed with it (force_destroy)
+
     # ------------------------------------------------------------------ what subclasses say
 
     @abstractmethod

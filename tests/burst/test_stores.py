@@ -104,7 +104,7 @@ def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
 
 def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gcs_store, azure_store, tmp_path, monkeypatch):
     from burst import state
-    from burst.controller import stage_checkpoint
+    from burst.runs import stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
     from burst.state import ClusterHandle, RunRecord
@@ -114,14 +114,75 @@ def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gc
     _checkpoint(local, "checkpoint_000000", 1)
     newest = _checkpoint(local, "checkpoint_000001", 2, step=3)
     storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
-    state.save(RunRecord(run_id="r1", workload="gan3d", cluster="a", provider="local", state="LOST", storage_uri=gcs_store))
+    record = RunRecord(run_id="r1", workload="gan3d", cluster="a", provider="local", state="LOST", storage_uri=gcs_store)
     handle = ClusterHandle(name="b", provider="local", cluster_id="b1", storage_uri=azure_store)
-    staged = stage_checkpoint("r1", handle)
+    staged = stage_checkpoint(record, handle)
     assert staged == storage.join(azure_store, "resume", "r1")
     assert storage.list_dirs(staged) == ["checkpoint_000001"]
     back = tmp_path / "back"
     storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
     assert _tree(back) == _tree(newest)
+
+
+@pytest.mark.parametrize("how", ["lost", "budget"])
+def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_taken_down(how, gcs_store, azure_store, tmp_path, monkeypatch):
+    """A GKE cluster's bucket is destroyed with its stack: a move (its cluster lost) or a budget stop
+    copies the newest checkpoint to this machine first, and the next attempt, on another cloud's
+    store, resumes from that copy. The cloud's teardown is the one stand-in: it empties the bucket,
+    as Pulumi's destroy of a force_destroy bucket does."""
+    from burst import controller, state
+    from burst.managed import Attempt, ManagedRun
+    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+    from burst.state import ClusterHandle, RunRecord
+    from pyarrow import fs
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    local = tmp_path / "written"
+    _checkpoint(local, "checkpoint_000000", 1)
+    newest = _checkpoint(local, "checkpoint_000001", 2, step=6)
+    storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
+    gke = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", state="running", storage_uri=gcs_store, created=1.0)
+    state.save(gke)
+    state.save(RunRecord(run_id="r1", workload="gan3d", cluster="g", provider="gcp", state="RUNNING", storage_uri=gcs_store))
+    m = ManagedRun(run_id="r1", request={}, cluster="g", budget_usd=10.0,
+                   attempts=[Attempt(number=1, cluster="g", provider="gcp", region="us-central1", started=1.0, cluster_created=1.0)])
+    destroyed = []
+
+    def destroy(self, handle):  # what `pulumi destroy` does to the stack's bucket
+        bucket, inner = storage.filesystem(handle.storage_uri)
+        for info in bucket.get_file_info(fs.FileSelector(inner, recursive=True)):
+            if info.type == fs.FileType.File:
+                bucket.delete_file(info.path)
+        state.delete(ClusterHandle, handle.name)
+        destroyed.append(handle.name)
+
+    monkeypatch.setattr(controller.Controller, "take_down", destroy)
+    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
+    c = controller.Controller(m)
+    if how == "lost":
+        c.lost(m.attempts[0], "the spot pool was reclaimed")
+    else:
+        stopped = type("Stopped", (), {"on_notice": False, "epoch": 2, "step": 6})()
+        tracker = type("Tracker", (), {"stopped": stopped})()
+        c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", tracker, budget=True, lease=False)
+    assert destroyed == ["g"] and not any(i.type == fs.FileType.File for i in _listing(gcs_store))  # the bucket holds nothing now
+    assert [p.name for p in kept_checkpoints("r1").iterdir()] == ["checkpoint_000001"]
+    handle = ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store)
+    staged = stage_checkpoint(load_run("r1"), handle)
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
+    assert _tree(back) == _tree(newest)
+
+
+def _listing(uri: str):
+    from pyarrow import fs
+
+    from burst.runtime import storage
+
+    bucket, inner = storage.filesystem(uri)
+    return bucket.get_file_info(fs.FileSelector(inner, recursive=True))
 
 
 def _burst(*args, home, cwd, check=True, timeout=300):
