@@ -318,7 +318,8 @@ def _reachable_checkpoints(record: RunRecord, scratch: Path) -> list[Path]:
 
     found = checkpoints_here([str(kept_checkpoints(record.run_id))], scratch)
     if record.storage_uri:
-        for root in (RunFiles(record.storage_uri, record.run_id).ray_train_dir, storage.join(record.storage_uri, "resume", record.run_id)):
+        files = RunFiles(record.storage_uri, record.run_id)
+        for root in (files.ray_train_dir, files.tpu_checkpoints, storage.join(record.storage_uri, "resume", record.run_id)):
             try:
                 found += checkpoints_here([root], scratch)
             except OSError:

@@ -9,7 +9,21 @@ import shutil
 from pathlib import Path
 
 from .job import JobConfig, RunFiles
-from .training import announce_stop, fit_with_events, latest_checkpoint, local_files
+from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files
+
+
+def resume_point(cfg: JobConfig, local_root: Path) -> Path | None:
+    """The newest complete checkpoint a TPU run goes on from: its own on the cluster's storage
+    (copied to ``local_root``), or one staged from an earlier attempt elsewhere (``resume_from``:
+    a move, or `--resume`, from a GPU or CPU cluster too)."""
+    from . import storage
+
+    ckpt_root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
+    if storage.exists(ckpt_root):
+        storage.copy_dir(ckpt_root, str(local_root))
+    own = sorted(local_root.glob("epoch_*")) if local_root.exists() else []
+    staged = checkpoints_here([cfg.resume_from], local_root / ".staged") if cfg.resume_from else []
+    return latest_checkpoint(staged + own)
 
 
 def train_on_host(cfg_arg: str, final_dir: str) -> str:
@@ -26,9 +40,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     strategy = tf.distribute.TPUStrategy(resolver)
     ckpt_root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
     local_root = scratch.fresh(scratch.run_path("tpu-checkpoints", cfg.run_id))  # the storage holds the truth
-    if storage.exists(ckpt_root):
-        storage.copy_dir(ckpt_root, str(local_root))
-    resume = latest_checkpoint(sorted(local_root.glob("epoch_*"))) if local_root.exists() else None
+    resume = resume_point(cfg, local_root)
     trainer, dataset_fn, steps = workloads.get(cfg.workload).prepare_training(
         local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy,
         seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch)

@@ -47,11 +47,14 @@ def latest_checkpoint(candidates: list[Path]) -> Path | None:
     return max(scored, key=lambda item: item[:2])[2] if scored else None
 
 
+CHECKPOINT_PREFIXES = ("checkpoint_", "epoch_")  # Ray Train's names; the TPU driver's (epoch_0002, epoch_0001_step_000040)
+
+
 def checkpoint_dirs(root: str) -> list[str]:
-    """The ``checkpoint_*`` directories under a storage path (a directory, a bucket or a claim), oldest first."""
+    """The checkpoint directories under a storage path (a directory, a bucket or a claim), oldest first."""
     from . import storage
 
-    return [storage.join(root, name) for name in storage.list_dirs(root) if name.startswith("checkpoint_")]
+    return [storage.join(root, name) for name in storage.list_dirs(root) if name.startswith(CHECKPOINT_PREFIXES)]
 
 
 def checkpoints_here(roots: list[str], scratch_dir: Path) -> list[Path]:

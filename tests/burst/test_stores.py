@@ -124,6 +124,30 @@ def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gc
     assert _tree(back) == _tree(newest)
 
 
+def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gcs_store, azure_store, tmp_path):
+    """TPU checkpoints (epoch_0002, epoch_0002_step_000004 under tpu-checkpoints/) were never staged,
+    and the TPU driver ignored a staged checkpoint: a move to or from a TPU slice started at epoch 0."""
+    from burst.runs import stage_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import JobConfig, RunFiles
+    from burst.runtime.tpu import resume_point
+    from burst.state import ClusterHandle, RunRecord
+
+    written = tmp_path / "tpu"
+    _checkpoint(written, "epoch_0001", 1)
+    newest = _checkpoint(written, "epoch_0001_step_000004", 1, step=4)
+    storage.copy_dir(str(written), RunFiles(gcs_store, "r1").tpu_checkpoints)
+    record = RunRecord(run_id="r1", workload="gan3d", cluster="tpu", provider="gcp-tpu", state="LOST", storage_uri=gcs_store)
+    staged = stage_checkpoint(record, ClusterHandle(name="b", provider="azure", cluster_id="b1", storage_uri=azure_store))
+    assert storage.list_dirs(staged) == ["epoch_0001_step_000004"]
+    # the next attempt on a TPU slice: its own storage holds an older checkpoint of its own; the staged one is further on
+    own = tmp_path / "slice-storage"
+    _checkpoint(Path(RunFiles(str(own), "r1").tpu_checkpoints), "epoch_0001", 1)
+    cfg = JobConfig(workload="gan3d", run_id="r1", storage=str(own), synthetic=100, resume_from=staged)
+    found = resume_point(cfg, tmp_path / "local")
+    assert found is not None and _tree(found) == _tree(newest)
+
+
 @pytest.mark.parametrize("how", ["lost", "budget"])
 def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_taken_down(how, gcs_store, azure_store, tmp_path, monkeypatch):
     """A GKE cluster's bucket is destroyed with its stack: a move (its cluster lost) or a budget stop
