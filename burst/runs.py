@@ -119,8 +119,9 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
         raise BurstError(f"run {earlier.run_id} recorded no storage; it cannot be resumed (it ran before burst recorded it)")
     old = earlier.config
     kept = {k: old[k] for k in TrainSettings.model_fields if k in old}
+    data = old["data_source"] if "data_source" in old else old.get("data")  # a record from before data_source: the job's path
     return request.model_copy(update={**kept, "workload": earlier.workload, "workers": old.get("workers", request.workers),
-                                      "data": old.get("data"), "synthetic": old.get("synthetic"), "managed": earlier.managed or request.managed})
+                                      "data": data, "synthetic": old.get("synthetic"), "managed": earlier.managed or request.managed})
 
 
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
@@ -147,6 +148,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                     threads=resources.threads, tpu=resources.tpu, resume_from=resume_from,
                     notices=notice.root(target.job_storage(handle), handle.cluster_id))
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
+    run.config["data_source"] = request.data  # as the user gave it: a resume stages it again, not the old cluster's copy
     if earlier:
         report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}" if resume_from else
                    f"resuming run {run.run_id} (attempt {run.attempts}): no complete checkpoint of it is left, so it starts again at epoch 1")

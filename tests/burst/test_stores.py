@@ -271,3 +271,21 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
     finally:
         _burst("down", "on-azure", home=home, cwd=tmp_path, check=False)
     census.assert_none_left(before)
+
+
+def test_a_resume_stages_the_data_the_user_gave_not_the_old_cluster_s_copy(tmp_path, monkeypatch):
+    """A `--data` run on a cluster that copied the data onto its own storage (a Kubernetes claim,
+    /mnt/burst/data/RUN/source) resumed with that path: every such resume failed."""
+    from burst import runs, state
+    from burst.runs import TrainRequest
+    from burst.state import RunRecord
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    config = {"workload": "gan3d", "epochs": 3, "data": "/mnt/burst/data/r1/source", "data_source": str(tmp_path / "showers"), "workers": 1}
+    earlier = RunRecord(run_id="r1", workload="gan3d", cluster="lab", provider="kubernetes", state="LOST", storage_uri="kube://lab/ns/rc/mnt/burst",
+                        config=config)
+    state.save(earlier)
+    request = runs._resumed(TrainRequest.of(cluster="next"), earlier)
+    assert request.data == str(tmp_path / "showers") and request.epochs == 3
+    older = earlier.model_copy(update={"config": {k: v for k, v in config.items() if k != "data_source"}})  # a record from before
+    assert runs._resumed(TrainRequest.of(cluster="next"), older).data == "/mnt/burst/data/r1/source"
