@@ -196,14 +196,16 @@ class Target(ABC):
         return there + uri[len(here):] if here != there and (uri == here or uri.startswith(here + "/")) else uri
 
     def stage_data(self, handle: ClusterHandle, data: str, run_id: str, report: Reporter = QUIET) -> str:
-        """Where the job finds ``--data``: a bucket URI as given, else a path the cluster can read."""
+        """Where the job finds ``--data``: a bucket URI as given, a path the cluster can read, or the
+        dataset staged on the cluster's store once, under its content hash (``runtime.datasets``)."""
         if "://" in str(data):
             return str(data)
         if self.reads_local_paths:
             return str(Path(data).resolve())
-        from ..runtime import storage
+        from ..runtime import datasets
 
-        dest = storage.join(handle.storage_uri, "data", run_id, "source")
-        report.say(f"copying {data} to {dest}")
-        storage.copy_dir(str(Path(data).resolve()), dest)
-        return dest
+        report.say(f"staging {data} on {handle.storage_uri} (once per store: a dataset is kept under its content hash)")
+        staged = datasets.stage(Path(data), handle.storage_uri)
+        report.say(f"dataset {staged.key}: {staged.bytes_copied:,} of {staged.bytes_total:,} bytes copied"
+                   + (" (already on the store)" if staged.bytes_copied == 0 else "") + f"; {staged.uri}")
+        return staged.uri

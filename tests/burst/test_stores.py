@@ -289,3 +289,37 @@ def test_a_resume_stages_the_data_the_user_gave_not_the_old_cluster_s_copy(tmp_p
     assert request.data == str(tmp_path / "showers") and request.epochs == 3
     older = earlier.model_copy(update={"config": {k: v for k, v in config.items() if k != "data_source"}})  # a record from before
     assert runs._resumed(TrainRequest.of(cluster="next"), older).data == "/mnt/burst/data/r1/source"
+
+
+def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_complete(store, tmp_path, monkeypatch):
+    """Every run copied its dataset again. Now the second run (a scan's trial, a resume, a move into
+    the same store) copies 0 bytes; a copy cut short before its marker is copied again."""
+    from burst import targets
+    from burst.runtime import datasets, storage
+    from burst.state import ClusterHandle
+    from burst.targets.base import Reporter
+
+    data = tmp_path / "showers"
+    (data / "train").mkdir(parents=True)
+    for i in range(3):
+        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(200_000))
+    said = []
+    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    handle = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=store)
+    gke = targets.get("gcp")  # a cloud target: its nodes cannot read this machine's disk
+    real_write = storage.write_text
+    monkeypatch.setattr(storage, "write_text", lambda uri, text: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # killed after the files, before the marker
+        gke.stage_data(handle, str(data), "r1", report)
+    monkeypatch.setattr(storage, "write_text", real_write)
+    first = gke.stage_data(handle, str(data), "r1", report)
+    assert "600,000 of 600,000 bytes copied" in said[-1]  # the cut copy was not taken for complete
+    second = gke.stage_data(handle, str(data), "r2", report)
+    assert second == first and "0 of 600,000 bytes copied (already on the store)" in said[-1]
+    back = tmp_path / "back"
+    storage.copy_dir(first, str(back))
+    assert _tree(back) == _tree(data)
+    (data / "train" / "ele_0.h5").write_bytes(os.urandom(200_000))  # one file changed: another dataset
+    third = gke.stage_data(handle, str(data), "r3", report)
+    assert third != first and "600,000 of 600,000 bytes copied" in said[-1]
+    assert len(storage.list_dirs(storage.join(store, "datasets"))) == 2
