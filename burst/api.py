@@ -29,7 +29,7 @@ from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
 
 __all__ = ["plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
-           "ClusterStatus", "DamagedRecord", "BurstError"]
+           "ClusterStatus", "DamagedRecord", "StagedDataset", "datasets", "remove_dataset", "BurstError"]
 
 MAX_LEASE_HOURS = 8760.0
 
@@ -434,6 +434,61 @@ def status() -> Status:
     return Status(clusters=rows, runs=[r if r.managed else tracking.refresh(r, by_name) for r in records],
                   moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed}, revived=revived,
                   damaged=[DamagedRecord.of(d) for d in damaged])
+
+
+class StagedDataset(BaseModel):
+    """A dataset on a store (``burst.runtime.datasets``): its size and what keeping it costs a month."""
+
+    store: str
+    key: str
+    uri: str
+    complete: bool
+    bytes: int
+    files: int
+    staged_at: Optional[float]
+    source: Optional[str]
+    usd_per_month: Optional[float]  # None: a directory or a site claim, not billed by a cloud
+
+
+def _known_stores() -> list[str]:
+    """Every store a recorded cluster or run uses, once each."""
+    damaged: list[Damaged] = []
+    uris = [h.storage_uri for h in state.load_all(ClusterHandle, damaged)] + [r.storage_uri for r in state.load_all(RunRecord, damaged)]
+    return list(dict.fromkeys(u for u in uris if u))
+
+
+def _staged(entry) -> StagedDataset:
+    from .placement.estimate import provider_facts
+
+    provider = targets.store_provider(entry.store)
+    price = provider_facts()[provider].storage_usd_per_gb_month if provider in provider_facts() else None
+    return StagedDataset(store=entry.store, key=entry.key, uri=entry.uri, complete=entry.complete, bytes=entry.bytes, files=entry.files,
+                         staged_at=entry.staged_at, source=entry.source,
+                         usd_per_month=None if price is None else round(entry.bytes / 2**30 * price, 4))
+
+
+def datasets(stores: Optional[list[str]] = None) -> list[StagedDataset]:
+    """The datasets staged on ``stores`` (default: every store a recorded cluster or run uses)."""
+    from .runtime import datasets as staged
+
+    out = []
+    for store in stores or _known_stores():
+        try:
+            out += [_staged(e) for e in staged.listed(store)]
+        except OSError as exc:
+            raise BurstError(f"cannot list the datasets on {store}: {exc}", exit_code=1) from None
+    return out
+
+
+def remove_dataset(store: str, key: str) -> StagedDataset:
+    """Delete one staged dataset from a store; returns what was there."""
+    from .runtime import datasets as staged
+
+    found = [d for d in datasets([store]) if d.key == key]
+    if not found:
+        raise BurstError(f"no dataset {key[:40]!r} on {store}; `burst datasets --store {store}` lists them")
+    staged.remove(store, key)
+    return found[0]
 
 
 def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,

@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import BurstError
-from . import clusters, pack, planning, runs, scans
+from . import clusters, pack, planning, runs, scans, stores
 from .render import fail, print_error
 
 
@@ -35,6 +35,7 @@ for command in (planning.plan, clusters.up, runs.train, runs.run, scans.tune, cl
                 planning.catalog, planning.bench, runs.calibrate, pack.pack):
     app.command()(command)
 app.command("workloads")(planning.workloads_list)
+app.command("datasets")(stores.datasets)
 app.add_typer(planning.policy_app, name="policy")
 
 

@@ -52,6 +52,46 @@ def location(store: str, key: str) -> str:
     return storage.join(store, "datasets", key)
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A dataset found on a store: complete (its marker read back) or a copy cut short."""
+
+    store: str
+    key: str
+    uri: str
+    complete: bool
+    bytes: int = 0
+    files: int = 0
+    staged_at: float | None = None
+    source: str | None = None
+
+
+def listed(store: str) -> list[Listed]:
+    """The datasets on ``store``, complete or not."""
+    out = []
+    for key in storage.list_dirs(storage.join(store, "datasets")):
+        where = location(store, key)
+        info = None
+        if storage.exists(storage.join(where, MARKER)):
+            try:
+                info = json.loads(storage.read_text(storage.join(where, MARKER)))
+            except (ValueError, UnicodeDecodeError):
+                info = None  # a damaged marker: not complete
+        if isinstance(info, dict) and isinstance(info.get("bytes"), int):
+            out.append(Listed(store, key, storage.join(where, "files"), True, info["bytes"], int(info.get("files") or 0),
+                              info.get("staged_at"), info.get("source")))
+        else:
+            out.append(Listed(store, key, storage.join(where, "files"), False))
+    return out
+
+
+def remove(store: str, key: str) -> None:
+    """Delete a dataset from a store: its marker first, so that what is half deleted is never taken for complete."""
+    where = location(store, key)
+    storage.remove(storage.join(where, MARKER))
+    storage.remove_tree(where)
+
+
 def stage(src: Path, store: str) -> Staged:
     """The local dataset directory ``src`` on ``store``: copied under its key unless a complete copy
     is already there."""

@@ -140,6 +140,21 @@ def remove(uri: str) -> None:
         bucket.delete_file(inner)
 
 
+def remove_tree(uri: str) -> None:
+    """Delete a directory tree, local or in a bucket or claim; nothing happens when it is absent."""
+    if not is_remote(uri):
+        shutil.rmtree(uri, ignore_errors=True)
+        return
+    if kube := _kube(uri):
+        kube.remove(uri)  # rm -rf
+        return
+    from pyarrow import fs
+
+    bucket, inner = filesystem(uri)
+    if bucket.get_file_info(inner).type != fs.FileType.NotFound:
+        bucket.delete_dir(inner)
+
+
 def copy(src: str, dest: str) -> bool:
     """Copy a file or a directory tree between local paths and bucket URIs; False when ``src`` is absent."""
     if _kube(src) or _kube(dest):

@@ -59,6 +59,12 @@ def names_of_kind(kind: str) -> tuple[str, ...]:
     return tuple(t.provider for t in all_targets() if t.kind == kind)
 
 
+def store_provider(uri: str) -> "str | None":
+    """The provider whose cloud a bucket URI is in (None: a directory, a site claim)."""
+    scheme = str(uri).split("://", 1)[0] if "://" in str(uri) else ""
+    return next((t.provider for t in all_targets() if scheme in t.store_schemes), None)
+
+
 def vendors() -> tuple[str, ...]:
     """The clouds burst's targets run in (where a dataset can live, besides on-prem)."""
     return tuple(sorted({t.vendor for t in all_targets() if t.vendor}))

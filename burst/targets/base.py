@@ -112,6 +112,7 @@ class Target(ABC):
     runs_images: ClassVar[bool] = False     # `up --image` chooses the container image its nodes run
     takes_bundle: ClassVar[bool] = False    # `up --bundle` installs burst on its nodes from a `burst pack` bundle
     takes_context: ClassVar[bool] = False   # `up --context/--namespace` choose a Kubernetes cluster and namespace
+    store_schemes: ClassVar[tuple[str, ...]] = ()  # the bucket URIs of its cloud (gs, abfs): what keeping data there costs
 
     # ------------------------------------------------------------------ lifecycle
 

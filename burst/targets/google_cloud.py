@@ -29,6 +29,7 @@ class GoogleCloudStack(PulumiTarget):
         return google_session()  # looked up when called: the tests serve recorded responses through it
 
     vendor = "gcp"
+    store_schemes = ("gs",)
 
     def stack_config(self, spec_fields: dict) -> dict[str, str]:
         return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}

@@ -74,6 +74,7 @@ class GkeTarget(KubeRayTarget, GoogleCloudStack):
 class AksTarget(KubeRayTarget):
     provider = "azure"
     vendor = "azure"
+    store_schemes = ("abfs", "abfss")
 
     def program(self, spec) -> Callable[[], object]:
         from infra import aks

@@ -323,3 +323,32 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     third = gke.stage_data(handle, str(data), "r3", report)
     assert third != first and "600,000 of 600,000 bytes copied" in said[-1]
     assert len(storage.list_dirs(storage.join(store, "datasets"))) == 2
+
+
+def test_burst_datasets_lists_what_is_staged_where_what_it_costs_and_removes_it(gcs_store, azure_store, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from burst.cli import app
+    from burst.runtime import datasets, storage
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    data = tmp_path / "showers"
+    data.mkdir()
+    (data / "ele_0.h5").write_bytes(os.urandom(3 * 2**20))
+    on_gcs, on_azure = datasets.stage(data, gcs_store), datasets.stage(data, azure_store)
+    storage.write_text(storage.join(gcs_store, "datasets", "0" * datasets.KEY_HEX, "files", "part.h5"), "cut short")  # no marker
+    result = CliRunner().invoke(app, ["datasets", "--store", gcs_store, "--store", azure_store, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {(r["store"], r["key"]): r for r in json.loads(result.stdout)}
+    assert rows[(gcs_store, on_gcs.key)]["complete"] and rows[(gcs_store, on_gcs.key)]["bytes"] == 3 * 2**20
+    assert rows[(gcs_store, on_gcs.key)]["usd_per_month"] == round(3 / 1024 * 0.020, 4)   # GCS Standard
+    assert rows[(azure_store, on_azure.key)]["usd_per_month"] == round(3 / 1024 * 0.018, 4)  # Blob Hot LRS
+    assert rows[(gcs_store, "0" * datasets.KEY_HEX)]["complete"] is False
+    result = CliRunner().invoke(app, ["datasets", "--store", gcs_store, "--remove", on_gcs.key])
+    assert result.exit_code == 0 and f"dataset {on_gcs.key} (3,145,728 bytes) removed from {gcs_store}" in result.stderr, result.output
+    assert [d.key for d in datasets.listed(gcs_store)] == ["0" * datasets.KEY_HEX]
+    for args, line in ((["--remove", on_gcs.key], "--remove KEY needs the one store it is on"),
+                       (["--store", gcs_store, "--remove", "../x"], "--remove takes a dataset key"),
+                       (["--store", gcs_store, "--remove", on_gcs.key], f"no dataset '{on_gcs.key}' on {gcs_store}")):
+        result = CliRunner().invoke(app, ["datasets", *args])
+        assert result.exit_code == 2 and line in result.stderr, (args, result.stderr)

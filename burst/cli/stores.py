@@ -1,0 +1,43 @@
+"""``burst datasets``: what is staged on the stores, what keeping it costs, and its removal."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import BurstError
+from .render import console, emit_json, out
+
+
+def datasets(
+    store: Annotated[Optional[list[str]], typer.Option("--store", help="a store to look at (repeatable; default: every store a recorded cluster or run uses)")] = None,
+    remove: Annotated[Optional[str], typer.Option("--remove", help="delete the dataset with this key from the one --store given")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Datasets staged on the stores (once each, under their content hash): size, files, monthly cost; --remove deletes one."""
+    from .. import api
+    from ..runtime.datasets import KEY_HEX
+
+    if remove is not None:
+        if not store or len(store) != 1:
+            raise BurstError("--remove KEY needs the one store it is on: --store URI")
+        if len(remove) != KEY_HEX or any(c not in "0123456789abcdef" for c in remove):
+            raise BurstError(f"--remove takes a dataset key ({KEY_HEX} hex digits, as `burst datasets` lists them), got {remove[:40]!r}")
+        gone = api.remove_dataset(store[0], remove)
+        console.print(f"dataset {gone.key} ({gone.bytes:,} bytes) removed from {gone.store}")
+        return
+    found = api.datasets(store)
+    if as_json:
+        emit_json([d.model_dump(mode="json") for d in found])
+        return
+    t = Table(title="datasets on the stores")
+    for col in ("store", "key", "state", "files", "size", "staged", "$/month", "source"):
+        t.add_column(col, overflow="fold")
+    for d in found:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(d.staged_at)) if d.staged_at else "-"
+        t.add_row(d.store, d.key, "complete" if d.complete else "incomplete (a copy cut short; the next run copies again)",
+                  str(d.files), f"{d.bytes / 2**30:.3f} GiB", when, "-" if d.usd_per_month is None else f"{d.usd_per_month:.4f}", d.source or "-")
+    out.print(t)
