@@ -128,7 +128,6 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
               earlier: Optional[RunRecord] = None, resume_from: Optional[str] = None) -> RunRecord:
     from .runtime import jobs
     from .budget import BudgetGuard
-    from .runtime.job import RunFiles
 
     run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or state.new_run_id(request.workload), workload=request.workload,
                     cluster=handle.name, provider=handle.provider, hourly_usd=handle.hourly_usd, storage_uri=handle.storage_uri,

@@ -128,24 +128,24 @@ def new_bucket(scheme: str, env: dict[str, str]) -> str:
     return f"abfs://{name}@{AZURITE_ACCOUNT}.dfs.core.windows.net"
 
 
-@pytest.fixture(scope="session")
-def gcs_server(tmp_path_factory):
-    needs(gcs_missing())
-    if gcs_missing():
-        pytest.skip(GCS_HOW)
-    server = start_gcs(tmp_path_factory.mktemp("gcs"))
+def _serve(missing, start, tmp_path_factory, name: str):
+    """A session's server of one kind: skipped (or, in CI, failed) with one line when it is missing."""
+    needs(missing())
+    if missing():
+        pytest.skip(missing())
+    server = start(tmp_path_factory.mktemp(name))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    yield from _serve(gcs_missing, start_gcs, tmp_path_factory, "gcs")
 
 
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory):
-    needs(azurite_missing())
-    if azurite_missing():
-        pytest.skip(AZURITE_HOW)
-    server = start_azurite(tmp_path_factory.mktemp("azurite"))
-    yield server
-    server.stop()
+    yield from _serve(azurite_missing, start_azurite, tmp_path_factory, "azurite")
 
 
 @pytest.fixture

@@ -62,6 +62,30 @@ def burst(*args, home, cwd, timeout=300, check=True):
     return proc
 
 
+def stopped_by_budget(home, cwd, monkeypatch, name: str, *up_args: str, epochs: int):
+    """A local cluster priced at $36/h under a $1.30 budget, and a run on it (10 steps an epoch) that the
+    budget guard stops: the guard's clock says the cluster is 56 s old from its second look on
+    ($0.56 + $0.75 reserve > $1.30). (handle, the CLI's result); the cluster is torn down by then."""
+    from typer.testing import CliRunner
+
+    from burst import budget, cli
+
+    policy = cwd / f"tight-{name}.yaml"
+    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
+    handle = json.loads(burst("up", "--provider", "local", "--name", name, "--cpus", "2", "--policy", str(policy), *up_args, "--json",
+                              home=home, cwd=cwd).stdout)
+    looks = []
+
+    def clock() -> float:
+        looks.append(1)
+        return handle["created"] + (0 if len(looks) == 1 else 56)
+
+    monkeypatch.setattr(budget, "now", clock)
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.chdir(cwd)
+    return handle, CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", name, "--epochs", str(epochs), "--steps", "10", *TRAIN_ARGS])
+
+
 def popen_burst(*args, home, cwd, env_extra=None):
     env = {**os.environ, "BURST_HOME": str(home), **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "burst.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
@@ -467,27 +491,9 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     """The guard's clock is injected: the run starts within budget, the next look finds the budget
     (minus the checkpoint and tear-down reserve) spent; the workers agree on a step, write a final
     checkpoint, stop, and the cluster is torn down (exit code 3). No wall-clock bound anywhere."""
-    from typer.testing import CliRunner
-
-    from burst import cli
-    from burst import budget
-
     before = census.snapshot()
-    policy = tmp_path / "tight.yaml"
-    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
-    handle = json.loads(burst("up", "--provider", "local", "--name", "budget", "--cpus", "2", "--policy", str(policy), "--json",
-                              home=home, cwd=tmp_path).stdout)
+    handle, result = stopped_by_budget(home, tmp_path, monkeypatch, "budget", epochs=3)
     assert handle["budget_usd"] == 1.3 and handle["hourly_usd"] == 36
-    looks = []
-
-    def clock() -> float:  # first look: just created; every later look: 56 s old, so $0.56 + $0.75 reserve > $1.30
-        looks.append(1)
-        return handle["created"] + (0 if len(looks) == 1 else 56)
-
-    monkeypatch.setattr(budget, "now", clock)
-    monkeypatch.setenv("BURST_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "budget", "--epochs", "3", "--steps", "10", *TRAIN_ARGS])
     assert result.exit_code == 3, result.output[-3000:]
     assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
     assert "torn down" in result.output and "did not stop in time" not in result.output  # the workers stopped themselves

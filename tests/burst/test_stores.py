@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,7 +101,6 @@ def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
 
 
 def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gcs_store, azure_store, tmp_path, monkeypatch):
-    from burst import state
     from burst.runs import stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
@@ -209,41 +206,17 @@ def _listing(uri: str):
     return bucket.get_file_info(fs.FileSelector(inner, recursive=True))
 
 
-def _burst(*args, home, cwd, check=True, timeout=300):
-    env = {**os.environ, "BURST_HOME": str(home)}
-    proc = subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"burst {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
 @pytest.mark.slow
 def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gcs_store, azure_store, tmp_path, monkeypatch):
     """The job checkpoints into the emulated GCS bucket (Ray Train through the emulator), the budget
     guard stops it, its cluster is torn down; `--resume` on a cluster whose store is the Azure
     container reads that final checkpoint where it is and goes on from its step."""
-    from typer.testing import CliRunner
-
-    from burst import budget, cli
     from tests import census
-    from tests.burst.test_local_cluster import TRAIN_ARGS, raw_events
+    from tests.burst.test_local_cluster import burst, raw_events, stopped_by_budget
 
     home = tmp_path / "home"
     before = census.snapshot()
-    policy = tmp_path / "tight.yaml"
-    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
-    handle = json.loads(_burst("up", "--provider", "local", "--name", "on-gcs", "--cpus", "2", "--policy", str(policy),
-                               "--storage", f"{gcs_store}/burst", "--json", home=home, cwd=tmp_path).stdout)
-    looks = []
-
-    def clock() -> float:  # first look: just created; every later look: 56 s old, so $0.56 + $0.75 reserve > $1.30
-        looks.append(1)
-        return handle["created"] + (0 if len(looks) == 1 else 56)
-
-    monkeypatch.setattr(budget, "now", clock)
-    monkeypatch.setenv("BURST_HOME", str(home))
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", "on-gcs", "--epochs", "2", "--steps", "10", *TRAIN_ARGS])
+    _, result = stopped_by_budget(home, tmp_path, monkeypatch, "on-gcs", "--storage", f"{gcs_store}/burst", epochs=2)
     assert result.exit_code == 3, result.output[-3000:]
     assert not (home / "clusters" / "on-gcs.json").exists()  # torn down by the budget stop
     (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
@@ -254,9 +227,9 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
     stopped = json.loads(storage.read_text(storage.join(RunFiles(run["storage_uri"], run["run_id"]).run_dir, "checkpoint", "stopped.json")))
     assert stopped["step"] >= 5
 
-    _burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path)
+    burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path)
     try:
-        resumed = _burst("train", "gan3d", "--cluster", "on-azure", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
+        resumed = burst("train", "gan3d", "--cluster", "on-azure", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         record = json.loads(resumed.stdout)
         assert record["state"] == "SUCCEEDED" and record["attempts"] == 2 and record["storage_uri"] == f"{azure_store}/burst"
@@ -269,7 +242,7 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
         # the results are in the Azure container the new cluster writes to
         assert storage.exists(storage.join(RunFiles(record["storage_uri"], run["run_id"]).run_dir, "history.json"))
     finally:
-        _burst("down", "on-azure", home=home, cwd=tmp_path, check=False)
+        burst("down", "on-azure", home=home, cwd=tmp_path, check=False)
     census.assert_none_left(before)
 
 
@@ -295,7 +268,7 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     """Every run copied its dataset again. Now the second run (a scan's trial, a resume, a move into
     the same store) copies 0 bytes; a copy cut short before its marker is copied again."""
     from burst import targets
-    from burst.runtime import datasets, storage
+    from burst.runtime import storage
     from burst.state import ClusterHandle
     from burst.targets.base import Reporter
 
