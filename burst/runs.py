@@ -359,7 +359,9 @@ def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[str]:
     from .runtime.job import RunFiles
     from .runtime.training import latest_checkpoint
 
-    if record.storage_uri and record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/"):
+    kept = kept_checkpoints(record.run_id)
+    same_store = record.storage_uri and record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/")
+    if same_store and not (kept.is_dir() and any(kept.iterdir())):  # a kept copy: that store went (a claim of the same name is a new one)
         return RunFiles(record.storage_uri, record.run_id).ray_train_dir
     import tempfile
 

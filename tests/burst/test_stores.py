@@ -190,11 +190,12 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
         c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", tracker, budget=True, lease=False)
     assert destroyed == ["g"] and not any(i.type == fs.FileType.File for i in _listing(gcs_store))  # the bucket holds nothing now
     assert [p.name for p in kept_checkpoints("r1").iterdir()] == ["checkpoint_000001"]
-    handle = ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store)
-    staged = stage_checkpoint(load_run("r1"), handle)
-    back = tmp_path / "back"
-    storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
-    assert _tree(back) == _tree(newest)
+    for store in (azure_store, gcs_store):  # another cloud's store; a new cluster on a store of the same name, now empty
+        handle = ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=store)
+        staged = stage_checkpoint(load_run("r1"), handle)
+        back = tmp_path / "back" / store.split(":")[0]
+        storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
+        assert _tree(back) == _tree(newest)
 
 
 def _listing(uri: str):
