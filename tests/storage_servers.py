@@ -118,14 +118,12 @@ def new_bucket(scheme: str, env: dict[str, str]) -> str:
         with urllib.request.urlopen(request, timeout=10):
             pass
         return f"gs://{name}"
-    from pyarrow import fs
+    from burst.runtime import storage
 
-    conn = dict(part.split("=", 1) for part in env["AZURE_STORAGE_CONNECTION_STRING"].split(";"))
-    endpoint = conn["BlobEndpoint"].split("//", 1)[1].split("/", 1)[0]
-    azure = fs.AzureFileSystem(account_name=AZURITE_ACCOUNT, account_key=AZURITE_KEY, blob_storage_authority=endpoint,
-                               dfs_storage_authority=endpoint, blob_storage_scheme="http", dfs_storage_scheme="http")
-    azure.create_dir(name)
-    return f"abfs://{name}@{AZURITE_ACCOUNT}.dfs.core.windows.net"
+    uri = f"abfs://{name}@{AZURITE_ACCOUNT}.dfs.core.windows.net"
+    azure, inner = storage.filesystem(uri + "/x")  # the fixture has set the connection string: burst's own way to Azurite
+    azure.create_dir(inner.split("/", 1)[0])
+    return uri
 
 
 def _serve(missing, start, tmp_path_factory, name: str):
