@@ -122,20 +122,34 @@ def _placed(ask: PlacementRequest, policy, report: Reporter):
     offers = catalog_mod.load()
     if provider is None:
         if ask.storage is not None:
-            raise BurstError("--storage applies to --provider local; cloud clusters get their own bucket")
+            raise BurstError("--storage needs --provider (a store belongs to one cloud); or name a store per target in the policy's stores.named")
         chosen = planner.choose(pol, prof, offers, PlacementRequest(
             workload=ask.workload, gpus=ask.gpus, accelerator=ask.accelerator, preemptible=ask.preemptible, region=ask.region,
             gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid, live=ask.live))
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
             chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
-        return chosen, pol
+        return _in_store(chosen, pol), pol
     placement = planner.pin(pol, prof, offers, ask)
     if ask.accelerator is None and placement.estimate is not None and placement.layout is not None:
         report.say(f"plan: {placement.describe()}")
     for note in placement.notes:
         report.say(f"note: {note}; going ahead as asked")
-    return placement, pol
+    return _in_store(placement, pol, ask.storage), pol
+
+
+def _in_store(placement, pol, asked: Optional[str] = None):
+    """The placement with the store the policy names for its target (``--storage`` wins); the
+    store's lifecycle goes with it to the targets that make their region's own store."""
+    if pol is None:
+        return placement
+    target = targets.get(placement.provider)
+    if asked is not None and target.kind == "cloud":
+        placement = dataclasses.replace(placement, storage=asked)
+    named = None
+    if target.takes_storage or target.kind == "cloud":
+        named = pol.stores.named_for(placement.provider, placement.region if target.kind == "cloud" else None)
+    return dataclasses.replace(placement, storage=placement.storage or named, stores=pol.stores)
 
 
 def _lease(pol, hours: Optional[float], wait: bool = False) -> Lease:

@@ -1,4 +1,4 @@
-"""AKS with GPU agent pools, blob storage for checkpoints, and KubeRay (``--provider azure``).
+"""AKS with GPU agent pools, access to the region's store, and KubeRay (``--provider azure``).
 
 Its own resource group per burst (deleting it is the backstop for anything left), a cluster
 whose only inline pool is the system pool, GPU pools as separate ``AgentPool`` resources (extra
@@ -8,8 +8,8 @@ workers, and the same KubeRay module as GKE. AKS installs the NVIDIA driver on G
 the device plugin: without the plugin's DaemonSet no node advertises ``nvidia.com/gpu`` and
 every Ray worker stays Pending, so the stack deploys it on the GPU pools (tolerating their GPU
 and Spot taints). The Ray pods reach the blob container through Azure AD workload identity (a
-managed identity of their own, federated with their Kubernetes service account, allowed that one
-storage account's blobs): no account key exists in the cluster, in a Secret or in any pod's environment.
+managed identity of their own, federated with their Kubernetes service account, allowed the
+region's store, ``infra.store``, which outlives the cluster): no account key exists in the cluster, in a Secret or in any pod's environment.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import base64
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi_azure_native import authorization, containerservice, managedidentity, resources, storage
+from pulumi_azure_native import authorization, containerservice, managedidentity, resources
 
 from . import kuberay
 from .spec import KSA, RAY_NAMESPACE, StackSpec
@@ -52,17 +52,13 @@ def program(spec: StackSpec) -> dict:
             node_taints=["nvidia.com/gpu=present:NoSchedule"], node_labels={"burst-role": "gpu", "burst-pool": pool.name},
             tags=tags, **spot, opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="45m")),
         ))
-    account_name = spec.slug.replace("-", "")[:24]
-    account = storage.StorageAccount(
-        "storage", account_name=account_name, resource_group_name=rg.name, location=rg.location,
-        kind=storage.Kind.STORAGE_V2, sku=storage.SkuArgs(name=storage.SkuName.STANDARD_LRS),
-        allow_blob_public_access=False, minimum_tls_version=storage.MinimumTlsVersion.TLS1_2, tags=tags,
-    )
-    container = storage.BlobContainer("checkpoints", account_name=account.name, resource_group_name=rg.name, container_name="burst",
-                                      metadata=tags)
+    store = spec.require_store()  # the region's store (infra.store): the cluster is granted its blobs, never owns them
+    if not store.startswith(("abfs://", "abfss://")) or "@" not in store or not spec.store_scope:
+        raise ValueError(f"an AKS cluster's store is an abfs:// container with its account's resource id (spec.store_scope), not {store}")
+    account_name = store.split("@", 1)[1].split(".", 1)[0]
     creds = containerservice.list_managed_cluster_user_credentials_output(resource_group_name=rg.name, resource_name=cluster.name)
     config = pulumi.Output.secret(creds.kubeconfigs[0].value.apply(lambda b64: base64.b64decode(b64).decode()))
-    identity = storage_identity(spec, rg, cluster, account, tags)
+    identity = storage_identity(spec, rg, cluster, tags)
     ray = kuberay.KubeRay(
         "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"burst-pool": p.name},
@@ -70,22 +66,22 @@ def program(spec: StackSpec) -> dict:
         tolerations=[kuberay.GPU_TOLERATION] + ([kuberay.AKS_SPOT_TOLERATION] if spec.preemptible else []),
         env=[{"name": "AZURE_STORAGE_ACCOUNT_NAME", "value": account_name}], service_account=KSA,
         pod_labels={"azure.workload.identity/use": "true"},  # the webhook gives these pods the federated token
-        storage_uri=container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"),
+        storage_uri=store,
     )
     ksa = ray.service_account({"azure.workload.identity/client-id": identity.client_id})
     plugin = device_plugin(spec, tags, ray.object_opts)
     pulumi.export("kubeconfig", config)
     pulumi.export("ray_namespace", ray.namespace)
     pulumi.export("ray_head_service", ray.head_service)
-    pulumi.export("storage_uri", container.name.apply(lambda c: f"abfs://{c}@{account_name}.dfs.core.windows.net"))
+    pulumi.export("storage_uri", store)
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("resource_group", rg.name)
-    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "account": account, "container": container, "ray": ray,
+    return {"resource_group": rg, "cluster": cluster, "gpu_pools": pools, "ray": ray,
             "identity": identity, "ksa": ksa, "device_plugin": plugin}
 
 
-def storage_identity(spec: StackSpec, rg, cluster, account, tags: dict) -> managedidentity.UserAssignedIdentity:
-    """The Ray pods' Azure identity: trusted for their service account's tokens, allowed the account's blobs."""
+def storage_identity(spec: StackSpec, rg, cluster, tags: dict) -> managedidentity.UserAssignedIdentity:
+    """The Ray pods' Azure identity: trusted for their service account's tokens, allowed the store's blobs."""
     identity = managedidentity.UserAssignedIdentity("ray-identity", resource_name_=f"{spec.slug}-ray", resource_group_name=rg.name,
                                                    location=rg.location, tags=tags)
     managedidentity.FederatedIdentityCredential(
@@ -97,7 +93,7 @@ def storage_identity(spec: StackSpec, rg, cluster, account, tags: dict) -> manag
         "ray-blob-access", principal_id=identity.principal_id, principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
         role_definition_id=subscription.apply(
             lambda s: f"/subscriptions/{s}/providers/Microsoft.Authorization/roleDefinitions/{BLOB_DATA_CONTRIBUTOR}"),
-        scope=account.id)
+        scope=spec.store_scope)
     return identity
 
 

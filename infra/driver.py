@@ -21,6 +21,7 @@ from pulumi import automation as auto
 from pulumi.automation.errors import create_command_error
 
 from .spec import StackSpec
+from .store import StoreSpec
 
 PROJECT = "burst"
 
@@ -120,13 +121,13 @@ def backend_url(home: Path) -> str:
 
 
 class StackDriver:
-    """One cluster's Pulumi stack; its work dir, passphrase and file backend live under ``home``."""
+    """One cluster's (or one region's store's) Pulumi stack; its work dir, passphrase and file backend live under ``home``."""
 
-    def __init__(self, spec_or_name: StackSpec | str, home: Path, program: Callable[[], object] = lambda: None,
+    def __init__(self, spec_or_name: "StackSpec | StoreSpec | str", home: Path, program: Callable[[], object] = lambda: None,
                  command: Optional[auto.PulumiCommand] = None, on_output: Optional[Callable[[str], None]] = None,
                  on_event: Optional[Callable] = None):
         self.home = Path(home)
-        self.spec = spec_or_name if isinstance(spec_or_name, StackSpec) else None
+        self.spec = None if isinstance(spec_or_name, str) else spec_or_name
         self.stack_name = self.spec.stack_name if self.spec else spec_or_name
         self.program = program
         self.command = command or BurstPulumiCommand()

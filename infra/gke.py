@@ -1,8 +1,8 @@
-"""GKE with GPU node pools, a bucket for data and checkpoints, and KubeRay (``--provider gcp``).
+"""GKE with GPU node pools, access to the region's store, and KubeRay (``--provider gcp``).
 
 Zonal cluster (a regional one would triple every pool's node count), default pool removed,
 deletion protection off so ``burst down`` can delete it, workload identity for the Ray pods'
-access to the bucket, one small system pool for the Ray head and the operator, and one GPU pool
+access to the region's store (``infra.store``: a bucket that outlives the cluster), one small system pool for the Ray head and the operator, and one GPU pool
 per layout pool, each in the zone the layout gave it (a zone that offers its GPU; a large
 request spans several zones of the region, which makes the cluster multi-zonal): machine type
 matched to the accelerator, spot when asked, the driver branch the caller chose for the GPU
@@ -89,17 +89,13 @@ def program(spec: StackSpec) -> dict:
         )
         pools.append(previous)
 
-    bucket = gcp.storage.Bucket(
-        "storage", name=f"{spec.slug}-data", project=spec.project, location=spec.region.upper(), force_destroy=True,
-        uniform_bucket_level_access=True, labels=labels,
-    )
     # Workload identity: the Ray pods' Kubernetes service account acts as a Google one that may
-    # read and write the bucket, and nothing else.
+    # read and write the region's store, and nothing else. The grant goes with the cluster; the store stays.
     gsa = gcp.serviceaccount.Account("ray-sa", account_id=f"{spec.slug[:24]}-ray".strip("-"), project=spec.project,
                                      display_name=f"burst Ray pods of {spec.cluster}",
                                      # service accounts take no labels: the lease goes in the description
                                      description=" ".join(f"{k}={v}" for k, v in labels.items()))
-    gcp.storage.BucketIAMMember("ray-bucket-access", bucket=bucket.name, role="roles/storage.objectAdmin",
+    gcp.storage.BucketIAMMember("ray-bucket-access", bucket=spec.store_bucket, role="roles/storage.objectAdmin",
                                 member=gsa.email.apply(lambda e: f"serviceAccount:{e}"))
     # The workload pool exists once the cluster does (a project's first GKE cluster creates it):
     # the member is taken from the cluster's output, so the binding waits for the cluster.
@@ -112,13 +108,13 @@ def program(spec: StackSpec) -> dict:
         "ray", spec, config, cluster, pools,
         node_selector_for=lambda p: {"cloud.google.com/gke-nodepool": p.name},
         system_selector={"cloud.google.com/gke-nodepool": "system"},
-        tolerations=[kuberay.GPU_TOLERATION], service_account=KSA, storage_uri=bucket.name.apply(lambda n: f"gs://{n}"),
+        tolerations=[kuberay.GPU_TOLERATION], service_account=KSA, storage_uri=spec.require_store(),
     )
     ksa = ray.service_account({"iam.gke.io/gcp-service-account": gsa.email})
     pulumi.export("kubeconfig", config)
     pulumi.export("ray_namespace", ray.namespace)
     pulumi.export("ray_head_service", ray.head_service)
-    pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
+    pulumi.export("storage_uri", spec.require_store())
     pulumi.export("cluster_name", cluster.name)
     pulumi.export("zone", zone)
-    return {"cluster": cluster, "system_pool": system, "gpu_pools": pools, "bucket": bucket, "ray": ray, "ksa": ksa}
+    return {"cluster": cluster, "system_pool": system, "gpu_pools": pools, "ray": ray, "ksa": ksa}

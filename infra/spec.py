@@ -58,6 +58,8 @@ class StackSpec:
     device_plugin_image: Optional[str] = None  # NVIDIA device plugin, where the provider does not install one
     auth_token: Optional[str] = field(default=None, repr=False)  # Ray's token: every head requires it (a Pulumi secret in the stack)
     config: dict = field(default_factory=dict)  # the stack's Pulumi configuration, e.g. {"gcp:region": ...}
+    store_uri: Optional[str] = None  # the region's store (infra.store or the policy's): the cluster is granted access, never owns it
+    store_scope: Optional[str] = None  # Azure: the store's storage account resource id (what the grant is on)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -78,6 +80,20 @@ class StackSpec:
         if not self.auth_token:
             raise ValueError("a Ray stack needs spec.auth_token: every Ray head burst starts requires the token")
         return self.auth_token
+
+    def require_store(self) -> str:
+        """The store this cluster's runs keep their files in; no cluster stack makes one of its own."""
+        if not self.store_uri:
+            raise ValueError("a cluster stack needs spec.store_uri: the region's store, which outlives the cluster")
+        return self.store_uri
+
+    @property
+    def store_bucket(self) -> str:
+        """The GCS bucket of a ``gs://`` store (its name, without any path)."""
+        uri = self.require_store()
+        if not uri.startswith("gs://"):
+            raise ValueError(f"a Google Cloud cluster's store is a gs:// bucket, not {uri}")
+        return uri.removeprefix("gs://").split("/", 1)[0]
 
     @property
     def total_gpus(self) -> int:

@@ -1,4 +1,4 @@
-"""A Cloud TPU VM slice running Ray, and a bucket (``--provider gcp-tpu``).
+"""A Cloud TPU VM slice running Ray, with access to the region's store (``--provider gcp-tpu``).
 
 ``TensorflowTrainer`` cannot drive TPUs, so the workload runs as a Ray task with
 ``TPUStrategy`` on the TPU host. Every host of the slice runs a startup
@@ -84,13 +84,12 @@ def program(spec: StackSpec) -> dict:
     labels = spec.labels()
     pool = spec.pools[0]
     accelerator = pool.accelerator.removeprefix("tpu-")
-    bucket = gcp.storage.Bucket("storage", name=f"{spec.slug}-data", project=spec.project, location=spec.region.upper(),
-                                force_destroy=True, uniform_bucket_level_access=True, labels=labels)
+    bucket = spec.store_bucket  # the region's store (infra.store): outlives the slice; the stack grants access and uploads its wheel
     wheel_name = (spec.wheel_path or "burst-0.1.0-py3-none-any.whl").rsplit("/", 1)[-1]
-    wheel = gcp.storage.BucketObject("burst-wheel", bucket=bucket.name, name=f"dist/{wheel_name}",
+    wheel = gcp.storage.BucketObject("burst-wheel", bucket=bucket, name=f"dist/{spec.lease_id}/{wheel_name}",
                                      source=pulumi.FileAsset(spec.wheel_path) if spec.wheel_path else pulumi.StringAsset(""),
                                      metadata=labels)
-    wheel_uri = pulumi.Output.concat("gs://", bucket.name, "/", wheel.name)
+    wheel_uri = pulumi.Output.concat("gs://", bucket, "/", wheel.name)
     account, token = host_identity(spec, bucket, labels)
     network: list = []
     if not spec.external_ip:
@@ -111,7 +110,7 @@ def program(spec: StackSpec) -> dict:
         network_config=gcp.tpu.V2VmNetworkConfigArgs(network="default", enable_external_ips=spec.external_ip),
         service_account=gcp.tpu.V2VmServiceAccountArgs(email=account.email, scopes=SCOPES),
         labels=labels, metadata={"startup-script": wheel_uri.apply(lambda uri: startup_script(spec, uri)),
-                                 "shutdown-script": bucket.name.apply(lambda n: shutdown_script(notice_root(f"gs://{n}", spec.lease_id)))},
+                                 "shutdown-script": shutdown_script(notice_root(spec.require_store(), spec.lease_id))},
         # the hosts download and read the token at boot: the NAT and the token's grant must exist before they start
         opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="30m"), depends_on=[*network, *token]),
     )
@@ -119,16 +118,16 @@ def program(spec: StackSpec) -> dict:
     pulumi.export("tpu_name", tpu.name)
     pulumi.export("zone", pool.zone)
     pulumi.export("tpu_hosts", hosts)
-    pulumi.export("storage_uri", bucket.name.apply(lambda n: f"gs://{n}"))
-    return {"tpu": tpu, "bucket": bucket, "wheel": wheel, "network": network, "account": account, "token": token}
+    pulumi.export("storage_uri", spec.require_store())
+    return {"tpu": tpu, "wheel": wheel, "network": network, "account": account, "token": token}
 
 
-def host_identity(spec: StackSpec, bucket: gcp.storage.Bucket, labels: dict) -> tuple[gcp.serviceaccount.Account, list]:
-    """The slice's own service account, allowed the bucket and the Ray token's secret, and the secret itself."""
+def host_identity(spec: StackSpec, bucket: str, labels: dict) -> tuple[gcp.serviceaccount.Account, list]:
+    """The slice's own service account, allowed the region's store and the Ray token's secret, and the secret itself."""
     account = gcp.serviceaccount.Account("tpu-sa", account_id=f"{spec.slug[:24]}-tpu".strip("-"), project=spec.project,
                                          display_name=f"burst TPU hosts of {spec.cluster}", description=_describe(labels))
     member = account.email.apply(lambda e: f"serviceAccount:{e}")
-    access = gcp.storage.BucketIAMMember("tpu-bucket-access", bucket=bucket.name, role="roles/storage.objectAdmin", member=member)
+    access = gcp.storage.BucketIAMMember("tpu-bucket-access", bucket=bucket, role="roles/storage.objectAdmin", member=member)
     secret = gcp.secretmanager.Secret("ray-token", secret_id=token_secret_id(spec), project=spec.project, labels=labels,
                                       replication=gcp.secretmanager.SecretReplicationArgs(auto=gcp.secretmanager.SecretReplicationAutoArgs()))
     version = gcp.secretmanager.SecretVersion("ray-token-value", secret=secret.id, secret_data=pulumi.Output.secret(spec.require_token()))

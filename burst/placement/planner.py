@@ -20,7 +20,7 @@ from .layout import Layout, MixedInterconnect, resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest
 from .scan import ScanShape
-from .policy import OnPrem, Policy
+from .policy import OnPrem, Policy, Stores
 from .profile import Profile, local_throughput
 
 
@@ -395,7 +395,8 @@ class Placement:
     layout: Optional[Layout] = None     # cloud node pools
     gpus: Optional[int] = None          # local: GPUs of this machine to offer; on-prem: GPUs one run may use
     nodes: Optional[int] = None         # on-prem scheduler: nodes to allocate
-    storage: Optional[str] = None       # local: where checkpoints and results go
+    storage: Optional[str] = None       # local, clouds: the store for checkpoints, datasets and results (None: the target's default)
+    stores: Optional["Stores"] = None   # the policy's stores (a cloud's own region store takes its lifecycle)
     site: Optional[OnPrem] = None       # on-prem: the policy's description of the site
     estimate: Optional[est_mod.Estimate] = None
     notes: tuple[str, ...] = ()         # what the user should know (a pinned choice the plan would not make)
@@ -459,7 +460,11 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
     if (ask.context is not None or ask.namespace is not None) and not target.takes_context:
         raise BurstError(f"--context and --namespace choose where in a Kubernetes cluster burst did not create; {provider} is not one")
     if storage is not None and not target.takes_storage:
-        raise BurstError(f"--storage applies to targets on this machine; {provider} clusters get their own storage")
+        if target.kind != "cloud":
+            raise BurstError(f"--storage applies to this machine and the clouds; {provider} clusters keep their files on the site's storage")
+        if storage.split("://", 1)[0] not in target.store_schemes or "://" not in storage:
+            raise BurstError(f"--storage {storage}: a {provider} cluster's store is a bucket of its cloud "
+                             f"({' or '.join(s + '://' for s in target.store_schemes)})")
     if target.kind == "local":
         for flag, value in (("--accelerator", accelerator), ("--region", region), ("--preemptible", preemptible or None)):
             if value is not None:

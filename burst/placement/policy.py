@@ -83,6 +83,38 @@ class Recovery(_Strict):
     fallback_on_demand_after: Optional[int] = Field(1, ge=0, le=100, description="after this many lost preemptible clusters, move to on-demand capacity only (absent: never)")
 
 
+class Stores(_Strict):
+    """Where runs keep checkpoints, staged datasets and results, apart from any cluster: a store
+    outlives every cluster that used it (``burst down`` never deletes one). A cloud region without a
+    named store gets burst's own bucket there, made once per project and region by a stack of its
+    own with the lifecycle below."""
+
+    named: dict[str, str] = Field(default_factory=dict, description="a store per target: `local` (this machine) or `<cloud provider>[:<region>]` -> a directory, gs:// or abfs:// URI")
+    checkpoints_days: int = Field(30, ge=1, le=3650, description="burst's own buckets delete checkpoints this many days after they are written")
+    datasets_days: int = Field(90, ge=1, le=3650, description="burst's own buckets delete staged datasets this many days after they are staged (a later run stages again)")
+    notices_days: int = Field(7, ge=1, le=3650, description="burst's own buckets delete capacity notices this many days after they are posted")
+
+    @field_validator("named")
+    @classmethod
+    def _named(cls, v: dict[str, str]) -> dict[str, str]:
+        for where, uri in v.items():
+            provider, _, region = where.partition(":")
+            if provider == "local" and not region:
+                continue
+            if provider not in targets.PROVIDERS or targets.get(provider).kind != "cloud":
+                raise ValueError(f"{where}: a store is named for `local` or a cloud provider ({', '.join(targets.names_of_kind('cloud'))}), optionally with `:<region>`")
+            if region and not re.fullmatch(r"[a-z0-9-]+", region):
+                raise ValueError(f"{where}: a region is lowercase letters, digits and dashes")
+            scheme = uri.split("://", 1)[0] if "://" in uri else ""
+            if scheme not in targets.get(provider).store_schemes:
+                raise ValueError(f"{where}: {uri!r} is not a bucket of {provider}'s cloud (give a {' or '.join(s + '://' for s in targets.get(provider).store_schemes)} URI)")
+        return v
+
+    def named_for(self, provider: str, region: Optional[str]) -> Optional[str]:
+        """The store the policy names for a target in a region (the region's entry first), or None."""
+        return self.named.get(f"{provider}:{region}") if region and f"{provider}:{region}" in self.named else self.named.get(provider)
+
+
 class Policy(_Strict):
     """Where a run may go and what it should optimise."""
 
@@ -105,6 +137,7 @@ class Policy(_Strict):
     burst_when: Optional[BurstWhen] = Field(None, description="when to leave on-prem for a cloud")
     data: DataLocation = Field(default_factory=DataLocation, description="where the training data is and what moving it costs")
     recovery: Recovery = Field(default_factory=Recovery, description="how a managed run recovers from a lost cluster")
+    stores: Stores = Field(default_factory=Stores, description="where runs keep checkpoints, datasets and results, apart from clusters")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, le=10_000_000, description="also checkpoint inside an epoch every this many steps (default: whole epochs only; a notice of lost capacity checkpoints either way)")
 
     @field_validator("deadline")

@@ -86,3 +86,16 @@ def aks_problems(session: "requests.Session", subscription: str, lay: "Layout", 
         u = usage.get(name, {"limit": 0, "currentValue": 0})
         problems.append(preflight.quota_line(f"{name} (vCPUs)", lay.region, need, u["limit"], u["currentValue"], AZURE_QUOTA_PAGE))
     return [p for p in problems if p]
+
+
+def storage_account_id(session: "requests.Session", subscription: str, uri: str) -> str:
+    """The resource id of the storage account of an ``abfs://container@account.dfs.core.windows.net`` store."""
+    account = uri.split("@", 1)[1].split(".", 1)[0] if "@" in uri else ""
+    if not account:
+        raise BurstError(f"store {uri}: an Azure store is abfs://CONTAINER@ACCOUNT.dfs.core.windows.net", exit_code=1)
+    url = f"https://management.azure.com/subscriptions/{subscription}/providers/Microsoft.Storage/storageAccounts?api-version=2023-01-01"
+    found = [a["id"] for a in preflight.get_json(session, url, "Azure (storage accounts)").get("value", []) if a.get("name") == account]
+    if not found:
+        raise BurstError(f"store {uri}: no storage account {account!r} in subscription {subscription}; "
+                         f"name a store of this subscription in the policy's stores.named, or remove it to let burst make one", exit_code=1)
+    return found[0]

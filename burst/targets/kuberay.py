@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..errors import BurstError
 from ..state import ClusterHandle
 from .base import JobResources, JobRuntime
 from . import azure_cloud, google_cloud
@@ -83,6 +84,17 @@ class AksTarget(KubeRayTarget):
 
     def stack_config(self, spec_fields: dict) -> dict[str, str]:
         return {"azure-native:location": spec_fields["region"]}
+
+    def store_project(self) -> str:
+        """The subscription (a rendering without a login names a placeholder one)."""
+        try:
+            return azure_cloud.azure_subscription()
+        except BurstError:
+            return "00000000-0000-0000-0000-000000000000"
+
+    def named_store_scope(self, uri: str) -> Optional[str]:
+        """The named container's storage account, looked up in the subscription (the grant's scope)."""
+        return azure_cloud.storage_account_id(azure_cloud.azure_session(), azure_cloud.azure_subscription(), uri)
 
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
         subscription = azure_cloud.azure_subscription()  # before any token is asked for

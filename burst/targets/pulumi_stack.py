@@ -94,9 +94,6 @@ class PulumiTarget(Target):
     def default_cluster_name(self) -> str:  # type: ignore[override]
         return self.provider
 
-    def storage_outlives(self, handle: ClusterHandle) -> bool:
-        return False  # the stack's own bucket, destroyed with it (force_destroy)
-
     # ------------------------------------------------------------------ what subclasses say
 
     @abstractmethod
@@ -143,6 +140,59 @@ class PulumiTarget(Target):
             raise BurstError(f"cannot check a cluster on {self.provider}: " + "; ".join(problems))
         self.preflight(placement, report)
 
+    # ------------------------------------------------------------------ the region's store
+
+    def store_project(self) -> str:
+        """Whose store it is: the GCP project (Azure: the subscription); store names derive from it."""
+        return self.project() or "my-gcp-project"
+
+    def store_program(self, spec) -> Callable[[], object]:
+        """The inline program of a region's store stack (``infra.store``)."""
+        from infra import store
+
+        return (lambda: store.gcs_program(spec)) if spec.vendor == "gcp" else (lambda: store.azure_program(spec))
+
+    def named_store_scope(self, uri: str) -> Optional[str]:
+        """What a cluster's identity is granted access on for a store the policy names (Azure: the account's id)."""
+        return None
+
+    def region_store(self, region: str, stores=None, project: Optional[str] = None):
+        """The spec of the store burst makes for ``region`` (``stores``: the policy's lifecycle)."""
+        from infra.store import StoreSpec
+
+        from ..placement.policy import Stores
+
+        keep = stores or Stores()
+        return StoreSpec(vendor=str(self.vendor), region=region, project=project or self.store_project(),
+                         checkpoints_days=keep.checkpoints_days, datasets_days=keep.datasets_days, notices_days=keep.notices_days)
+
+    def ensure_store(self, placement: "Placement", report: Reporter = QUIET) -> tuple[str, Optional[str]]:
+        """(uri, scope) of the store the cluster's runs keep their files in: the one the policy or
+        ``--storage`` names, else the region's own, whose stack is created or updated here (once per
+        project and region; concurrent ``up``s take turns) and never destroyed by ``burst down``."""
+        from filelock import FileLock
+
+        if placement.storage:
+            report.say(f"store: {placement.storage} (named; the cluster is granted access to it)")
+            return placement.storage, self.named_store_scope(placement.storage)
+        spec = self.region_store(placement.region, placement.stores)
+        report.say(f"store: {spec.uri} (stack {spec.stack_name}: made once for {spec.region}, kept after `burst down`)")
+        lock = state.home() / "pulumi" / f"{spec.stack_name}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with FileLock(str(lock)), report.stack_progress("preparing the store") as watcher:
+            driver = self._driver(spec, watcher, program=self.store_program(spec))
+            try:
+                with stack_errors():
+                    outputs = driver.up()
+            except BurstError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - Pulumi's CommandError: one line, nothing of the cluster exists yet
+                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
+                raise BurstError(f"the store {spec.uri} of {spec.region} could not be made ({reason}); no cluster was created; "
+                                 f"fix the cause and run `burst up` again (the store's stack {spec.stack_name} goes on where it stopped)",
+                                 exit_code=1) from None
+        return outputs.get("storage_uri") or spec.uri, outputs.get("scope") or spec.scope
+
     def wheel(self) -> Optional[str]:
         """A burst wheel the nodes install at boot (None: the nodes get burst another way)."""
         return None
@@ -151,8 +201,9 @@ class PulumiTarget(Target):
 
     def build_spec(self, name: str, lay: "Layout", preemptible: bool, hours: float, lease_id: Optional[str] = None,
                    project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None,
-                   auth_token: Optional[str] = None):
-        """The stack's spec; ``auth_token``: the Ray token its heads require (None: a throwaway one, for a rendering)."""
+                   auth_token: Optional[str] = None, store: Optional[tuple[str, Optional[str]]] = None):
+        """The stack's spec; ``auth_token``: the Ray token its heads require (None: a throwaway one, for a rendering);
+        ``store``: (uri, scope) of the store the cluster is granted (None: the region's own, ``region_store``)."""
         import secrets
 
         from infra.spec import TPU_TENSORFLOW, PoolSpec, StackSpec, safe_name
@@ -160,6 +211,9 @@ class PulumiTarget(Target):
         from . import facts
 
         known = facts.load(self.provider)
+        if store is None:
+            own = self.region_store(lay.region, project=project)
+            store = (own.uri, own.scope)
         pools = []
         for i, pool in enumerate(lay.pools):
             o = pool.offer
@@ -170,7 +224,7 @@ class PulumiTarget(Target):
                       expires=int(time.time() + hours * 3600), region=lay.region, pools=tuple(pools), preemptible=preemptible,
                       ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path,
                       image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None,
-                      auth_token=auth_token or secrets.token_hex(32))
+                      auth_token=auth_token or secrets.token_hex(32), store_uri=store[0], store_scope=store[1])
         if lay.is_tpu:
             fields["tpu_runtime"] = known.tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return StackSpec(**fields, config=self.stack_config(fields))
@@ -188,10 +242,25 @@ class PulumiTarget(Target):
         }
 
     def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
-        """The resources the stack would create, rendered offline under Pulumi's mocks."""
+        """The resources the stack would create, rendered offline under Pulumi's mocks, and the store it uses
+        (with its own stack's resources when burst makes it: once per project and region)."""
+        from infra import render
+
+        if placement.storage:
+            store_spec, store = None, (placement.storage, "(the named store's account, looked up at `up`)" if self.vendor == "azure" else None)
+        else:
+            store_spec = self.region_store(placement.region, placement.stores)
+            store = (store_spec.uri, store_spec.scope)
         spec = self.build_spec(name, placement.layout, placement.preemptible, lease.hours or DEFAULT_LEASE_HOURS, lease_id="dryrun000000",
-                               image=placement.image)
-        return self.rendering(spec, placement.layout)
+                               image=placement.image, store=store)
+        out = self.rendering(spec, placement.layout)
+        out["store"] = {"uri": store[0], "stack": store_spec.stack_name if store_spec else None, "named": store_spec is None,
+                        "kept_after_down": True,
+                        "lifecycle_days": {rule: days for rule, _, days in store_spec.rules()} if store_spec else None,
+                        "resources": [] if store_spec is None else [
+                            {"type": r["type"], "name": r["name"], "inputs": _mask(r["inputs"]), "summary": render.summary(r)}
+                            for r in render.render(self.store_program(store_spec), stack=store_spec.stack_name)]}
+        return out
 
     # ------------------------------------------------------------------ checks before Pulumi
 
@@ -240,11 +309,12 @@ class PulumiTarget(Target):
                           report: Reporter) -> ClusterHandle:
         """The stack in the layout's zones, moving to the region's other zones on a stock-out."""
         self.preflight(placement, report)
+        store = self.ensure_store(placement, report)
         wheel = self.wheel()
         tried: set[str] = set()
         while True:
             try:
-                return self._create(name, lay, placement, lease, hours, wheel, claim, report)
+                return self._create(name, lay, placement, lease, hours, wheel, claim, report, store)
             except StockOut as out:
                 tried |= set(out.zones)
                 moved = lay.without_zones(tried)
@@ -257,7 +327,7 @@ class PulumiTarget(Target):
                 lay = moved
 
     def _create(self, name: str, lay: "Layout", placement: "Placement", lease: Lease, hours: float, wheel: Optional[str],
-                claim: ClusterHandle, report: Reporter) -> ClusterHandle:
+                claim: ClusterHandle, report: Reporter, store: tuple[str, Optional[str]]) -> ClusterHandle:
         """One attempt at the stack; a failure destroys what it created (``StockOut`` when for want of capacity)."""
         preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
@@ -265,9 +335,9 @@ class PulumiTarget(Target):
         token_path = state.cluster_dir(name) / "auth_token"
         ray_head.new_token(token_path)  # this machine's copy (user-only); the stack keeps it as a Pulumi secret
         spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
-                               auth_token=token_path.read_text().strip())
+                               auth_token=token_path.read_text().strip(), store=store)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
-                               storage_uri="", token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
+                               storage_uri=store[0], token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
                                preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name, starter_pid=os.getpid(),
                                outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
@@ -296,7 +366,7 @@ class PulumiTarget(Target):
                 raise BurstError(f"creating cluster {name!r} on {self.provider} failed: {reason}; everything it created was destroyed",
                                  exit_code=1) from None
         handle.state = "running"
-        handle.storage_uri = outputs.get("storage_uri", "")
+        handle.storage_uri = outputs.get("storage_uri") or store[0]
         handle.outputs.update({k: v for k, v in outputs.items() if k not in SECRET_OUTPUTS})
         with state.locked():
             state.save(handle)

@@ -34,9 +34,11 @@ URN = "urn:pulumi:t::burst::gcp:container/cluster:Cluster::burst-t"
 class RecordingPulumi(BurstPulumiCommand):
     """Answers like the Pulumi CLI; ``fail_up``, ``block_up`` and ``leftover`` script its behaviour."""
 
-    def __init__(self, fail_up=False, block_up=False, leftover_destroys=0):
+    def __init__(self, fail_up=False, block_up=False, leftover_destroys=0, fail_store=False):
         self.command, self.version, self.process = "pulumi", VersionInfo.parse("3.272.0"), None
         self.calls: list[list[str]] = []
+        self.store_calls: list[list[str]] = []
+        self.fail_store = fail_store
         self.fail_up, self.block_up, self.leftover_destroys = fail_up, block_up, leftover_destroys
         self.stacks: set[str] = set()
         self.interrupted = threading.Event()
@@ -45,21 +47,26 @@ class RecordingPulumi(BurstPulumiCommand):
 
     def run(self, args, cwd, additional_env, on_output=None, on_error=None):
         args = [a for a in args if a != "--non-interactive"]
-        self.calls.append(args)
+        stack = args[args.index("--stack") + 1] if "--stack" in args else (args[2] if args[:2] == ["stack", "init"] else None)
+        # a region's store stack (infra.store) is recorded apart: `calls` are the cluster stack's
+        (self.store_calls if stack and stack.startswith("store-") else self.calls).append(args)
         assert additional_env["PULUMI_CONFIG_PASSPHRASE"]  # secrets provider always has its passphrase
-        stack = args[args.index("--stack") + 1] if "--stack" in args else None
+        if stack and stack.startswith("store-") and args[0] == "up" and self.fail_store:
+            raise create_command_error(auto.CommandResult("", "error: googleapi: Error 403: storage.buckets.create denied", 255))
         if args[:2] == ["stack", "select"]:
             if stack not in self.stacks:
                 raise create_command_error(auto.CommandResult("", f"error: no stack named '{stack}' found", 255))
         elif args[:2] == ["stack", "init"]:
             self.stacks.add(stack)
         elif args[0] == "up":
-            if self.block_up:
+            if self.block_up and not (stack or "").startswith("store-"):
                 self.blocking.set()
                 self.interrupted.wait(10)
                 raise create_command_error(auto.CommandResult("", "error: update canceled", 255))
-            if self.fail_up:
+            if self.fail_up and not (stack or "").startswith("store-"):
                 raise create_command_error(auto.CommandResult("", "error: googleapi: Error 403: Quota 'NVIDIA_V100_GPUS' exceeded", 255))
+        elif args[:2] == ["stack", "output"] and stack and stack.startswith("store-"):
+            return auto.CommandResult(json.dumps({"storage_uri": "gs://store-bucket", "bucket": "store-bucket"}), "", 0)
         elif args[:2] == ["stack", "output"]:
             return auto.CommandResult(json.dumps({"storage_uri": "gs://b", "kubeconfig": "apiVersion: v1", "ray_namespace": "burst",
                                                   "ray_head_service": "burst-head-svc"}), "", 0)
@@ -82,8 +89,8 @@ class RecordingPulumi(BurstPulumiCommand):
         self.interrupted.set()
         return True
 
-    def commands(self) -> list[str]:
-        return [" ".join(c[:2]) if c[0] in ("stack", "config") else c[0] for c in self.calls]
+    def commands(self, calls=None) -> list[str]:
+        return [" ".join(c[:2]) if c[0] in ("stack", "config") else c[0] for c in (self.calls if calls is None else calls)]
 
 
 @pytest.fixture(autouse=True)
@@ -158,6 +165,34 @@ def test_a_failed_up_destroys_what_it_created_and_forgets_the_cluster(home):
     assert state.load(ClusterHandle, "t") is None
 
 
+def test_the_region_store_is_made_before_the_cluster_is_granted_it_and_outlives_its_down(home):
+    """The store (infra.store) is a stack of its own: made (or updated) before the cluster's stack,
+    the cluster's spec names it, and `burst down` destroys the cluster's stack alone."""
+    fake = RecordingPulumi()
+    gke = targets.get("gcp")
+    built = []
+    original = type(gke).build_spec
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(gke), "build_spec", lambda self, *a, **kw: built.append(original(self, *a, **kw)) or built[-1])
+        handle, created = gke_up(fake)
+    stores = fake.commands(fake.store_calls)
+    assert "up" in stores and "destroy" not in stores
+    store_up = next(c for c in fake.store_calls if c[0] == "up")
+    assert store_up[store_up.index("--stack") + 1] == "store-gcp-us-central1"
+    assert built[-1].store_uri == "gs://store-bucket"  # the store stack's output, granted to the cluster
+    with pulumi_command(fake) as gke:
+        gke.down(handle)
+    assert fake.commands(fake.store_calls).count("destroy") == 0 and fake.commands().count("destroy") == 1
+    assert targets.get("gcp").storage_outlives(handle)  # a managed move reads the lost cluster's checkpoints in place
+
+
+def test_a_store_that_cannot_be_made_creates_no_cluster(home):
+    fake = RecordingPulumi(fail_store=True)
+    with pytest.raises(BurstError, match=r"the store gs://burst-us-central1-\w+ of us-central1 could not be made .*storage.buckets.create denied.*no cluster was created"):
+        gke_up(fake)
+    assert "up" not in fake.commands() and state.load(ClusterHandle, "t") is None
+
+
 class StockedOut(RecordingPulumi):
     """`up` fails for want of capacity in the zones listed in ``full`` (as GKE words it)."""
 
@@ -166,7 +201,7 @@ class StockedOut(RecordingPulumi):
         self.full = full
 
     def run(self, args, cwd, additional_env, on_output=None, on_error=None):
-        if args and args[0] == "up":
+        if args and args[0] == "up" and "--stack" in args and not args[args.index("--stack") + 1].startswith("store-"):
             self.calls.append(args)
             zone = self.spec_zone()
             if zone in self.full:

@@ -64,10 +64,9 @@ def assert_every_resource_is_labelled(resources, spec):
         assert labels.get("burst-expires") == str(spec.expires), r["type"]
 
 
-def bucket_uri(resources) -> str:
-    """The gs:// URI of a rendered GCP stack's bucket."""
-    (bucket,) = [r for r in resources if r["type"].endswith("storage/bucket:Bucket")]
-    return f"gs://{bucket['inputs']['name']}"
+def bucket_uri(spec) -> str:
+    """The store a rendered stack is granted (its region's, ``infra.store``): no cluster stack makes a bucket."""
+    return spec.store_uri
 
 
 def ray_groups(resources):
@@ -110,7 +109,10 @@ def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, ex
         assert g["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": p["name"]}
     (release,) = of_type(resources, "helm.sh/v3:Release")
     assert release["inputs"]["chart"] == "kuberay-operator" and release["inputs"]["version"] == "1.5.1"
-    assert of_type(resources, "storage/bucket:Bucket")[0]["inputs"]["forceDestroy"] is True
+    # the cluster owns no bucket: its Ray pods' identity is granted the region's store, which outlives it
+    assert not of_type(resources, "storage/bucket:Bucket")
+    (grant,) = of_type(resources, "bucketIAMMember:BucketIAMMember")
+    assert "gs://" + grant["inputs"]["bucket"] == spec.store_uri == targets.get("gcp").region_store("us-central1", project="proj").uri
     assert_every_resource_is_labelled(resources, spec)
     # The price comes from the catalog's own rows for the pools the stack creates (read here with
     # the csv module, not through the code that priced the layout), plus nothing else.
@@ -160,7 +162,7 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
     # preempted or stopped, host 0 posts a stop notice on the bucket and waits for the run's checkpoint
     shutdown = i["metadata"]["shutdown-script"]
-    assert f"python3 -m burst.runtime.notice '{bucket_uri(resources)}/notices/{spec.lease_id}' --action stop" in shutdown and "--wait 20" in shutdown
+    assert f"python3 -m burst.runtime.notice '{bucket_uri(spec)}/notices/{spec.lease_id}' --action stop" in shutdown and "--wait 20" in shutdown
     assert_every_resource_is_labelled(resources, spec)
 
 
@@ -230,7 +232,9 @@ def test_aks_ray_pods_reach_storage_through_workload_identity_and_no_key_exists(
     assert federation["inputs"]["audiences"] == ["api://AzureADTokenExchange"]
     (grant,) = of_type(resources, "RoleAssignment")
     assert grant["inputs"]["roleDefinitionId"].endswith("/roleDefinitions/ba92f5b4-2d11-453d-a403-e96b0029c9fe")  # Storage Blob Data Contributor
-    assert grant["inputs"]["scope"] == "storage-id"  # the storage account, not the subscription or the group
+    assert grant["inputs"]["scope"] == spec.store_scope  # the region store's account, not the subscription or the group
+    assert spec.store_scope.endswith(f"/storageAccounts/{spec.store_uri.split('@')[1].split('.')[0]}")
+    assert not of_type(resources, "StorageAccount") and not of_type(resources, "BlobContainer")  # the store outlives the cluster
     (ksa,) = [r for r in of_type(resources, "core/v1:ServiceAccount") if r["inputs"]["metadata"]["name"] == "burst-ray"]
     assert ksa["inputs"]["metadata"]["annotations"]["azure.workload.identity/client-id"] == "00000000-0000-0000-0000-00000000c11e"
     rc = ray_groups(resources)
@@ -250,7 +254,7 @@ def test_a_worker_pod_that_kubernetes_ends_first_posts_a_checkpoint_notice_on_th
         command = pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         assert command[:3] == ["python", "-c", HOOK_SCRIPT] and command[4:] == ["checkpoint", "Kubernetes ends a worker pod", str(NOTICE_WAIT_S)]
         # the cluster's own notice directory on the stack's storage (its id: the lease's, as its handle's)
-        assert command[3] == f"{bucket_uri(resources)}/notices/{spec.lease_id}" if provider == "gcp" else (
+        assert command[3] == f"{bucket_uri(spec)}/notices/{spec.lease_id}" if provider == "gcp" else (
             command[3].startswith("abfs://") and command[3].endswith(f"/notices/{spec.lease_id}"))
         assert NOTICE_WAIT_S < pod["terminationGracePeriodSeconds"] == TERMINATION_GRACE_S
     # tests/burst/test_notice.py runs this very command and shows a worker acting on its notice
@@ -271,3 +275,64 @@ def test_every_ray_container_requires_the_token_from_the_secret(provider, accele
         assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "burst-ray-auth", "key": "auth_token"}}
     (cluster,) = of_type(resources, "RayCluster")
     assert "ray-auth" in cluster["dependsOn"]  # the pods never start before their token exists
+
+
+@pytest.mark.parametrize("provider, region", [("gcp", "us-central1"), ("gcp-tpu", "europe-west4"), ("azure", "eastus")])
+def test_a_region_store_keeps_results_and_expires_what_the_policy_says(provider, region):
+    """The store stack (infra.store): one bucket or container per project and region, never
+    force-destroyed, lifecycle rules by prefix with the policy's days, no lease labels (a sweeper of
+    expired leases must never take it), and the prefixes are where burst really writes."""
+    from burst.placement.policy import Stores
+    from burst.runtime.job import RunFiles
+    from infra import render as r
+    from infra.store import CHECKPOINT_PREFIXES, DATASET_PREFIXES
+
+    target = targets.get(provider)
+    store = target.region_store(region, Stores(checkpoints_days=3, datasets_days=45, notices_days=2), project="proj")
+    resources = r.render(target.store_program(store), stack=store.stack_name)
+    assert store.stack_name == f"store-{target.vendor}-{region}"
+    assert all("burst-lease" not in json.dumps(x["inputs"]) and "burst-expires" not in json.dumps(x["inputs"]) for x in resources)
+    if target.vendor == "gcp":
+        (bucket,) = of_type(resources, "storage/bucket:Bucket")
+        i = bucket["inputs"]
+        assert i["name"] == store.bucket and store.uri == f"gs://{store.bucket}" and i["forceDestroy"] is False
+        assert i["location"] == region.upper() and i["uniformBucketLevelAccess"] is True and i["publicAccessPrevention"] == "enforced"
+        rules = {tuple(x["condition"]["matchesPrefixes"]): x["condition"]["age"] for x in i["lifecycleRules"]}
+        assert all(x["action"]["type"] == "Delete" for x in i["lifecycleRules"])
+    else:
+        (account,) = of_type(resources, "StorageAccount")
+        assert account["inputs"]["accountName"] == store.account and account["inputs"]["allowBlobPublicAccess"] is False
+        assert 3 <= len(store.account) <= 24 and store.account.isalnum() and store.account.islower()
+        (policy,) = of_type(resources, "ManagementPolicy")
+        rules = {tuple(p.split("/", 1)[1] for p in x["definition"]["filters"]["prefixMatch"]):
+                 x["definition"]["actions"]["baseBlob"]["delete"]["daysAfterModificationGreaterThan"] for x in policy["inputs"]["policy"]["rules"]}
+    assert rules == {CHECKPOINT_PREFIXES: 3, DATASET_PREFIXES: 45, ("notices/",): 2}
+    # results (runs/) are kept; checkpoints and staged data are where RunFiles and datasets put them
+    files = RunFiles(store.uri, "run1")
+    for path in (files.ray_train_dir, files.tpu_checkpoints):
+        assert path.removeprefix(store.uri + "/").startswith(CHECKPOINT_PREFIXES)
+    assert files.data_dir("train").removeprefix(store.uri + "/").startswith(DATASET_PREFIXES)
+    assert not files.run_dir.removeprefix(store.uri + "/").startswith(CHECKPOINT_PREFIXES + DATASET_PREFIXES)
+    # two projects never share a bucket name; one project's regions never do either
+    assert len({target.region_store(region, project=p).uri for p in ("a", "b")} | {target.region_store("x-1", project="a").uri}) == 3
+
+
+def test_the_dry_run_shows_the_store_and_its_own_stack():
+    from burst.placement import planner, policy, profile
+    from burst.placement.request import PlacementRequest
+    from burst.targets.base import Lease
+
+    placement = planner.pin(policy.parse("stores: {checkpoints_days: 5}"), profile.load("gan3d"), OFFERS,
+                            PlacementRequest(provider="gcp", gpus=8, accelerator="V100", region="us-central1"))
+    from burst import api
+
+    placement = api._in_store(placement, policy.parse("stores: {checkpoints_days: 5}"))
+    out = targets.get("gcp").render("t", placement, Lease(hours=1))
+    assert out["store"]["stack"] == "store-gcp-us-central1" and out["store"]["kept_after_down"] is True
+    assert out["store"]["lifecycle_days"]["checkpoints"] == 5 and of_type(out["store"]["resources"], "storage/bucket:Bucket")
+    named = api._in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket'}}"))
+    out = targets.get("gcp").render("t", named, Lease(hours=1))
+    assert out["store"] == {"uri": "gs://site-bucket", "stack": None, "named": True, "kept_after_down": True, "lifecycle_days": None,
+                            "resources": []}
+    (grant,) = of_type(out["resources"], "bucketIAMMember:BucketIAMMember")
+    assert grant["inputs"]["bucket"] == "site-bucket"
