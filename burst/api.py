@@ -307,7 +307,8 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
 def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
         nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
-        region: Optional[str] = None, gpus_per_node: Optional[int] = None, report: Reporter = QUIET) -> RunRecord:
+        region: Optional[str] = None, gpus_per_node: Optional[int] = None, storage: Optional[str] = None,
+        report: Reporter = QUIET) -> RunRecord:
     """up + train + validate + down in one (the plan estimates the run's own epochs and batch); the cluster (``request.cluster``) goes down on success,
     failure and interruption alike. With ``request.managed`` a controller process does all of it
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
@@ -318,10 +319,10 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
         request = with_policy_checkpoints(request, policy)
     if request.managed:
         return _run_managed(request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node)
+                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node, storage=storage)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
                            preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                           gpus_per_node=gpus_per_node)
+                           gpus_per_node=gpus_per_node, storage=storage)
 
 
 def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:

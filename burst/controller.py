@@ -325,13 +325,14 @@ class Controller:
             self.keep_checkpoint(handle, record)  # before its storage goes with it: the next attempt resumes from it
             self.take_down(handle)
         kind = targets.get(attempt.provider).kind if attempt.provider in targets.PROVIDERS else "local"
-        self.m.avoid.append(f"{attempt.provider}:{attempt.region}" if kind == "cloud" and attempt.region else attempt.provider)
+        if kind != "local":  # this machine lost a Ray head, not the machine: a new cluster here is a move like any other
+            self.m.avoid.append(f"{attempt.provider}:{attempt.region}" if kind == "cloud" and attempt.region else attempt.provider)
         self.save()
         if not self.can_move():
             why_not = "recovery is off" if not self.m.recover else f"{self.policy.recovery.max_restarts} move(s) allowed by recovery.max_restarts"
             self.finish("LOST", f"cluster {attempt.cluster} lost ({why}); not moved: {why_not}; `burst train --resume {self.m.run_id}` goes on")
             return
-        self.say(f"moving run {self.m.run_id}: planning again without {', '.join(self.m.avoid)}")
+        self.say(f"moving run {self.m.run_id}: planning again" + (f" without {', '.join(self.m.avoid)}" if self.m.avoid else ""))
 
     def keep_checkpoint(self, handle: ClusterHandle, record: RunRecord) -> None:
         """Copy the run's newest checkpoint to this machine when ``handle``'s storage goes with it."""

@@ -40,7 +40,7 @@ def up(
     wait: Annotated[bool, typer.Option("--wait", help="slurm, kubernetes with Kueue: wait for a queued allocation to start")] = False,
     context: Annotated[Optional[str], typer.Option(help="kubernetes: the kubeconfig context of the cluster (default: the policy's onprem.context, else the current one)")] = None,
     namespace: Annotated[Optional[str], typer.Option(help="kubernetes: the namespace of burst's objects (default: the policy's onprem.namespace)")] = None,
-    storage: Annotated[Optional[str], typer.Option(help="local: where checkpoints and results go, a directory or a bucket URI (gs://, abfs://, file://)")] = None,
+    storage: Annotated[Optional[str], typer.Option(help="the store for checkpoints, data and results: local, a directory or a bucket URI (gs://, abfs://, file://); a cloud, a bucket of its own (default: the policy's stores)")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run, built from docker/Dockerfile (default: stock Ray image, packages installed at every job start)")] = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on storage the nodes share; they install burst from it, not from the network")] = None,
     batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica the plan predicts and `burst train` on this cluster then uses (default: the preset's)")] = None,
@@ -97,6 +97,14 @@ def _print_dry_run(rendering: dict, as_json: bool) -> None:
     out.print(t)
     out.print(f"layout: {rendering['layout']['description']}; ${rendering['hourly_usd']:,.2f}/h"
               f"{' (preemptible)' if rendering['preemptible'] else ''}")
+    store = rendering.get("store")
+    if store:
+        if store["named"]:
+            out.print(f"store: {store['uri']} (named; the cluster is granted access, `burst down` leaves it)")
+        else:
+            days = ", ".join(f"{what} {n} d" for what, n in store["lifecycle_days"].items())
+            out.print(f"store: {store['uri']}: stack {store['stack']} ({len(store['resources'])} resources), made once for the region "
+                      f"and kept after `burst down`; deletes {days} after they are written")
 
 
 def down(

@@ -107,6 +107,7 @@ def run(
     checkpoint_every_steps: CheckpointEvery = None,
     bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on shared storage the nodes install burst from")] = None,
     image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run (docker/Dockerfile)")] = None,
+    storage: Annotated[Optional[str], typer.Option(help="the store for checkpoints, data and results: local, a directory or a bucket URI; a cloud, a bucket of its own (default: the policy's stores)")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's)")] = None,
     managed: Managed = False,
     detach: Annotated[bool, typer.Option("--detach", help="with --managed: hand the run over and return")] = False,
@@ -116,7 +117,7 @@ def run(
 
     _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
                       preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                      gpus_per_node=gpus_per_node, report=ConsoleReporter()))
+                      gpus_per_node=gpus_per_node, storage=storage, report=ConsoleReporter()))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

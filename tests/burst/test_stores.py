@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -326,3 +327,69 @@ def test_burst_datasets_lists_what_is_staged_where_what_it_costs_and_removes_it(
                        (["--store", gcs_store, "--remove", on_gcs.key], f"no dataset '{on_gcs.key}' on {gcs_store}")):
         result = CliRunner().invoke(app, ["datasets", *args])
         assert result.exit_code == 2 and line in result.stderr, (args, result.stderr)
+
+
+@pytest.mark.slow
+def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an_abfs_store(gcs_store, azure_store, tmp_path):
+    """A managed run on a local cluster whose store is the emulated gs:// bucket checkpoints inside
+    its epochs; its Ray head is SIGKILLed (every process of the cluster, as in a machine crash); the
+    controller moves it to a new local cluster whose store is the emulated Azure container (the
+    policy's store for this machine), stages the newest checkpoint there from the bucket, and the
+    run finishes with every epoch exactly once."""
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+    from burst.runtime.ray_head import cluster_processes
+    from tests import census
+    from tests.burst.test_managed import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
+
+    before = census.snapshot()
+    home = tmp_path / "home"
+    home.mkdir()
+    policy = tmp_path / "stores.yaml"
+    policy.write_text(f"providers: [local]\nstores:\n  named:\n    local: {azure_store}/burst\nrecovery:\n  max_restarts: 1\n")
+    gs, abfs = f"{gcs_store}/burst", f"{azure_store}/burst"
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "mg", "--cpus", "2", "--storage", gs, "--policy", str(policy),
+                 "--managed", "--detach", "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=home, cwd=tmp_path)
+    run_id = handed_over(proc)
+
+    def progressed():
+        ckpts = [d for d in storage.list_dirs(RunFiles(gs, run_id).ray_train_dir) if d.startswith("checkpoint_")]
+        progress = json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}
+        return (progress.get("epoch") or 0) >= 1 and len(ckpts) >= 2
+
+    wait_until(progressed, 400, "an epoch and a checkpoint after it in the gs:// store")
+    head = json.loads((home / "clusters" / "mg.json").read_text())
+    assert head["storage_uri"] == gs
+    killed_at = time.time()
+    for p in cluster_processes(head["cluster_id"], head["temp_dir"]):
+        try:
+            p.kill()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+
+    run = finished(home, run_id, timeout=600)
+    assert run["state"] == "SUCCEEDED", run
+    assert history_of(run) == [1, 2, 3, 4]  # every epoch once, across both clusters and both stores
+    m = managed(home, run_id)
+    attempts = m["attempts"]
+    assert [(a["provider"], a["cluster"]) for a in attempts] == [("local", "mg"), ("local", "mg-2")]
+    assert attempts[0]["how"].startswith("lost") and m["avoid"] == []  # this machine lost a head, not the machine
+    assert run["storage_uri"] == abfs  # the second cluster's store: the policy's for this machine
+    # the newest checkpoint went from the bucket to the container before the run went on
+    assert any(d.startswith("checkpoint_") for d in storage.list_dirs(storage.join(abfs, "resume", run_id)))
+    assert storage.exists(storage.join(RunFiles(abfs, run_id).run_dir, "history.json"))
+    job_log = (Path(run["run_dir"]) / "job.log").read_text()
+    starts = [json.loads(line.split("BURST_EVENT ", 1)[1]) for line in job_log.splitlines() if '"type": "start"' in line]
+    assert starts and all(s["resumed"] and s["epoch"] >= 1 for s in starts), starts
+    cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
+    assert [a["provider"] for a in cost["attempts"]] == ["local", "local"] and 0 < cost["recovery_s"] < 400
+    status = burst("status", "--json", home=home, cwd=tmp_path)
+    lines = json.loads(status.stdout)["moves"][run_id]
+    assert any("lost after" in line and "local cluster mg " in line for line in lines), lines
+    assert any("run resumed on local cluster mg-2" in line for line in lines), lines
+    print(burst("status", home=home, cwd=tmp_path).stdout)  # for the record (pytest -s)
+    print(json.dumps(cost, indent=1))
+    print(f"head killed to the loss seen: {attempts[0]['ended'] - killed_at:.1f} s; loss seen to the first step on mg-2: "
+          f"{cost['recovery_s']:.1f} s; kill to the first step: {attempts[1]['first_step'] - killed_at:.1f} s")
+    assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
+    census.assert_none_left(before)
