@@ -85,10 +85,18 @@ def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = 
 
     ``narrow``: fields of ``placement.request.PlacementRequest`` (``gpus``, ``epochs``, ``events``, ``provider``,
     ``accelerator``, ``preemptible``, ``region``, ``scan``: a ``placement.scan.ScanShape``, the
-    plan is then for a hyper-parameter scan's trials side by side, ...)."""
+    plan is then for a hyper-parameter scan's trials side by side, ...); ``data``: the run's dataset
+    directory (a store this machine already staged it on costs no staging)."""
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
+    data = narrow.pop("data", None)
+    if data is not None:
+        from . import staged
+
+        if "://" not in str(data) and not Path(data).is_dir():
+            raise BurstError(f"--data {data}: no such directory; give the dataset directory the run trains on")
+        narrow["staged_on"] = staged.holding(data)
     ask = PlacementRequest(workload=workload, **narrow).checked()
     return planner.plan(_policy(policy), profile.load(ask.workload_name), catalog_mod.load(catalog), ask)
 
@@ -125,7 +133,8 @@ def _placed(ask: PlacementRequest, policy, report: Reporter):
             raise BurstError("--storage needs --provider (a store belongs to one cloud); or name a store per target in the policy's stores.named")
         chosen = planner.choose(pol, prof, offers, PlacementRequest(
             workload=ask.workload, gpus=ask.gpus, accelerator=ask.accelerator, preemptible=ask.preemptible, region=ask.region,
-            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid, live=ask.live))
+            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid, live=ask.live,
+            staged_on=ask.staged_on))
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
             chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
@@ -165,7 +174,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
        bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
        epochs: Optional[int] = None, avoid: tuple[str, ...] = (), idle_minutes: Optional[float] = None,
        workload: Optional[str] = None, context: Optional[str] = None, namespace: Optional[str] = None,
-       report: Reporter = QUIET) -> UpResult:
+       staged_on: tuple[tuple[str, float], ...] = (), report: Reporter = QUIET) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
     under the policy picks the target; flags that are given pin it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
@@ -177,7 +186,7 @@ def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=Non
     ask = PlacementRequest(provider=provider, workload=workload, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                            region=region, storage=storage, nodes=nodes, partition=partition, image=image, bundle=bundle,
                            gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=tuple(avoid),
-                           context=context, namespace=namespace)
+                           context=context, namespace=namespace, staged_on=tuple(staged_on))
     return up_for(ask, name, policy=policy, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report)
 
 
@@ -317,12 +326,16 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
     if policy is not None:
         policy = _policy(policy)  # loaded once: its checkpoint interval, and the placement below
         request = with_policy_checkpoints(request, policy)
+    from . import staged
+
+    staged_on = staged.holding(request.data)  # a store already holding the data costs the plan no staging
     if request.managed:
         return _run_managed(request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node, storage=storage)
+                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node, storage=storage,
+                            staged_on=staged_on)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
                            preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                           gpus_per_node=gpus_per_node, storage=storage)
+                           gpus_per_node=gpus_per_node, storage=storage, staged_on=staged_on)
 
 
 def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
@@ -503,6 +516,9 @@ def remove_dataset(store: str, key: str) -> StagedDataset:
     if not found:
         raise BurstError(f"no dataset {key[:40]!r} on {store}; `burst datasets --store {store}` lists them")
     staged.remove(store, key)
+    from . import staged as index
+
+    index.forget(store, key)
     return found[0]
 
 

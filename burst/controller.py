@@ -179,7 +179,10 @@ class Controller:
         first = self.m.placement
         sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs")}
         sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
-        chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), **sizing), policy, _Said())
+        from . import staged
+
+        chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), staged_on=staged.holding(self.m.request.get("data")), **sizing),
+                                   policy, _Said())
         flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
         if targets.get(chosen.provider).kind == "cloud":
             flags.update(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)
@@ -324,9 +327,9 @@ class Controller:
         if handle is not None and attempt.own:
             self.keep_checkpoint(handle, record)  # before its storage goes with it: the next attempt resumes from it
             self.take_down(handle)
-        kind = targets.get(attempt.provider).kind if attempt.provider in targets.PROVIDERS else "local"
-        if kind != "local":  # this machine lost a Ray head, not the machine: a new cluster here is a move like any other
-            self.m.avoid.append(f"{attempt.provider}:{attempt.region}" if kind == "cloud" and attempt.region else attempt.provider)
+        lost_on = targets.get(attempt.provider) if attempt.provider in targets.PROVIDERS else None
+        if lost_on is not None and lost_on.kind != "local":  # this machine lost a Ray head, not the machine: a new cluster here is a move like any other
+            self.m.avoid.append(f"{attempt.provider}:{attempt.region}" if lost_on.kind == "cloud" and attempt.region else attempt.provider)
         self.save()
         if not self.can_move():
             why_not = "recovery is off" if not self.m.recover else f"{self.policy.recovery.max_restarts} move(s) allowed by recovery.max_restarts"

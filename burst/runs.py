@@ -305,7 +305,7 @@ def _judge(run: RunRecord, run_dir: RunDirectory) -> None:
 
 def kept_checkpoints(run_id: str) -> Path:
     """Where this machine keeps a run's newest checkpoint when the store it was on goes with its
-    cluster (a cloud stack's own bucket, a site claim): the next attempt is staged from here."""
+    cluster (a site claim): the next attempt is staged from here."""
     return state.home() / "checkpoints" / state.check_name(run_id, "run")
 
 

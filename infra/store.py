@@ -19,13 +19,15 @@ CHECKPOINT_PREFIXES = ("ray-train/", "tpu-checkpoints/", "resume/")
 DATASET_PREFIXES = ("datasets/", "data/")
 NOTICE_PREFIXES = ("notices/",)
 AZURE_CONTAINER = "burst"
+GCS, BLOB = "gcs", "blob"  # the storage services a store can be in
 
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """One region's store: ``vendor`` gcp or azure, ``project`` the GCP project or Azure subscription."""
+    """One region's store: ``service`` ``gcs`` (Google Cloud Storage) or ``blob`` (Azure Blob Storage);
+    ``project`` the GCP project or the Azure subscription."""
 
-    vendor: str
+    service: str
     region: str
     project: str
     checkpoints_days: int = 30
@@ -34,12 +36,12 @@ class StoreSpec:
 
     @property
     def stack_name(self) -> str:
-        return safe_name(f"store-{self.vendor}-{self.region}", 60)
+        return safe_name(f"store-{self.service}-{self.region}", 60)
 
     @property
     def _tag(self) -> str:
         """A short hash of project and region: bucket and account names are global, so two projects never clash."""
-        return hashlib.sha256(f"{self.vendor}/{self.project}/{self.region}".encode()).hexdigest()[:10]
+        return hashlib.sha256(f"{self.service}/{self.project}/{self.region}".encode()).hexdigest()[:10]
 
     @property
     def bucket(self) -> str:
@@ -57,7 +59,7 @@ class StoreSpec:
 
     @property
     def uri(self) -> str:
-        if self.vendor == "gcp":
+        if self.service == GCS:
             return f"gs://{self.bucket}"
         return f"abfs://{AZURE_CONTAINER}@{self.account}.dfs.core.windows.net"
 
@@ -70,7 +72,7 @@ class StoreSpec:
     @property
     def config(self) -> dict[str, str]:
         """The stack's Pulumi configuration."""
-        if self.vendor == "gcp":
+        if self.service == GCS:
             return {"gcp:project": self.project, "gcp:region": self.region}
         return {"azure-native:location": self.region}
 

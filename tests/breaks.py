@@ -192,7 +192,7 @@ BREAKS = [
           ("tests/burst/test_recovery.py::test_a_lost_spot_region_is_avoided_and_the_next_cluster_is_on_demand",),
           "a managed run moves to spot capacity again after losing its spot cluster", fast=True),
     Break("lost-target-chosen-again", "burst/controller.py",
-          (("            self.m.avoid.append(f\"{attempt.provider}:{attempt.region}\" if kind == \"cloud\" and attempt.region else attempt.provider)\n",
+          (("            self.m.avoid.append(f\"{attempt.provider}:{attempt.region}\" if lost_on.kind == \"cloud\" and attempt.region else attempt.provider)\n",
             "            pass\n"),),
           ("tests/burst/test_managed.py::test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trains_every_epoch_once",),
           "a managed run moves back to the target it just lost"),

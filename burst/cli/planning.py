@@ -87,6 +87,7 @@ def plan(
     nodes: Annotated[Optional[int], typer.Option(help="only layouts spanning this many nodes (on-prem: nodes the scheduler allocates)")] = None,
     batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica to predict (default: what `burst run` uses for the profile's preset)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
+    data: Annotated[Optional[str], typer.Option(help="the dataset directory the run trains on: a store burst already staged it on costs no staging")] = None,
     trials: Annotated[Optional[int], typer.Option(help="plan a hyper-parameter scan of this many trials (`burst tune`)")] = None,
     gpus_per_trial: Annotated[Optional[int], typer.Option(help="scan: GPUs per trial (default 1; leave out to consider this machine's CPUs)")] = None,
     max_concurrent: Annotated[Optional[int], typer.Option(help="scan: trials at a time (default: all; --gpus sets it too)")] = None,
@@ -113,7 +114,7 @@ def plan(
         scan = ScanShape(trials, gpus_per_trial, max_concurrent, grace_period, reduction_factor)
     p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
                  preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, nodes=nodes,
-                 scan=scan)
+                 scan=scan, data=data)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -106,9 +106,34 @@ def _staging(cloud: Optional[str], region: Optional[str], profile: Profile, poli
             f"copy {size:.0f} GB out of {where} (egress {facts.egress_usd_per_gb} $/GB)")
 
 
+def store_of(provider: str, region: str, policy: Policy) -> str:
+    """The store a cloud cluster in ``region`` keeps its runs' files in: the policy's, else the region's own."""
+    return policy.stores.named_for(provider, region) or targets.get(provider).region_store(region, policy.stores).uri
+
+
+def already_staged(provider: str, region: str, policy: Policy, staged_on: tuple[tuple[str, float], ...],
+                   now: Optional[float] = None) -> Optional[Reason]:
+    """Why no copy is needed: the store this target uses holds the dataset (and burst's own store's
+    lifecycle has not deleted it yet), or None."""
+    import time
+
+    store = store_of(provider, region, policy).rstrip("/")
+    now = time.time() if now is None else now
+    named = policy.stores.named_for(provider, region) is not None
+    for where, when in staged_on:
+        if where.rstrip("/") != store:
+            continue
+        if not named and now - when > policy.stores.datasets_days * 86400:
+            continue  # the store's lifecycle has deleted it: staged again
+        day = time.strftime("%Y-%m-%d", time.gmtime(when))
+        return Reason(Code.NOTE, f"dataset already staged on {store} ({day}): no copy, 0 h and $0 of staging")
+    return None
+
+
 def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-          batch: Optional[int] = None, scan: Optional[ScanShape] = None) -> Estimate:
-    """``scan``: the layout holds a scan's trials side by side (``epoch_s`` is then one trial's epoch)."""
+          batch: Optional[int] = None, scan: Optional[ScanShape] = None, staged_on: tuple[tuple[str, float], ...] = ()) -> Estimate:
+    """``scan``: the layout holds a scan's trials side by side (``epoch_s`` is then one trial's epoch).
+    ``staged_on``: stores already holding the run's dataset (a store among them costs no staging)."""
     facts = provider_facts()[layout.provider]
     batch = batch or profile.default_batch()
     if scan is None:
@@ -122,9 +147,13 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=training_h, batch=batch)
     if scan is not None:
         est.notes.append(scan.note(epochs))
-    est.staging_h, est.egress_usd, note = _staging(targets.get(layout.provider).vendor, layout.region, profile, policy, events)
-    if note:
-        est.notes.append(note)
+    staged = already_staged(layout.provider, layout.region, policy, staged_on) if staged_on else None
+    if staged is not None:
+        est.notes.append(staged)
+    else:
+        est.staging_h, est.egress_usd, note = _staging(targets.get(layout.provider).vendor, layout.region, profile, policy, events)
+        if note:
+            est.notes.append(note)
     est.egress_usd += profile.checkpoint_gb * facts.egress_usd_per_gb  # the final checkpoint comes home
     if preemptible:
         rate = policy.preemption_rate_per_hour.get(layout.provider, facts.preemption_rate_per_hour) * layout.nodes

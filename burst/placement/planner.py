@@ -222,7 +222,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
                 if spot and not lay.has_spot:
                     skip("no spot offer")
                     continue
-                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch, scan)
+                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch, scan, staged_on=ask.staged_on)
                 out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay, nodes=lay.nodes))
     return out, excluded
 
@@ -517,6 +517,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
     if problem:
         raise BurstError(problem)
     c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot,
-                  est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica), layout=lay)
+                  est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, staged_on=ask.staged_on),
+                  layout=lay)
     _check(c, policy.deadline_hours(), policy.budget_usd, policy.max_kgco2e)
     return from_candidate(c, policy, notes=tuple(having(c.reasons, BUDGET_OR_DEADLINE)) if not c.feasible else ())

@@ -99,9 +99,10 @@ class Stores(_Strict):
     def _named(cls, v: dict[str, str]) -> dict[str, str]:
         for where, uri in v.items():
             provider, _, region = where.partition(":")
-            if provider == "local" and not region:
+            target = targets.get(provider) if provider in targets.PROVIDERS else None
+            if target is not None and target.kind == "local" and not region:
                 continue
-            if provider not in targets.PROVIDERS or targets.get(provider).kind != "cloud":
+            if target is None or target.kind != "cloud":
                 raise ValueError(f"{where}: a store is named for `local` or a cloud provider ({', '.join(targets.names_of_kind('cloud'))}), optionally with `:<region>`")
             if region and not re.fullmatch(r"[a-z0-9-]+", region):
                 raise ValueError(f"{where}: a region is lowercase letters, digits and dashes")

@@ -42,6 +42,7 @@ class PlacementRequest:
     events: Optional[int] = None            # training events the plan estimates (default: the profile's dataset)
     scan: Optional[ScanShape] = None        # a hyper-parameter scan's trials side by side
     avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
+    staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.staged``)
     live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
 
     def checked(self) -> "PlacementRequest":
@@ -72,7 +73,7 @@ class PlacementRequest:
 
     def flags(self) -> dict:
         """The fields that are set, as JSON data (a managed run keeps its first placement so)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("scan", "avoid", "live")}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("scan", "avoid", "live", "staged_on")}
         out = {k: v for k, v in out.items() if v is not None}
         if self.avoid:
             out["avoid"] = list(self.avoid)

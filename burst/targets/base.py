@@ -207,6 +207,9 @@ class Target(ABC):
 
         report.say(f"staging {data} on {handle.storage_uri} (once per store: a dataset is kept under its content hash)")
         staged = datasets.stage(Path(data), handle.storage_uri)
+        from .. import staged as index
+
+        index.remember(Path(data), staged.key, handle.storage_uri, staged.bytes_total)  # the plan prices staging here at 0 next time
         report.say(f"dataset {staged.key}: {staged.bytes_copied:,} of {staged.bytes_total:,} bytes copied"
                    + (" (already on the store)" if staged.bytes_copied == 0 else "") + f"; {staged.uri}")
         return staged.uri

@@ -76,6 +76,7 @@ class AksTarget(KubeRayTarget):
     provider = "azure"
     vendor = "azure"
     store_schemes = ("abfs", "abfss")
+    store_service = "blob"
 
     def program(self, spec) -> Callable[[], object]:
         from infra import aks

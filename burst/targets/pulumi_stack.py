@@ -89,6 +89,7 @@ class PulumiTarget(Target):
     renders_offline = True
     reads_local_paths = False  # cloud nodes cannot read this machine's disk: data goes to the bucket
     command: ClassVar[Optional[object]] = None  # a Pulumi command stand-in (tests); None: the real CLI
+    store_service: ClassVar[str] = "gcs"  # where its region's store is made (infra.store: gcs or blob)
 
     @property
     def default_cluster_name(self) -> str:  # type: ignore[override]
@@ -150,7 +151,7 @@ class PulumiTarget(Target):
         """The inline program of a region's store stack (``infra.store``)."""
         from infra import store
 
-        return (lambda: store.gcs_program(spec)) if spec.vendor == "gcp" else (lambda: store.azure_program(spec))
+        return (lambda: store.gcs_program(spec)) if spec.service == store.GCS else (lambda: store.azure_program(spec))
 
     def named_store_scope(self, uri: str) -> Optional[str]:
         """What a cluster's identity is granted access on for a store the policy names (Azure: the account's id)."""
@@ -160,11 +161,9 @@ class PulumiTarget(Target):
         """The spec of the store burst makes for ``region`` (``stores``: the policy's lifecycle)."""
         from infra.store import StoreSpec
 
-        from ..placement.policy import Stores
-
-        keep = stores or Stores()
-        return StoreSpec(vendor=str(self.vendor), region=region, project=project or self.store_project(),
-                         checkpoints_days=keep.checkpoints_days, datasets_days=keep.datasets_days, notices_days=keep.notices_days)
+        keep = {} if stores is None else dict(checkpoints_days=stores.checkpoints_days, datasets_days=stores.datasets_days,
+                                              notices_days=stores.notices_days)
+        return StoreSpec(service=self.store_service, region=region, project=project or self.store_project(), **keep)
 
     def ensure_store(self, placement: "Placement", report: Reporter = QUIET) -> tuple[str, Optional[str]]:
         """(uri, scope) of the store the cluster's runs keep their files in: the one the policy or
@@ -247,7 +246,7 @@ class PulumiTarget(Target):
         from infra import render
 
         if placement.storage:
-            store_spec, store = None, (placement.storage, "(the named store's account, looked up at `up`)" if self.vendor == "azure" else None)
+            store_spec, store = None, (placement.storage, "(the named store's account, looked up at `up`)" if self.store_service == "blob" else None)
         else:
             store_spec = self.region_store(placement.region, placement.stores)
             store = (store_spec.uri, store_spec.scope)

@@ -148,11 +148,13 @@ def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gc
 
 @pytest.mark.parametrize("how", ["lost", "budget"])
 def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_taken_down(how, gcs_store, azure_store, tmp_path, monkeypatch):
-    """A GKE cluster's bucket is destroyed with its stack: a move (its cluster lost) or a budget stop
-    copies the newest checkpoint to this machine first, and the next attempt, on another cloud's
-    store, resumes from that copy. The cloud's teardown is the one stand-in: it empties the bucket,
-    as Pulumi's destroy of a force_destroy bucket does."""
-    from burst import controller, state
+    """A cluster whose storage is deleted with it (a site claim; the cloud stacks' own buckets were,
+    before stores outlived clusters): a move (its cluster lost) or a budget stop copies the newest
+    checkpoint to this machine first, and the next attempt, on another cloud's store, resumes from
+    that copy. The teardown is the stand-in: it empties the storage, as deleting a claim does."""
+    from burst import controller, state, targets
+
+    monkeypatch.setattr(type(targets.get("gcp")), "storage_outlives", lambda self, handle: False)  # what a claim says
     from burst.managed import Attempt, ManagedRun
     from burst.runs import kept_checkpoints, load_run, stage_checkpoint
     from burst.runtime import storage
@@ -197,6 +199,46 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
         back = tmp_path / "back" / store.split(":")[0]
         storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
         assert _tree(back) == _tree(newest)
+
+
+@pytest.mark.parametrize("how", ["lost", "budget"])
+def test_a_cloud_cluster_s_store_outlives_it_and_the_next_attempt_reads_the_checkpoint_there(how, gcs_store, azure_store, tmp_path, monkeypatch):
+    """A GKE cluster is granted its region's store and owns no bucket: taking it down (its stack's
+    destroy, the stand-in here, removes the grant and the cluster) leaves every checkpoint in the
+    store, nothing is copied to this machine, and the next attempt, on another cloud's store, stages
+    the newest checkpoint straight from the bucket."""
+    from burst import controller, state
+    from burst.managed import Attempt, ManagedRun
+    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+    from burst.state import ClusterHandle, RunRecord
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    local = tmp_path / "written"
+    _checkpoint(local, "checkpoint_000000", 1)
+    newest = _checkpoint(local, "checkpoint_000001", 2, step=6)
+    storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
+    gke = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", state="running", storage_uri=gcs_store, created=1.0)
+    state.save(gke)
+    state.save(RunRecord(run_id="r1", workload="gan3d", cluster="g", provider="gcp", state="RUNNING", storage_uri=gcs_store))
+    m = ManagedRun(run_id="r1", request={}, cluster="g", budget_usd=10.0,
+                   attempts=[Attempt(number=1, cluster="g", provider="gcp", region="us-central1", started=1.0, cluster_created=1.0)])
+    destroyed = []
+    monkeypatch.setattr(controller.Controller, "take_down", lambda self, handle: (state.delete(ClusterHandle, handle.name), destroyed.append(handle.name)))
+    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
+    c = controller.Controller(m)
+    if how == "lost":
+        c.lost(m.attempts[0], "the spot pool was reclaimed")
+    else:
+        stopped = type("Stopped", (), {"on_notice": False, "epoch": 2, "step": 6})()
+        c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", type("Tracker", (), {"stopped": stopped})(), budget=True, lease=False)
+    assert destroyed == ["g"] and not kept_checkpoints("r1").exists()  # nothing had to be copied off
+    assert sorted(storage.list_dirs(RunFiles(gcs_store, "r1").ray_train_dir)) == ["checkpoint_000000", "checkpoint_000001"]
+    staged = stage_checkpoint(load_run("r1"), ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store))
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
+    assert _tree(back) == _tree(newest)
 
 
 def _listing(uri: str):
@@ -274,6 +316,7 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     from burst.state import ClusterHandle
     from burst.targets.base import Reporter
 
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     data = tmp_path / "showers"
     (data / "train").mkdir(parents=True)
     for i in range(3):
@@ -298,6 +341,71 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     third = gke.stage_data(handle, str(data), "r3", report)
     assert third != first and "600,000 of 600,000 bytes copied" in said[-1]
     assert len(storage.list_dirs(storage.join(store, "datasets"))) == 2
+
+
+def _plan(policy: Path, data: Path) -> dict:
+    from typer.testing import CliRunner
+
+    from burst.cli import app
+
+    result = CliRunner().invoke(app, ["plan", "--policy", str(policy), "--provider", "gcp", "--accelerator", "V100", "--gpus", "8",
+                                      "--data", str(data), "--all", "--json"])
+    assert result.exit_code == 0, result.output
+    return {(c["region"], c["preemptible"]): c for c in json.loads(result.stdout)["candidates"]}
+
+
+def test_the_plan_prices_staging_at_zero_where_the_dataset_is_already_staged(gcs_store, tmp_path, monkeypatch):
+    """A second run of the same data: the plan says the store already holds it (0 h, $0 of staging),
+    the staging copies 0 bytes; elsewhere, a changed dataset, or one removed from the store, is copied again."""
+    from typer.testing import CliRunner
+
+    from burst import targets
+    from burst.cli import app
+    from burst.state import ClusterHandle
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    data = tmp_path / "showers"
+    data.mkdir()
+    (data / "ele_0.h5").write_bytes(os.urandom(300_000))
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"providers: [gcp]\ndata: {{location: local, size_gb: 200, uplink_gbps: 1}}\n"
+                      f"stores:\n  named:\n    'gcp:us-central1': {gcs_store}\n")
+    first = _plan(policy, data)
+    here, there = first[("us-central1", True)], first[("europe-west4", True)]
+    assert here["breakdown"]["staging_h"] == pytest.approx(200 * 8 / 1 / 3600, rel=1e-3)  # 200 GB over 1 Gb/s
+    handle = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=gcs_store, region="us-central1")
+    targets.get("gcp").stage_data(handle, str(data), "r1")  # the first run stages it
+    second = _plan(policy, data)
+    staged = second[("us-central1", True)]
+    assert staged["breakdown"]["staging_h"] == 0 and staged["est_hours"] < here["est_hours"]
+    assert any(r.startswith(f"dataset already staged on {gcs_store} (") and r.endswith("no copy, 0 h and $0 of staging")
+               for r in staged["reasons"]), staged["reasons"]
+    assert second[("europe-west4", True)]["breakdown"] == there["breakdown"]  # another region's store does not hold it
+    said = []
+    report = type("Said", (), {"say": lambda self, m: said.append(m)})()
+    targets.get("gcp").stage_data(handle, str(data), "r2", report)  # the second run copies nothing
+    assert "0 of 300,000 bytes copied (already on the store)" in said[-1]
+    (data / "ele_0.h5").write_bytes(os.urandom(300_000))  # changed since: another dataset, copied again
+    assert _plan(policy, data)[("us-central1", True)]["breakdown"]["staging_h"] > 0
+    targets.get("gcp").stage_data(handle, str(data), "r3")
+    from burst.runtime import datasets
+
+    key = datasets.content_key(data)
+    assert _plan(policy, data)[("us-central1", True)]["breakdown"]["staging_h"] == 0
+    assert CliRunner().invoke(app, ["datasets", "--store", gcs_store, "--remove", key]).exit_code == 0
+    assert _plan(policy, data)[("us-central1", True)]["breakdown"]["staging_h"] > 0  # removed: the plan knows
+
+
+def test_burst_s_own_region_store_forgets_a_dataset_its_lifecycle_deleted():
+    from burst.placement import estimate, policy
+
+    pol = policy.parse("stores: {datasets_days: 10}")
+    store = estimate.store_of("gcp", "us-central1", pol)
+    assert store.startswith("gs://burst-us-central1-")
+    now = 1_800_000_000.0
+    assert estimate.already_staged("gcp", "us-central1", pol, ((store, now - 9 * 86400),), now=now) is not None
+    assert estimate.already_staged("gcp", "us-central1", pol, ((store, now - 11 * 86400),), now=now) is None  # deleted by the rule
+    assert estimate.already_staged("gcp", "us-east1", pol, ((store, now),), now=now) is None  # another region's store
 
 
 def test_burst_datasets_lists_what_is_staged_where_what_it_costs_and_removes_it(gcs_store, azure_store, tmp_path, monkeypatch):

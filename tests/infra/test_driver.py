@@ -178,7 +178,7 @@ def test_the_region_store_is_made_before_the_cluster_is_granted_it_and_outlives_
     stores = fake.commands(fake.store_calls)
     assert "up" in stores and "destroy" not in stores
     store_up = next(c for c in fake.store_calls if c[0] == "up")
-    assert store_up[store_up.index("--stack") + 1] == "store-gcp-us-central1"
+    assert store_up[store_up.index("--stack") + 1] == "store-gcs-us-central1"
     assert built[-1].store_uri == "gs://store-bucket"  # the store stack's output, granted to the cluster
     with pulumi_command(fake) as gke:
         gke.down(handle)

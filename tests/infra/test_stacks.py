@@ -290,9 +290,9 @@ def test_a_region_store_keeps_results_and_expires_what_the_policy_says(provider,
     target = targets.get(provider)
     store = target.region_store(region, Stores(checkpoints_days=3, datasets_days=45, notices_days=2), project="proj")
     resources = r.render(target.store_program(store), stack=store.stack_name)
-    assert store.stack_name == f"store-{target.vendor}-{region}"
+    assert store.stack_name == f"store-{target.store_service}-{region}"
     assert all("burst-lease" not in json.dumps(x["inputs"]) and "burst-expires" not in json.dumps(x["inputs"]) for x in resources)
-    if target.vendor == "gcp":
+    if target.store_service == "gcs":
         (bucket,) = of_type(resources, "storage/bucket:Bucket")
         i = bucket["inputs"]
         assert i["name"] == store.bucket and store.uri == f"gs://{store.bucket}" and i["forceDestroy"] is False
@@ -328,7 +328,7 @@ def test_the_dry_run_shows_the_store_and_its_own_stack():
 
     placement = api._in_store(placement, policy.parse("stores: {checkpoints_days: 5}"))
     out = targets.get("gcp").render("t", placement, Lease(hours=1))
-    assert out["store"]["stack"] == "store-gcp-us-central1" and out["store"]["kept_after_down"] is True
+    assert out["store"]["stack"] == "store-gcs-us-central1" and out["store"]["kept_after_down"] is True
     assert out["store"]["lifecycle_days"]["checkpoints"] == 5 and of_type(out["store"]["resources"], "storage/bucket:Bucket")
     named = api._in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket'}}"))
     out = targets.get("gcp").render("t", named, Lease(hours=1))
