@@ -61,7 +61,13 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     train_files, test_files = _prepare_data(cfg, storage_dir)
     shared = {"train_files": train_files, "val_files": test_files if with_test_files else []}
     update = {k: tuple(str(f) for f in v) for k, v in shared.items()}
-    if remote:  # workers on other nodes read the training files from the bucket
+    if cfg.data is not None and storage.is_remote(cfg.data):
+        # a dataset in a store (staged once under its content hash): the workers read its files
+        # where they are; nothing is uploaded again for this run
+        source = storage_dir / "data-source"
+        for key, local in shared.items():
+            update[key] = tuple(storage.join(cfg.data, Path(f).relative_to(source).as_posix()) for f in local)
+    elif remote:  # workers on other nodes read the training files from the bucket
         for key, local in shared.items():
             if local:
                 part = "train" if key == "train_files" else "test"

@@ -500,4 +500,40 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     print(f"head killed to the loss seen: {attempts[0]['ended'] - killed_at:.1f} s; loss seen to the first step on mg-2: "
           f"{cost['recovery_s']:.1f} s; kill to the first step: {attempts[1]['first_step'] - killed_at:.1f} s")
     assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
+    # the run lives on after every cluster of it is gone: its report, its log (with its moves)
+    report = burst("report", run_id, home=home, cwd=tmp_path)
+    assert report.returncode == 0 and report.stdout.strip().endswith("report.html") and Path(report.stdout.strip()).is_file(), report.stderr
+    logs = burst("logs", run_id, home=home, cwd=tmp_path)
+    assert logs.returncode == 0 and "managed: " in logs.stdout and "lost after" in logs.stdout, logs.stderr[-2000:]
     census.assert_none_left(before)
+
+
+def test_a_job_reads_a_staged_dataset_where_it_is_and_uploads_no_copy_of_it(gcs_store, tmp_path, monkeypatch):
+    """Every run uploaded its training split again (``<store>/data/<run>/train``) after the dataset
+    was staged: now the workers read the staged files in the store, and the job uploads nothing."""
+    import shutil
+
+    from burst import workloads
+    from burst.runtime import datasets, storage, training
+    from burst.runtime.entry import stage_inputs
+    from burst.runtime.job import JobConfig
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    gan3d = workloads.get("gan3d")
+    train_dir, test_dir = gan3d.prepare_synthetic(tmp_path / "made", 60, seed=1)
+    data = tmp_path / "showers"
+    shutil.copytree(train_dir, data / "train")
+    shutil.copytree(test_dir, data / "test")
+    staged = datasets.stage(data, gcs_store)
+    cfg = JobConfig(workload="gan3d", run_id="r1", storage=gcs_store, data=staged.uri)
+    job, _, train_files, test_files = stage_inputs(cfg, with_test_files=True)
+    assert job.train_files and all(f.startswith(staged.uri + "/train/") for f in job.train_files)
+    assert job.val_files and all(f.startswith(staged.uri + "/test/") for f in job.val_files)
+    assert storage.list_dirs(storage.join(gcs_store, "data")) == []  # no per-run copy
+    here = training.local_files(job.train_files, "r1")  # what a worker does on its node
+    assert [p.name for p in here] == [Path(f).name for f in job.train_files]
+    assert sum(gan3d.check_file(p) for p in here) == sum(gan3d.check_file(Path(f)) for f in train_files)
