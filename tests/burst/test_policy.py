@@ -92,3 +92,24 @@ def test_random_documents_give_a_policy_or_a_clear_error(doc):
     else:
         assert isinstance(p, policy.Policy)
         p.deadline_hours()
+
+
+@pytest.mark.parametrize("doc, fragment", [
+    ("stores:\n  named:\n    azure: gs://x\n", "p.yaml:2: stores.named: Value error, azure: 'gs://x' is not a bucket of azure's cloud (give a abfs:// or abfss:// URI)"),
+    ("stores:\n  named:\n    gcp: /data\n", "gcp: '/data' is not a bucket of gcp's cloud (give a gs:// URI)"),
+    ("stores:\n  named:\n    slurm: /x\n", "slurm: a store is named for `local` or a cloud provider"),
+    ("stores:\n  named:\n    'local:eu': /x\n", "local:eu: a store is named for `local` or a cloud provider"),
+    ("stores:\n  named:\n    'gcp:US central': gs://x\n", "gcp:US central: a region is lowercase letters, digits and dashes"),
+    ("stores:\n  datasets_days: 0\n", "p.yaml:2: stores.datasets_days: Input should be greater than or equal to 1"),
+    ("stores:\n  keep: 3\n", "unknown field 'stores.keep'; allowed here: named, checkpoints_days, datasets_days, notices_days"),
+])
+def test_a_store_that_cannot_be_is_one_line(doc, fragment):
+    with pytest.raises(BurstError) as err:
+        policy.parse(doc, "p.yaml")
+    assert fragment in str(err.value)
+
+
+def test_a_region_s_named_store_wins_over_its_provider_s():
+    p = policy.parse("stores:\n  named:\n    gcp: gs://all\n    'gcp:europe-west4': gs://eu\n    local: /data/burst\n")
+    assert p.stores.named_for("gcp", "europe-west4") == "gs://eu" and p.stores.named_for("gcp", "us-central1") == "gs://all"
+    assert p.stores.named_for("gcp-tpu", "us-central1") is None and p.stores.named_for("local", None) == "/data/burst"
