@@ -207,15 +207,21 @@ class SlurmTarget(Target):
         return self._waits[key]
 
     def _ask_wait(self, site, nodes: int, hours: float) -> QueueWait:
+        """Slurm words the start in the local time of the host that runs ``sbatch`` (its ``TZ``): the
+        same host says what time it is there, in the same breath, so the wait is one clock's difference
+        (this machine's zone, or a laptop's clock off by minutes, plays no part)."""
+        test = shlex.join(["sbatch", "--test-only", *self._request(site, nodes, hours), "--wrap", "true"])
         try:
-            proc = run_slurm(site, ["sbatch", "--test-only", *self._request(site, nodes, hours), "--wrap", "true"], timeout=5.0)
+            proc = run_slurm(site, ["sh", "-c", f"date +%Y-%m-%dT%H:%M:%S; exec {test}"], timeout=5.0)
         except BurstError as exc:
             return QueueWait(None, f"Slurm not asked: {exc}")
         found = START_AT.search(proc.stderr + proc.stdout)
         if proc.returncode != 0 or not found:
             return QueueWait(None, f"Slurm would not take the job: {_last_line(proc)}")
         start = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S")
-        return QueueWait(max(0.0, (start - datetime.now()).total_seconds() / 3600))
+        there = re.match(r"\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)", proc.stdout or "")
+        now = datetime.strptime(there.group(1), "%Y-%m-%dT%H:%M:%S") if there else datetime.now()
+        return QueueWait(max(0.0, (start - now).total_seconds() / 3600))
 
     @staticmethod
     def _request(site, nodes: int, hours: float) -> list[str]:

@@ -66,6 +66,28 @@ def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp
     assert set(ray_head.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job
 
 
+def test_the_queue_wait_is_one_clock_s_difference_when_the_site_keeps_another_time_zone(site, home, tmp_path):
+    """A laptop in New York (UTC-5) asks a site whose login node keeps India's time (UTC+5:30): Slurm
+    words "to start at" in the site's local time. Compared with the laptop's clock that was 10.5 h of
+    phantom wait, and the plan burst to a cloud for nothing; the idle site starts the job now."""
+    import os
+    import shutil
+
+    wrappers = tmp_path / "site-in-india"
+    wrappers.mkdir()
+    for tool in ("sbatch", "date"):  # the site's commands keep the site's zone
+        (wrappers / tool).write_text(f"#!/bin/sh\nTZ=Asia/Kolkata exec {shutil.which(tool, path=site.env['PATH'])} \"$@\"\n")
+        (wrappers / tool).chmod(0o755)
+    policy = site.policy(tmp_path / "slurm.yaml")
+    proc = burst(site, "plan", "--policy", str(policy), "--json", home=home, cwd=tmp_path,
+                 env_extra={"TZ": "America/New_York", "PATH": f"{wrappers}{os.pathsep}{site.env['PATH']}"})
+    assert proc.returncode in (0, 1), proc.stderr
+    plan = json.loads(proc.stdout)
+    onprem = next(c for c in plan["candidates"] if c["target"] == "onprem")
+    assert onprem["queue_source"] == "slurm" and onprem["queue_wait_h"] < 0.05, onprem
+    assert plan["choice"]["target"] == "onprem"
+
+
 def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is_full(site, home, tmp_path):
     policy = site.policy(tmp_path / "slurm.yaml")
 
