@@ -70,6 +70,7 @@ class Status(BaseModel):
     runs: list[RunRecord]
     moves: dict[str, list[str]] = {}  # a managed run's moves, one line each (run id -> lines)
     revived: list[str] = []           # managed runs whose controller was gone and was started again
+    revived_watchers: list[str] = []  # clusters whose watcher (idle stop, lease end) was gone and was started again
     damaged: list[DamagedRecord] = []  # records that cannot be read (the rest is shown as usual)
 
 
@@ -443,25 +444,55 @@ def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = 
 
 def status() -> Status:
     """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
-    damaged: list[Damaged] = []
-    handles = state.load_all(ClusterHandle, damaged)
-    now = time.time()
-    rows = []
-    handles = _known_providers(handles, damaged)
-    for h in handles:
-        rows.append(ClusterStatus(name=h.name, provider=h.provider, state=targets.get(h.provider).describe_state(h),
-                                  layout=h.layout, age_s=round(now - h.created), expires=h.expires,
-                                  accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url))
-    from . import managed
+    from . import managed, tracking, watcher
 
-    revived = managed.revive(damaged)  # a controller that was killed picks its run up again
+    damaged: list[Damaged] = []
+    # first what must not wait for any cluster: a killed controller or watcher picks up again
+    revived = managed.revive(damaged)
+    revived_watchers = watcher.revive_watchers()
+    handles = _known_providers(state.load_all(ClusterHandle, damaged), damaged)
+    now = time.time()
+    states = asked_each([lambda h=h: targets.get(h.provider).describe_state(h) for h in handles], STATUS_ASK_S)
+    rows = [ClusterStatus(name=h.name, provider=h.provider,
+                          state=got if ok else f"unreachable (no answer in {STATUS_ASK_S:g} s)" if got is None else f"unreachable ({got})",
+                          layout=h.layout, age_s=round(now - h.created), expires=h.expires,
+                          accrued_usd=round(h.hourly_usd * (now - h.created) / 3600, 4), dashboard=h.dashboard_url)
+            for h, (ok, got) in zip(handles, states)]
     by_name = {h.name: h for h in handles}
     records = state.load_all(RunRecord, damaged)
-    from . import tracking
-
-    return Status(clusters=rows, runs=[r if r.managed else tracking.refresh(r, by_name) for r in records],
-                  moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed}, revived=revived,
+    pending = [r for r in records if not r.managed]
+    refreshed = dict(zip((r.run_id for r in pending),
+                         asked_each([lambda r=r: tracking.refresh(r, by_name) for r in pending], STATUS_ASK_S)))
+    runs_now = [r if r.managed or not refreshed[r.run_id][0] else refreshed[r.run_id][1] for r in records]  # unanswered: as recorded
+    return Status(clusters=rows, runs=runs_now, moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed},
+                  revived=revived, revived_watchers=revived_watchers,
                   damaged=[DamagedRecord.of(d) for d in damaged])
+
+
+STATUS_ASK_S = 10.0  # `burst status` waits this long for any one cluster (an ssh to a login host, a kubectl) before going on
+
+
+def asked_each(questions: list[Callable[[], object]], timeout: float) -> list[tuple[bool, object]]:
+    """Every question asked at once, each in a daemon thread: (True, answer), (False, the error in
+    one line), or (False, None) when no answer came within ``timeout`` (its thread is left to end on
+    its own and never holds the command's exit)."""
+    import threading
+
+    boxes: list[dict] = [{} for _ in questions]
+
+    def ask(question, box):
+        try:
+            box["answer"] = question()
+        except Exception as exc:  # noqa: BLE001 - one cluster's failure is its row, not the command's
+            box["error"] = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc.__class__.__name__
+
+    threads = [threading.Thread(target=ask, args=(q, b), daemon=True) for q, b in zip(questions, boxes)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [(True, b["answer"]) if "answer" in b else (False, b.get("error")) for b in boxes]
 
 
 class StagedDataset(BaseModel):

@@ -10,12 +10,12 @@ import time
 from typing import Optional
 
 from . import state, targets
-from .errors import BurstError
-from .managed import _dir, _is_controller, _spawn, _take_lock
+from .managed import _dir, _held, _is_controller, _spawn, _take_lock
 from .state import ClusterHandle
 from .targets.base import QUIET, Reporter
 
 WATCH_POLL_S = 5.0     # a watcher's look at its cluster
+DOWN_RETRY_S = (30.0, 60.0, 120.0, 300.0)  # after a failed `down`: the waits before trying again (then the last, for ever)
 
 
 def watch_cluster(handle: ClusterHandle, idle_minutes: Optional[float], report: Reporter = QUIET) -> ClusterHandle:
@@ -35,6 +35,28 @@ def watch_cluster(handle: ClusterHandle, idle_minutes: Optional[float], report: 
         what.append(f"at its lease's end ({time.strftime('%Y-%m-%d %H:%M', time.localtime(current.expires))})")
     report.say(f"cluster {handle.name} is taken down {' or '.join(what)} by its watcher (PID {current.watcher_pid}), with or without a CLI")
     return current
+
+
+def wants_watcher(handle: ClusterHandle) -> bool:
+    """A cluster ``watch_cluster`` gave a watcher (its idle stop or lease end is burst's to enforce)."""
+    return bool(handle.watcher_pid) and handle.provider in targets.PROVIDERS and handle.state in ("running", "starting")
+
+
+def revive_watchers() -> list[str]:
+    """Start again the watcher of every cluster that wants one and whose watcher is gone (a reboot,
+    a killed process); the clusters' names. Any burst command that looks at clusters calls this."""
+    started = []
+    for handle in state.load_all(ClusterHandle, []):
+        if not wants_watcher(handle) or _held(_dir() / f"cluster-{handle.name}.lock"):
+            continue
+        with state.locked():
+            current = state.load(ClusterHandle, handle.name)
+            if current is None or current.cluster_id != handle.cluster_id or _held(_dir() / f"cluster-{handle.name}.lock"):
+                continue
+            current.watcher_pid = _spawn("cluster", handle.name, os.getcwd(), _dir() / f"cluster-{handle.name}.out")
+            state.save(current)
+        started.append(handle.name)
+    return started
 
 
 def stop_watcher(handle: ClusterHandle) -> None:
@@ -73,6 +95,7 @@ def watch(name: str) -> int:
         return 0
     cluster_id, last_active = handle.cluster_id, handle.created
     log = _dir() / f"cluster-{name}.log"
+    failed_downs = 0
     while True:
         current = state.load(ClusterHandle, name)
         if current is None or current.cluster_id != cluster_id:
@@ -84,23 +107,30 @@ def watch(name: str) -> int:
         elif current.idle_minutes is not None and current.state == "running":
             try:
                 busy, last_end = job_activity(current)
+            except Exception:  # noqa: BLE001 - a tunnel that broke, a head that does not answer: not asked this time
+                busy = None
+            if busy is not None:  # the idle decision only on a fresh answer: a busy cluster behind a broken tunnel stays up
                 last_active = now if busy else max(last_active, last_end)
-            except (BurstError, ConnectionError, RuntimeError, OSError):
-                last_active = last_active  # not asked this time: no decision on a guess
-            if now - last_active >= current.idle_minutes * 60:
-                why = f"no job for {current.idle_minutes:g} minute(s)"
+                if now - last_active >= current.idle_minutes * 60:
+                    why = f"no job for {current.idle_minutes:g} minute(s)"
         if why is not None:
-            with open(log, "a") as fh:
-                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cluster {name} taken down by its watcher: {why}\n")
+            _note(log, f"cluster {name} taken down by its watcher: {why}")
             try:
                 targets.get(current.provider).down(current, QUIET)
-            except BurstError as exc:
-                with open(log, "a") as fh:
-                    fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} error: {exc}\n")
-                time.sleep(WATCH_POLL_S * 6)  # try again later: a cluster left up costs money
+            except Exception as exc:  # noqa: BLE001 - Pulumi's own errors too: a watcher that dies leaves the cluster up
+                wait = DOWN_RETRY_S[min(failed_downs, len(DOWN_RETRY_S) - 1)]
+                failed_downs += 1
+                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
+                _note(log, f"error: taking cluster {name} down failed ({reason}); trying again in {wait:g} s")
+                time.sleep(wait)  # try again later: a cluster left up costs money
                 continue
             return 0
         time.sleep(WATCH_POLL_S)
+
+
+def _note(log, line: str) -> None:
+    with open(log, "a") as fh:
+        fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
 def watcher_lines(name: str) -> list[str]:

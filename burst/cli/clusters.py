@@ -163,3 +163,5 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
             out.print(f"{run_id}: {line}", highlight=False)
     for run_id in now.revived:
         console.print(f"managed run {run_id}: its controller was gone; started again")
+    for name in now.revived_watchers:
+        console.print(f"cluster {name}: its watcher (idle stop, lease end) was gone; started again")

@@ -64,7 +64,7 @@ def test_status_with_nothing_running(tmp_path):
     assert proc.returncode == 0
     import json
 
-    assert json.loads(proc.stdout) == {"clusters": [], "runs": [], "moves": {}, "revived": [], "damaged": []}
+    assert json.loads(proc.stdout) == {"clusters": [], "runs": [], "moves": {}, "revived": [], "revived_watchers": [], "damaged": []}
 
 
 BAD_NAMES = ["a/b", "../../x", "x" * 300, "Upper", "has space", "..", "a.b", "-x"]
