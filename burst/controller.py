@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .placement.policy import Policy
 
 POLL_S = 2.0           # a controller's look at its run
-LOSS_CONFIRM = 2       # looks in a row that find the cluster gone before it counts as lost
+REOPEN_AFTER_S = 20.0  # a job API that does not answer this long: the tunnel is opened again
 
 
 # --------------------------------------------------------------------------- files
@@ -211,48 +211,79 @@ class Controller:
         remaining = None if self.m.budget_usd is None else self.m.budget_usd - (self.m.spent() - attempt.cost_until(time.time()))
         guard = BudgetGuard.for_cluster(handle, remaining) if remaining is not None else None
         reserve = CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider)
+        recovery = self.policy.recovery
         lease_stop = False
-        misses = 0
-        try:
-            with target.reach(handle) as reachable:
-                client = jobs.client(reachable)
-                while True:
-                    now = time.time()
-                    # a cloud lease; a scheduler's walltime is not the run's end: its notice moves the run
-                    if target.provisions and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
-                        self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
-                        request_stop(handle, self.m.run_id)
-                        lease_stop = True
-                    fresh = state.load(ClusterHandle, handle.name)
-                    if fresh is None or fresh.cluster_id != handle.cluster_id or not target.is_alive(fresh):
-                        misses += 1
-                        if misses >= LOSS_CONFIRM:
-                            why = target.stopped_reason(fresh) if fresh is not None else "it was taken down"
-                            return self.lost(attempt, why)
+        seen = time.time()  # the last look that reached the run's job: blindness is counted from it, by the clock
+        while True:
+            why_blind = None
+            try:
+                with target.reach(handle) as reachable:
+                    client = jobs.client(reachable)
+                    while True:
+                        now = time.time()
+                        # a cloud lease; a scheduler's walltime is not the run's end: its notice moves the run
+                        if target.provisions and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
+                            self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
+                            request_stop(handle, self.m.run_id)
+                            lease_stop = True
+                        fresh = state.load(ClusterHandle, handle.name)
+                        if fresh is None or fresh.cluster_id != handle.cluster_id:
+                            return self.lost(attempt, "it was taken down")
+                        if not target.is_alive(fresh):
+                            if now - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
+                                return self.lost(attempt, target.stopped_reason(fresh))
+                            time.sleep(POLL_S)
+                            continue
+                        try:
+                            status = jobs.job_status(client, record.job_id)
+                            log = client.get_job_logs(record.job_id)
+                        except (ConnectionError, RuntimeError, OSError) as exc:
+                            why_blind = f"{exc.__class__.__name__}: {str(exc)[:160]}"
+                            if self.blind_budget(guard, record, attempt, handle):
+                                return
+                            if time.time() - seen >= REOPEN_AFTER_S:
+                                break  # the tunnel may be what broke: open a new one
+                            time.sleep(POLL_S)
+                            continue
+                        seen = time.time()
+                        tracker = self.track(attempt, record, log)
+                        if guard is not None:
+                            said = guard.poll(record.run_id, stop_job=lambda: client.stop_job(record.job_id))
+                            if said:
+                                self.say(f"budget guard: {said}")
+                        if status in jobs.TERMINAL:
+                            return self.job_ended(attempt, handle, reachable, record, status, tracker,
+                                                  budget=guard is not None and guard.requested_at is not None, lease=lease_stop)
                         time.sleep(POLL_S)
-                        continue
-                    try:
-                        status = jobs.job_status(client, record.job_id)
-                        log = client.get_job_logs(record.job_id)
-                    except (ConnectionError, RuntimeError, OSError):
-                        misses += 1
-                        time.sleep(POLL_S)
-                        continue
-                    misses = 0
-                    tracker = self.track(attempt, record, log)
-                    if guard is not None:
-                        said = guard.poll(record.run_id, stop_job=lambda: client.stop_job(record.job_id))
-                        if said:
-                            self.say(f"budget guard: {said}")
-                    if status in jobs.TERMINAL:
-                        return self.job_ended(attempt, handle, reachable, record, status, tracker,
-                                              budget=guard is not None and guard.requested_at is not None, lease=lease_stop)
-                    time.sleep(POLL_S)
-        except BurstError as exc:  # a tunnel to a cluster that went away
+            except BurstError as exc:  # a tunnel that would not open, or broke
+                why_blind = str(exc)
             fresh = state.load(ClusterHandle, handle.name)
-            if fresh is not None and target.is_alive(fresh):
-                raise
-            return self.lost(attempt, str(exc))
+            if fresh is None or fresh.cluster_id != handle.cluster_id:
+                return self.lost(attempt, "it was taken down")
+            blind_s = time.time() - seen
+            if blind_s >= recovery.blind_grace_minutes * 60:
+                return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")
+            if self.blind_budget(guard, record, attempt, handle):
+                return
+            self.say(f"attempt {attempt.number}: cluster {handle.name} not seen for {blind_s:.0f} s ({why_blind}); reopening the way to it")
+            time.sleep(POLL_S)
+
+    def blind_budget(self, guard, record: RunRecord, attempt: Attempt, handle: ClusterHandle) -> bool:
+        """The budget while the job cannot be asked: charged by wall time; a stop is asked on the
+        store (the workers read it there); once overdue, the cluster is taken down. True: the attempt ended."""
+        if guard is None:
+            return False
+        said = guard.poll(record.run_id, stop_job=lambda: None)
+        if said and not guard.forced:
+            self.say(f"budget guard (cluster not seen): {said}")
+        if guard.forced:
+            self.end_attempt(attempt, "stopped by the budget guard (the cluster could not be reached)")
+            self.keep_checkpoint(handle, record)
+            self.take_down(handle)
+            self.finish("STOPPED_BUDGET", f"stopped by the budget guard while cluster {handle.name!r} could not be reached: "
+                                          f"${self.m.spent():,.2f} of ${self.m.budget_usd:,.2f} spent; cluster torn down")
+            return True
+        return False
 
     def track(self, attempt: Attempt, record: RunRecord, log: str):
         from .runs import _replay

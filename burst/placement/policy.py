@@ -81,6 +81,8 @@ class Recovery(_Strict):
     max_restarts: int = Field(3, ge=0, le=100, description="moves to a new cluster before a managed run gives up (0: never move)")
     allow_providers: Optional[list[Provider]] = Field(None, description="targets a managed run may move to (absent: the policy's providers)")
     fallback_on_demand_after: Optional[int] = Field(1, ge=0, le=100, description="after this many lost preemptible clusters, move to on-demand capacity only (absent: never)")
+    loss_grace_seconds: float = Field(30.0, ge=2, le=3600, description="a head that answers no look for this long counts as lost (a head under load misses looks; a grace of seconds would move a busy run)")
+    blind_grace_minutes: float = Field(10.0, gt=0, le=1440, description="a cluster the controller cannot see (a broken tunnel, an API that does not answer) for this long is ended as lost and taken down; meanwhile the tunnel is reopened and the budget charged by wall time")
 
 
 class Stores(_Strict):

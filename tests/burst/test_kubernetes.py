@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -312,6 +313,75 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
         assert not list((fake / "objects").glob("*.json"))
+    finally:
+        burst("down", "rayhead", home=head_home, timeout=120)
+    census.assert_none_left(before)
+
+
+@pytest.mark.slow
+def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_path, fake):
+    """The tunnel to a Kubernetes head breaks mid-run (the `kubectl port-forward` process killed, as
+    when a laptop's network changes): the controller cannot ask the job, reopens the tunnel after
+    REOPEN_AFTER_S and follows the run to its end, instead of counting misses for ever."""
+    import psutil
+
+    from tests import census
+
+    before = census.snapshot()
+    head_home, home = tmp_path / "head-home", tmp_path / "home"
+    bucket = tmp_path / "bucket"
+    env_path = f"{Path(sys.executable).parent}:{FAKES}:{os.environ['PATH']}"
+    assert subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "local", "--name", "rayhead", "--cpus", "2"], timeout=180,
+                          env={**os.environ, "BURST_HOME": str(head_home), "PATH": env_path}, capture_output=True).returncode == 0
+    head = json.loads((head_home / "clusters" / "rayhead.json").read_text())
+    try:
+        (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+        (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+        policy = tmp_path / "cpu-site.yaml"
+        policy.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, name: lab-k8s, accelerator: skylake-48c, gpus: 1, "
+                          f"usd_per_gpu_hour: 0.5, context: lab, namespace: physics, storage: 'file://{bucket}'}}\n")
+        env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "FAKE_KUBE_HEAD": head["dashboard_url"].rsplit(":", 1)[1],
+               "PATH": env_path}
+        up = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(policy), "--name", "k8s",
+                             "--image", "registry.example.org/burst:1", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert up.returncode == 0, up.stderr
+        Path(json.loads(up.stdout)["token_path"]).write_text(Path(head["token_path"]).read_text())  # the Secret's token is the head's
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "k8s", "--managed", "--detach", "--policy",
+                               str(policy), "--epochs", "4", "--steps", "8", "--synthetic", "200", "--val-events", "100",
+                               "--batch-per-replica", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run_id = " ".join(proc.stderr.split()).split("run ", 1)[1].split(" ", 1)[0]
+
+        def progress() -> int:
+            return (json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0
+
+        def forwards() -> list:
+            return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "port-forward" in p.info["cmdline"]
+                    and any(str(FAKES) in part for part in p.info["cmdline"])]
+
+        deadline = time.time() + 400
+        while progress() < 1 or not forwards():
+            assert time.time() < deadline, "no epoch through the port-forward"
+            time.sleep(0.5)
+        killed = forwards()
+        for p in killed:
+            p.kill()  # the tunnel breaks mid-run
+        killed_pids = {p.pid for p in killed}
+        deadline = time.time() + 600
+        managed = home / "managed" / f"{run_id}.json"
+        while json.loads(managed.read_text())["phase"] != "finished":
+            assert time.time() < deadline, "the run did not finish after its tunnel broke"
+            time.sleep(1)
+        record = json.loads((home / "runs" / f"{run_id}.json").read_text())
+        assert record["state"] == "SUCCEEDED", record
+        assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3, 4]
+        (attempt,) = json.loads(managed.read_text())["attempts"]  # the same cluster throughout: no move, no loss
+        moves = (home / "managed" / f"{run_id}.log").read_text() if (home / "managed" / f"{run_id}.log").exists() else ""
+        assert "reopening the way to it" in moves, moves
+        opened = [c for c in calls(fake) if "port-forward" in c["argv"]]
+        assert len(opened) >= 2 and killed_pids  # a second port-forward was opened after the first was killed
+        print(moves)
+        assert burst("down", "k8s", home=home, fake=fake).returncode == 0
     finally:
         burst("down", "rayhead", home=head_home, timeout=120)
     census.assert_none_left(before)

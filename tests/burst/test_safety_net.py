@@ -135,3 +135,98 @@ def test_a_watcher_never_stops_a_busy_cluster_it_cannot_ask_and_outlives_a_faili
     log = (home / "managed" / "cluster-busy.log").read_text()
     assert log.count("error: taking cluster busy down failed (error: update failed: googleapi: Error 503") == 2
     assert "trying again in 0.05 s" in log
+
+
+class _Head:
+    """A target whose head answers as ``alive`` says and whose job API answers as ``api`` says."""
+
+    provider, provisions, kind = "local", False, "local"
+
+    def __init__(self, alive, api):
+        self.alive, self.api, self.looks = alive, api, []
+
+    def is_alive(self, handle, timeout: float = 2.0) -> bool:
+        ok = self.alive()
+        self.looks.append((time.time(), ok))
+        return ok
+
+    def stopped_reason(self, handle) -> str:
+        return "its Ray head does not answer"
+
+    def storage_outlives(self, handle) -> bool:
+        return True
+
+    from contextlib import contextmanager
+
+    @contextmanager
+    def reach(self, handle):
+        yield handle
+
+
+def _following(home: Path, tmp_path: Path, monkeypatch, head: _Head, policy: str, budget=None):
+    """A controller following attempt 1 of run r1 on cluster c, with the head above; (controller, what it did)."""
+    from burst import controller, state, targets
+    from burst.managed import Attempt, ManagedRun
+    from burst.runtime import jobs
+    from burst.state import ClusterHandle, RunRecord
+
+    (tmp_path / "policy.yaml").write_text(policy)
+    now = time.time()
+    _save(ClusterHandle(name="c", provider="local", cluster_id="local0003", state="running", storage_uri=str(tmp_path / "store"),
+                        hourly_usd=3600.0, created=now))
+    _save(RunRecord(run_id="r1", workload="gan3d", cluster="c", provider="local", state="RUNNING", job_id="raysubmit_1",
+                    storage_uri=str(tmp_path / "store")))
+    m = ManagedRun(run_id="r1", request={}, cluster="c", policy=str(tmp_path / "policy.yaml"), budget_usd=budget,
+                   attempts=[Attempt(number=1, cluster="c", provider="local", started=now, cluster_created=now, submitted=now, hourly_usd=3600.0)])
+    did = []
+    monkeypatch.setattr(targets, "get", lambda provider: head)
+    monkeypatch.setattr(jobs, "client", lambda handle: type("Client", (), {"stop_job": lambda self, job: did.append(("stop_job", job)),
+                                                                          "get_job_logs": lambda self, job: ""})())
+    monkeypatch.setattr(jobs, "job_status", lambda client, job: head.api())
+    monkeypatch.setattr(controller, "POLL_S", 0.05)
+    monkeypatch.setattr(controller.Controller, "take_down", lambda self, handle: did.append(("take_down", handle.name)))
+    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: did.append(("finish", final, message)))
+    monkeypatch.setattr(controller.Controller, "lost", lambda self, attempt, why: did.append(("lost", why, time.time())))
+    return controller.Controller(m), m.attempts[0], did
+
+
+def test_a_head_that_misses_looks_for_less_than_the_grace_is_not_lost_and_a_dead_one_is(home, tmp_path, monkeypatch):
+    """A head under load misses looks: before, two misses 2 s apart moved a busy run (and a second
+    copy trained). Now a head is lost only after answering no look for `recovery.loss_grace_seconds`."""
+    start = time.time()
+
+    def alive() -> bool:  # alive, then 1 s without an answer (a loaded head), then alive, then dead from 2 s on
+        t = time.time() - start
+        return t < 0.3 or 1.3 <= t < 2.0
+
+    head = _Head(alive, api=lambda: "RUNNING")
+    c, attempt, did = _following(home, tmp_path, monkeypatch, head, "providers: [local]\nrecovery: {loss_grace_seconds: 2}\n")
+    c.follow_attempt(attempt)
+    (lost,) = [d for d in did if d[0] == "lost"]
+    last_answer = max(t for t, ok in head.looks if ok)
+    assert lost[1] == "its Ray head does not answer" and lost[2] - last_answer >= 2.0
+    assert last_answer - start >= 1.3  # the 1 s without an answer did not end the attempt
+
+
+def test_a_budget_reached_while_the_job_cannot_be_asked_is_enforced(home, tmp_path, monkeypatch):
+    """The tunnel is up but the job API answers nothing (a head OOM-killed behind a port-forward):
+    the budget is charged by the clock, the stop is asked on the store, and once the workers are
+    overdue the cluster is taken down and the run ends STOPPED_BUDGET."""
+    from burst import budget, controller
+    from burst.runtime.job import RunFiles
+
+    monkeypatch.setattr(budget, "CHECKPOINT_RESERVE_S", 0.2)
+    monkeypatch.setattr(controller, "CHECKPOINT_RESERVE_S", 0.2, raising=False)
+    monkeypatch.setattr(controller, "REOPEN_AFTER_S", 3600.0)
+
+    def refused():
+        raise ConnectionError("the job API does not answer")
+
+    head = _Head(lambda: True, api=refused)
+    c, attempt, did = _following(home, tmp_path, monkeypatch, head, "providers: [local]\n", budget=2.0)  # 2 s of $3600/h
+    c.follow_attempt(attempt)
+    assert (tmp_path / "store" / "runs" / "r1" / "STOP").exists() or Path(RunFiles(str(tmp_path / "store"), "r1").stop_request).exists()
+    assert ("take_down", "c") in did
+    (end,) = [d for d in did if d[0] == "finish"]
+    assert end[1] == "STOPPED_BUDGET" and "could not be reached" in end[2]
+    assert attempt.how == "stopped by the budget guard (the cluster could not be reached)"
