@@ -162,10 +162,10 @@ def _in_store(placement, pol, asked: Optional[str] = None):
     return dataclasses.replace(placement, storage=placement.storage or named, stores=pol.stores)
 
 
-def _lease(pol, hours: Optional[float], wait: bool = False) -> Lease:
+def _lease(pol, hours: Optional[float], wait: bool = False, idle_minutes: Optional[float] = None) -> Lease:
     if hours is not None and not 0 < hours <= MAX_LEASE_HOURS:  # also NaN
         raise BurstError(f"--hours must be a number of hours above 0 and at most {MAX_LEASE_HOURS:.0f} (a year), got {hours}")
-    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None, wait=wait)
+    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None, wait=wait, idle_minutes=idle_minutes)
 
 
 def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
@@ -203,7 +203,7 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
     placement, pol = _placement(ask, policy, report)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
-    handle, created = target.up(name, placement, _lease(pol, hours, wait), report)
+    handle, created = target.up(name, placement, _lease(pol, hours, wait, idle_minutes), report)
     if created and placement.estimate is not None:
         handle = handle.model_copy(update={"plan": prediction(placement, ask.workload_name)})
         state.save(handle)

@@ -230,6 +230,8 @@ class Controller:
                         if fresh is None or fresh.cluster_id != handle.cluster_id:
                             return self.lost(attempt, "it was taken down")
                         if not target.is_alive(fresh):
+                            if fresh.expires is not None and now >= fresh.expires:  # its lease is over: the cluster ended itself
+                                return self.lease_over(attempt, fresh, record)
                             if now - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
                                 return self.lost(attempt, target.stopped_reason(fresh))
                             time.sleep(POLL_S)
@@ -267,6 +269,16 @@ class Controller:
                 return
             self.say(f"attempt {attempt.number}: cluster {handle.name} not seen for {blind_s:.0f} s ({why_blind}); reopening the way to it")
             time.sleep(POLL_S)
+
+    def lease_over(self, attempt: Attempt, handle: ClusterHandle, record: RunRecord) -> None:
+        """The cluster's lease is over and it does not answer: it ended itself (its keeper) while this
+        controller could not act (a sleeping laptop). Not a loss to move from: the run stops there."""
+        why = targets.get(handle.provider).stopped_reason(handle)
+        self.end_attempt(attempt, f"stopped at the end of its lease ({why})")
+        self.keep_checkpoint(handle, record)
+        self.take_down(handle)
+        self.finish("STOPPED", f"the lease of cluster {handle.name!r} ended ({why}); `burst train --resume {record.run_id}` goes on "
+                               f"from its last checkpoint")
 
     def blind_budget(self, guard, record: RunRecord, attempt: Attempt, handle: ClusterHandle) -> bool:
         """The budget while the job cannot be asked: charged by wall time; a stop is asked on the

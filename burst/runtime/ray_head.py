@@ -222,20 +222,24 @@ def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
     return psutil.wait_procs(procs, timeout=timeout)[1]
 
 
-def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 3.0) -> list[int]:
+def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 3.0, spare: int | None = None) -> list[int]:
     """SIGTERM every process of the cluster (all found before any signal), give Ray's own daemons
     (those carrying the marker) ``grace_s`` to shut down, then SIGKILL whatever is left: Ray's
     agents ignore SIGTERM, so waiting on them would only spend the whole grace period. GCS and
     raylet take ~10 s to honour SIGTERM, and a local cluster keeps nothing that needs a clean
     shutdown (results are collected before `down`), so the grace is short.
-    Returns the pids that survived."""
+    Returns the pids that survived. ``spare``: a process of the cluster left running (the keeper
+    that stops its own cluster)."""
     import psutil
 
-    procs = cluster_processes(cluster_id, temp_dir)
+    def found() -> list:
+        return [p for p in cluster_processes(cluster_id, temp_dir) if p.pid != spare]
+
+    procs = found()
     daemons = [p for p in procs if _has_marker(p.pid, cluster_id)]
     _signal_and_wait(procs, "terminate", 0)
     psutil.wait_procs(daemons, timeout=grace_s)
     _signal_and_wait([p for p in procs if p.is_running()], "kill", 5)
     # Workers forked while we were stopping: one more sweep.
-    _signal_and_wait(cluster_processes(cluster_id, temp_dir), "kill", 5)
-    return [p.pid for p in cluster_processes(cluster_id, temp_dir)]
+    _signal_and_wait(found(), "kill", 5)
+    return [p.pid for p in found()]

@@ -67,6 +67,7 @@ class Lease:
     hours: Optional[float] = None
     budget_usd: Optional[float] = None
     wait: bool = False  # a scheduler's allocation: wait until it starts (False: say it is queued and return)
+    idle_minutes: Optional[float] = None  # the cluster ends itself after this long without a job (its keeper)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import subprocess
 import time
 import uuid
@@ -41,7 +42,8 @@ def detect_gpus() -> int:
 
 
 def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: float = 0.0,
-       budget_usd: float | None = None, storage_uri: str | None = None) -> tuple[ClusterHandle, bool]:
+       budget_usd: float | None = None, storage_uri: str | None = None, hours: float | None = None,
+       idle_minutes: float | None = None) -> tuple[ClusterHandle, bool]:
     """Start (or find) the local cluster ``name``; returns (handle, created)."""
     available = detect_gpus()
     if gpus is None:
@@ -74,7 +76,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
             token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=storage_uri or str(storage),
             layout={"nodes": 1, "cpus": ncpu, "gpus": gpus}, hourly_usd=hourly_usd, budget_usd=budget_usd,
-            starter_pid=os.getpid(),
+            starter_pid=os.getpid(), expires=time.time() + hours * 3600 if hours is not None else None,
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up
 
@@ -102,10 +104,13 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
             raise BurstError(f"the Ray dashboard of {name!r} (127.0.0.1:{dash}) did not answer within {READY_TIMEOUT_S:.0f} s; "
                              f"nothing was left running", exit_code=1)
         time.sleep(0.3)
+    keeper = start_keeper(handle, env, idle_minutes) if handle.expires is not None or idle_minutes is not None else None
     with state.locked():
         if not _stopped_meanwhile(handle):
             handle.state = "running"
             handle.pids = [p.pid for p in cluster_processes(cluster_id, str(temp_dir))]
+            if keeper is not None:
+                handle.outputs["keeper_pid"] = keeper
             state.save(handle)
             return handle, True
     _cleanup_failed(handle)
@@ -165,6 +170,33 @@ def _taken_by_others(ports: dict[str, int], since: float) -> str | None:
     return None
 
 
+def start_keeper(handle: ClusterHandle, env: dict, idle_minutes: float | None) -> int:
+    """The cluster's keeper (``burst.runtime.keeper``), one of the cluster's own processes (its
+    marker): it ends the cluster at its lease's end or when idle, and `down` stops it with the rest."""
+    from ..runtime import notice
+
+    log = Path(handle.temp_dir) / "keeper.log"
+    args = [sys.executable, "-m", "burst.runtime.keeper", "--end", "local", "--cluster-id", handle.cluster_id, "--temp-dir", str(handle.temp_dir),
+            "--dashboard", str(handle.dashboard_url), "--token-file", str(handle.token_path),
+            "--notices", notice.root(handle.storage_uri, handle.cluster_id)]
+    if handle.expires is not None:
+        args += ["--expires", str(handle.expires)]
+    if idle_minutes is not None:
+        args += ["--idle-minutes", str(idle_minutes)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=str(handle.temp_dir))
+    return proc.pid
+
+
+def keeper_ended(handle: ClusterHandle) -> str | None:
+    """Why the cluster's keeper ended it (its log's word), or None."""
+    path = Path(handle.temp_dir or "/nonexistent") / "keeper.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    ended = [line.split("cluster ended: ", 1)[1] for line in lines if "cluster ended: " in line]
+    return ended[-1] if ended else None
+
+
 def _cleanup_failed(handle: ClusterHandle) -> None:
     """Stop whatever a failed or interrupted `up` started and forget the cluster, unless the record
     now belongs to someone else (a `down` already forgot it; a new `up` of the same name).
@@ -210,11 +242,25 @@ class LocalTarget(Target):
     takes_storage = True
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
-        return up(name, cpus=placement.count, gpus=placement.gpus, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
-                  storage_uri=placement.storage)
+        handle, created = up(name, cpus=placement.count, gpus=placement.gpus, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+                             storage_uri=placement.storage, hours=lease.hours, idle_minutes=lease.idle_minutes)
+        if created and handle.outputs.get("keeper_pid"):
+            what = ([f"at its lease's end ({time.strftime('%Y-%m-%d %H:%M', time.localtime(handle.expires))})"] if handle.expires else []) + \
+                   ([f"after {lease.idle_minutes:g} idle minute(s)"] if lease.idle_minutes is not None else [])
+            report.say(f"cluster {name} ends itself {' or '.join(what)}: its keeper (PID {handle.outputs['keeper_pid']}) runs beside "
+                       f"the Ray head, whatever this CLI or its controller do")
+        return handle, created
 
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
         down(handle)
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)
+
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        ended = keeper_ended(handle)
+        return f"its keeper ended it: {ended}" if ended else super().stopped_reason(handle)
+
+    def describe_state(self, handle: ClusterHandle) -> str:
+        shown, ended = super().describe_state(handle), keeper_ended(handle)
+        return f"ended by its keeper: {ended}" if shown == "unreachable" and ended else shown

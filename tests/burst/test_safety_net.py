@@ -230,3 +230,50 @@ def test_a_budget_reached_while_the_job_cannot_be_asked_is_enforced(home, tmp_pa
     (end,) = [d for d in did if d[0] == "finish"]
     assert end[1] == "STOPPED_BUDGET" and "could not be reached" in end[2]
     assert attempt.how == "stopped by the budget guard (the cluster could not be reached)"
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
+    """A managed run on this machine with a 108 s lease; its controller is SIGSTOPped (a laptop with
+    its lid closed) while training. The keeper beside the Ray head posts a stop notice at the lease's
+    end (the workers checkpoint), then stops the cluster's processes, with the controller still
+    asleep; woken, the controller ends the run STOPPED, not moved."""
+    import signal
+
+    from burst.runtime.ray_head import cluster_processes
+    from tests import census
+    from tests.burst.test_managed import TRAIN, finished, handed_over, managed
+
+    before = census.snapshot()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "2", "--hours", "0.03", "--managed", "--detach",
+                 "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
+    run_id = handed_over(proc)
+    wait_until(lambda: ((json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0) >= 1,
+               300, "an epoch")
+    handle = json.loads((home / "clusters" / "kp.json").read_text())
+    pid = managed(home, run_id)["controller_pid"]
+    os.kill(pid, signal.SIGSTOP)  # the laptop sleeps
+    slept_at = time.time()
+    try:
+        assert handle["expires"] > time.time() and handle["outputs"]["keeper_pid"]
+        wait_until(lambda: not cluster_processes(handle["cluster_id"], handle["temp_dir"]), handle["expires"] - time.time() + 120,
+                   "the cluster to end itself")
+        ended_at = time.time()
+        assert psutil.Process(pid).status() == psutil.STATUS_STOPPED  # the controller slept through all of it
+        log = (Path(handle["temp_dir"]) / "keeper.log").read_text()
+        assert "ending the cluster: its lease ended" in log and "cluster ended: its lease ended" in log, log
+        assert ended_at >= handle["expires"]  # not before the lease's end
+    finally:
+        os.kill(pid, signal.SIGCONT)  # the lid opens
+    run = finished(home, run_id, timeout=300)
+    assert run["state"] == "STOPPED" and "lease" in run["message"] and "its keeper ended it: its lease ended" in run["message"], run
+    (attempt,) = managed(home, run_id)["attempts"]  # stopped, not moved
+    assert attempt["how"].startswith("stopped at the end of its lease")
+    print(log)
+    print(f"controller asleep at {time.strftime('%H:%M:%S', time.localtime(slept_at))}; lease ended "
+          f"{time.strftime('%H:%M:%S', time.localtime(handle['expires']))}; cluster's processes all gone "
+          f"{ended_at - handle['expires']:.1f} s after the lease's end; controller woken, run {run['state']}: {run['message']}")
+    census.assert_none_left(before)
