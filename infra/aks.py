@@ -49,6 +49,8 @@ def program(spec: StackSpec) -> dict:
         pools.append(containerservice.AgentPool(
             pool.name, agent_pool_name=pool.name.replace("-", "")[:12], resource_group_name=rg.name, resource_name_=cluster.name,
             mode=containerservice.AgentPoolMode.USER, vm_size=pool.instance_type, count=pool.nodes, os_type="Linux",
+            # scales to zero once the keeper has deleted the RayCluster at the lease's end
+            enable_auto_scaling=True, min_count=0, max_count=pool.nodes,
             node_taints=["nvidia.com/gpu=present:NoSchedule"], node_labels={"burst-role": "gpu", "burst-pool": pool.name},
             tags=tags, **spot, opts=pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(create="60m", delete="45m")),
         ))

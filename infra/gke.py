@@ -75,7 +75,9 @@ def program(spec: StackSpec) -> dict:
         # One GKE operation per cluster at a time: pools are created one after the other.
         previous = gcp.container.NodePool(
             pool.name, name=pool.name, project=spec.project, cluster=cluster.name, location=zone, node_locations=[pool.zone],
-            node_count=pool.nodes,
+            initial_node_count=pool.nodes,
+            # the pool scales to zero once the keeper has deleted the RayCluster at the lease's end
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=0, max_node_count=pool.nodes),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=pool.instance_type, spot=spec.preemptible, oauth_scopes=SCOPES,

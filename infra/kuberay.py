@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from . import keeper
 from .notice_hook import hook_command, notice_root
 from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
@@ -28,6 +29,26 @@ AUTH_ENV = [{"name": "RAY_AUTH_MODE", "value": "token"},
 # worker from that checkpoint. GKE gives a preempted spot node's pods about 25 s.
 NOTICE_WAIT_S = 20
 TERMINATION_GRACE_S = 25
+
+
+KEEPER_ROLE = "burst-keeper"  # may get and delete the cluster's own RayCluster, nothing else
+
+
+def keeper_container(spec: StackSpec, image: str, namespace: str = RAY_NAMESPACE, name: str = RAY_CLUSTER_NAME) -> dict:
+    """The keeper beside the head (``infra.keeper``, run from its source): it deletes its own RayCluster
+    at the lease's end, or after ``spec.idle_minutes`` with no job, whatever the user's machine does."""
+    args = ["--end", "kube", "--namespace", namespace, "--name", name, "--expires", str(spec.expires),
+            "--dashboard", "http://127.0.0.1:8265", "--token-env", "RAY_AUTH_TOKEN"]
+    if spec.idle_minutes is not None:
+        args += ["--idle-minutes", str(spec.idle_minutes)]
+    small = {"cpu": "50m", "memory": "64Mi"}
+    return {"name": "burst-keeper", "image": image, "command": ["python", "-c", keeper.source(), *args], "env": AUTH_ENV,
+            "resources": {"limits": small, "requests": small}}
+
+
+def keeper_rules(name: str = RAY_CLUSTER_NAME) -> list[dict]:
+    """What the keeper's service account may do: get and delete that one RayCluster."""
+    return [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": [name], "verbs": ["get", "delete"]}]
 
 
 def notice_hook(root: pulumi.Input[str]) -> dict:
@@ -59,14 +80,15 @@ def worker_group(pool: PoolSpec, spec: StackSpec, node_selector: dict, toleratio
 
 def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict], env: list, service_account: Optional[str],
                      pod_labels: Optional[dict] = None) -> dict:
+    image = spec.image or f"rayproject/ray:{spec.ray_version}-py311"
     head_pod = {
         "nodeSelector": system_selector,
         "containers": [{
-            "name": "ray-head", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311",
+            "name": "ray-head", "image": image,
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
             "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
             "env": AUTH_ENV + env,
-        }],
+        }, keeper_container(spec, image)],
     }
     if service_account:
         head_pod["serviceAccountName"] = service_account
@@ -112,6 +134,14 @@ class KubeRay(pulumi.ComponentResource):
             string_data={RAY_AUTH_KEY: pulumi.Output.secret(spec.require_token())},
             opts=pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource])),
         )
+        keeper_opts = pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource]))
+        self.keeper_role = k8s.rbac.v1.Role(
+            "keeper-role", metadata={"name": KEEPER_ROLE, "namespace": RAY_NAMESPACE, "labels": spec.labels()}, rules=keeper_rules(),
+            opts=keeper_opts)
+        self.keeper_binding = k8s.rbac.v1.RoleBinding(
+            "keeper-binding", metadata={"name": KEEPER_ROLE, "namespace": RAY_NAMESPACE, "labels": spec.labels()},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": KEEPER_ROLE},
+            subjects=[{"kind": "ServiceAccount", "name": service_account or "default", "namespace": RAY_NAMESPACE}], opts=keeper_opts)
         groups = [worker_group(p, spec, node_selector_for(p), tolerations, env, service_account, pod_labels, storage_uri) for p in spec.pools]
         self.ray_cluster = k8s.apiextensions.CustomResource(
             "raycluster", api_version="ray.io/v1", kind="RayCluster",

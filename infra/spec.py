@@ -58,6 +58,7 @@ class StackSpec:
     device_plugin_image: Optional[str] = None  # NVIDIA device plugin, where the provider does not install one
     auth_token: Optional[str] = field(default=None, repr=False)  # Ray's token: every head requires it (a Pulumi secret in the stack)
     config: dict = field(default_factory=dict)  # the stack's Pulumi configuration, e.g. {"gcp:region": ...}
+    idle_minutes: Optional[float] = None  # the cluster's keeper ends it after this long with no job (besides its lease's end)
     store_uri: Optional[str] = None  # the region's store (infra.store or the policy's): the cluster is granted access, never owns it
     store_scope: Optional[str] = None  # Azure: the store's storage account resource id (what the grant is on)
     extra: dict = field(default_factory=dict)

@@ -17,6 +17,8 @@ it, and refuses any request without the token.
 
 from __future__ import annotations
 
+import shlex
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -44,6 +46,18 @@ def token_secret_id(spec: StackSpec) -> str:
     return f"{spec.slug}-ray-token"
 
 
+KEEPER_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]  # the slice's keeper: ending a node, nothing more
+
+
+def keeper_args(spec: StackSpec) -> str:
+    """The keeper's command line on host 0: its own node (the slice's name, in its zone), its lease, its idle time."""
+    args = ["--end", "tpu", "--project", str(spec.project), "--zone", spec.pools[0].zone, "--name", spec.slug, "--expires", str(spec.expires),
+            "--dashboard", f"http://127.0.0.1:{DASHBOARD_PORT}", "--token-file", TOKEN_FILE]
+    if spec.idle_minutes is not None:
+        args += ["--idle-minutes", str(spec.idle_minutes)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
 def startup_script(spec: StackSpec, wheel_uri: str) -> str:
     return f"""#!/bin/bash
 # burst {spec.cluster} lease {spec.lease_id}: install burst, start Ray with token authentication (head on host 0).
@@ -60,6 +74,9 @@ gcloud storage cp '{wheel_uri}' /tmp/
 python3 -m pip install --quiet /tmp/$(basename '{wheel_uri}') 'ray[default,train]=={spec.ray_version}'
 if [ "$WORKER" = "0" ]; then
   ray start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1}}'
+  # the keeper (infra.keeper, installed with burst): deletes this slice at its lease's end or when idle,
+  # whatever the user's machine does
+  nohup python3 -m infra.keeper {keeper_args(spec)} >> /var/log/burst-keeper.log 2>&1 &
 else
   ray start --address="$HEAD_IP:{GCS_PORT}" --resources='{{"TPU_HOST": 1}}'
 fi
@@ -133,7 +150,14 @@ def host_identity(spec: StackSpec, bucket: str, labels: dict) -> tuple[gcp.servi
     version = gcp.secretmanager.SecretVersion("ray-token-value", secret=secret.id, secret_data=pulumi.Output.secret(spec.require_token()))
     reader = gcp.secretmanager.SecretIamMember("tpu-token-access", secret_id=secret.secret_id, project=spec.project,
                                                role="roles/secretmanager.secretAccessor", member=member)
-    return account, [access, secret, version, reader]
+    # the keeper on host 0 deletes the slice at its lease's end: a role of its own with the three
+    # permissions that takes (Cloud TPU nodes take no IAM policy of their own, so it is granted on the
+    # project, to this slice's own service account; the keeper names only its own node)
+    role = gcp.projects.IAMCustomRole("tpu-keeper-role", role_id=f"burstKeeper{spec.lease_id}"[:64], project=spec.project,
+                                      title=f"burst keeper of {spec.cluster}", permissions=KEEPER_PERMISSIONS,
+                                      description=_describe(labels))
+    keeper = gcp.projects.IAMMember("tpu-keeper", project=spec.project, role=role.name, member=member)
+    return account, [access, secret, version, reader, role, keeper]
 
 
 def _describe(labels: dict) -> str:

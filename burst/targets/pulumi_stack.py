@@ -200,7 +200,8 @@ class PulumiTarget(Target):
 
     def build_spec(self, name: str, lay: "Layout", preemptible: bool, hours: float, lease_id: Optional[str] = None,
                    project: Optional[str] = None, wheel_path: Optional[str] = None, image: Optional[str] = None,
-                   auth_token: Optional[str] = None, store: Optional[tuple[str, Optional[str]]] = None):
+                   auth_token: Optional[str] = None, store: Optional[tuple[str, Optional[str]]] = None,
+                   idle_minutes: Optional[float] = None):
         """The stack's spec; ``auth_token``: the Ray token its heads require (None: a throwaway one, for a rendering);
         ``store``: (uri, scope) of the store the cluster is granted (None: the region's own, ``region_store``)."""
         import secrets
@@ -223,7 +224,7 @@ class PulumiTarget(Target):
                       expires=int(time.time() + hours * 3600), region=lay.region, pools=tuple(pools), preemptible=preemptible,
                       ray_version=ray_version(), project=project or self.project() or "my-gcp-project", wheel_path=wheel_path,
                       image=image, device_plugin_image=known.device_plugin.image if known.device_plugin else None,
-                      auth_token=auth_token or secrets.token_hex(32), store_uri=store[0], store_scope=store[1])
+                      auth_token=auth_token or secrets.token_hex(32), store_uri=store[0], store_scope=store[1], idle_minutes=idle_minutes)
         if lay.is_tpu:
             fields["tpu_runtime"] = known.tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return StackSpec(**fields, config=self.stack_config(fields))
@@ -251,7 +252,7 @@ class PulumiTarget(Target):
             store_spec = self.region_store(placement.region, placement.stores)
             store = (store_spec.uri, store_spec.scope)
         spec = self.build_spec(name, placement.layout, placement.preemptible, lease.hours or DEFAULT_LEASE_HOURS, lease_id="dryrun000000",
-                               image=placement.image, store=store)
+                               image=placement.image, store=store, idle_minutes=lease.idle_minutes)
         out = self.rendering(spec, placement.layout)
         out["store"] = {"uri": store[0], "stack": store_spec.stack_name if store_spec else None, "named": store_spec is None,
                         "kept_after_down": True,
@@ -334,7 +335,7 @@ class PulumiTarget(Target):
         token_path = state.cluster_dir(name) / "auth_token"
         ray_head.new_token(token_path)  # this machine's copy (user-only); the stack keeps it as a Pulumi secret
         spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
-                               auth_token=token_path.read_text().strip(), store=store)
+                               auth_token=token_path.read_text().strip(), store=store, idle_minutes=lease.idle_minutes)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
                                storage_uri=store[0], token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,

@@ -15,6 +15,7 @@ from burst import targets
 OFFERS = catalog.load()
 ROOT = Path(__file__).resolve().parents[2]
 UNLABELLED = {"gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember",  # bindings take no labels
+              "gcp:projects/iAMMember:IAMMember",
               "gcp:secretmanager/secretIamMember:SecretIamMember", "azure-native:authorization:RoleAssignment",
               "gcp:secretmanager/secretVersion:SecretVersion",  # a version of the (labelled) secret, deleted with it
               "azure-native:managedidentity:FederatedIdentityCredential",  # part of its (tagged) identity
@@ -50,7 +51,8 @@ def lease_labels(r) -> dict:
                    (i.get("nodeConfig") or {}).get("resourceLabels"), (i.get("values") or {}).get("labels"), i.get("metadata")):
         if isinstance(holder, dict) and "burst-lease" in holder:
             return holder
-    if r["type"] in ("gcp:serviceaccount/account:Account", "gcp:compute/router:Router", "gcp:compute/firewall:Firewall"):
+    if r["type"] in ("gcp:serviceaccount/account:Account", "gcp:compute/router:Router", "gcp:compute/firewall:Firewall",
+                     "gcp:projects/iAMCustomRole:IAMCustomRole"):
         return dict(kv.split("=") for kv in i["description"].split())  # these take no labels: the lease is in the description
     return {}
 
@@ -97,7 +99,9 @@ def test_gke_gpu_pools_ray_workers_and_labels(accelerator, gpus, preemptible, ex
         nc = p["inputs"]["nodeConfig"]
         acc = nc["guestAccelerators"][0]
         (zone,) = p["inputs"]["nodeLocations"]
-        got.append((nc["machineType"], acc["type"], acc["count"], p["inputs"]["nodeCount"], zone))
+        got.append((nc["machineType"], acc["type"], acc["count"], p["inputs"]["initialNodeCount"], zone))
+        # the pool scales to zero once its keeper has deleted the RayCluster at the lease's end
+        assert p["inputs"]["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": p["inputs"]["initialNodeCount"]}
         assert nc.get("spot", False) is preemptible and "preemptible" not in nc
     assert got == expect
     spec_rc = ray_groups(resources)
@@ -163,6 +167,14 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     # preempted or stopped, host 0 posts a stop notice on the bucket and waits for the run's checkpoint
     shutdown = i["metadata"]["shutdown-script"]
     assert f"python3 -m burst.runtime.notice '{bucket_uri(spec)}/notices/{spec.lease_id}' --action stop" in shutdown and "--wait 20" in shutdown
+    # host 0 starts the keeper, which deletes this very node at the lease's end, with a role that can do that and no more
+    keeper = next(line for line in script.splitlines() if "python3 -m infra.keeper" in line)
+    assert f"--end tpu --project proj --zone {spec.pools[0].zone} --name {spec.slug} --expires {spec.expires}" in keeper
+    assert script.index("ray start --head") < script.index("python3 -m infra.keeper") < script.index("else")  # host 0 only
+    (role,) = of_type(resources, "iAMCustomRole:IAMCustomRole")
+    assert role["inputs"]["permissions"] == ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]
+    (grant,) = of_type(resources, "projects/iAMMember:IAMMember")
+    assert grant["inputs"]["member"].startswith("serviceAccount:") and "-tpu@" in grant["inputs"]["member"]
     assert_every_resource_is_labelled(resources, spec)
 
 
@@ -336,3 +348,33 @@ def test_the_dry_run_shows_the_store_and_its_own_stack():
                             "resources": []}
     (grant,) = of_type(out["resources"], "bucketIAMMember:BucketIAMMember")
     assert grant["inputs"]["bucket"] == "site-bucket"
+
+
+@pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])
+def test_every_kuberay_head_carries_its_keeper_and_may_delete_its_own_raycluster_only(provider, accelerator, gpus, region):
+    """The keeper (infra.keeper, its source run with python -c) beside the head deletes the cluster's
+    own RayCluster at the lease's end or when idle, with a Role that names that one object; the GPU
+    pools scale to zero after (GKE: autoscaling min 0; AKS: auto scaling, min count 0)."""
+    from infra import keeper
+    from infra.spec import RAY_CLUSTER_NAME, RAY_NAMESPACE
+
+    lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region, preemptible=True)
+    target = targets.get(provider)
+    spec = target.build_spec("t", lay, True, hours=2, lease_id="lease0123456", project="proj", idle_minutes=20)
+    resources = target.rendering(spec, lay)["resources"]
+    head = ray_groups(resources)["headGroupSpec"]["template"]["spec"]
+    (side,) = [c for c in head["containers"] if c["name"] == "burst-keeper"]
+    assert side["command"][:3] == ["python", "-c", keeper.source()]
+    args = side["command"][3:]
+    assert args[:6] == ["--end", "kube", "--namespace", RAY_NAMESPACE, "--name", RAY_CLUSTER_NAME]
+    assert args[args.index("--expires") + 1] == str(spec.expires) and args[args.index("--idle-minutes") + 1] == "20"
+    assert args[args.index("--dashboard") + 1] == "http://127.0.0.1:8265" and {"name": "RAY_AUTH_TOKEN", "valueFrom": {
+        "secretKeyRef": {"name": "burst-ray-auth", "key": "auth_token"}}} in side["env"]
+    (role,) = of_type(resources, "rbac.authorization.k8s.io/v1:Role")
+    assert role["inputs"]["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": [RAY_CLUSTER_NAME],
+                                        "verbs": ["get", "delete"]}]
+    (binding,) = of_type(resources, "rbac.authorization.k8s.io/v1:RoleBinding")
+    assert binding["inputs"]["subjects"] == [{"kind": "ServiceAccount", "name": head["serviceAccountName"], "namespace": RAY_NAMESPACE}]
+    if provider == "azure":
+        for pool in of_type(resources, "AgentPool"):
+            assert pool["inputs"]["enableAutoScaling"] is True and pool["inputs"]["minCount"] == 0
