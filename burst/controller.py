@@ -230,7 +230,7 @@ class Controller:
                         if fresh is None or fresh.cluster_id != handle.cluster_id:
                             return self.lost(attempt, "it was taken down")
                         if not target.is_alive(fresh):
-                            if fresh.expires is not None and now >= fresh.expires:  # its lease is over: the cluster ended itself
+                            if self.past_lease(target, fresh):  # its lease is over: the cluster ended itself
                                 return self.lease_over(attempt, fresh, record)
                             if now - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
                                 return self.lost(attempt, target.stopped_reason(fresh))
@@ -262,6 +262,8 @@ class Controller:
             fresh = state.load(ClusterHandle, handle.name)
             if fresh is None or fresh.cluster_id != handle.cluster_id:
                 return self.lost(attempt, "it was taken down")
+            if self.past_lease(target, fresh):  # not seen after its lease's end: its keeper ended it
+                return self.lease_over(attempt, fresh, record)
             blind_s = time.time() - seen
             if blind_s >= recovery.blind_grace_minutes * 60:
                 return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")
@@ -269,6 +271,11 @@ class Controller:
                 return
             self.say(f"attempt {attempt.number}: cluster {handle.name} not seen for {blind_s:.0f} s ({why_blind}); reopening the way to it")
             time.sleep(POLL_S)
+
+    @staticmethod
+    def past_lease(target, handle: ClusterHandle) -> bool:
+        """The cluster's lease has ended (a scheduler's walltime is not a lease: its notice moves the run)."""
+        return not target.is_scheduler and handle.expires is not None and time.time() >= handle.expires
 
     def lease_over(self, attempt: Attempt, handle: ClusterHandle, record: RunRecord) -> None:
         """The cluster's lease is over and it does not answer: it ended itself (its keeper) while this

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from . import keeper_manifest
 from .notice_hook import hook_command, notice_root
 from .spec import RAY_AUTH_KEY, RAY_AUTH_SECRET
 
@@ -51,6 +52,13 @@ class ByoSpec:
     pvc_size_gi: int = 50
     storage_class: Optional[str] = None
     create_namespace: bool = True
+    expires: Optional[float] = None     # the lease's end: the keeper beside the head deletes the RayCluster then
+    idle_minutes: Optional[float] = None  # ... or after this long with no job
+
+    @property
+    def keeper_name(self) -> str:
+        """The keeper's service account, Role and RoleBinding."""
+        return f"{self.name}-keeper"
 
     @property
     def secret_name(self) -> str:
@@ -109,6 +117,11 @@ def ray_cluster(spec: ByoSpec) -> dict:
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
             "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
             "env": auth_env(spec)}
+    head_pod = _pod(spec, head, workers=False)
+    if spec.expires is not None:  # the keeper beside the head, with a service account that may delete this RayCluster only
+        head_pod["containers"].append(keeper_manifest.container(head["image"], spec.namespace, spec.name, spec.expires, spec.idle_minutes,
+                                                                 auth_env(spec)))
+        head_pod["serviceAccountName"] = spec.keeper_name
     worker = {"name": "ray-worker", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311{'-gpu' if gpu else ''}",
               "resources": {"limits": dict(worker_resources), "requests": dict(worker_resources)}, "env": auth_env(spec)}
     labels = dict(spec.labels)
@@ -120,7 +133,7 @@ def ray_cluster(spec: ByoSpec) -> dict:
         "spec": {
             "rayVersion": spec.ray_version,
             "headGroupSpec": {"serviceType": "ClusterIP", "rayStartParams": {"dashboard-host": "127.0.0.1", "num-gpus": "0"},
-                              "template": {"metadata": {"labels": dict(spec.labels)}, "spec": _pod(spec, head, workers=False)}},
+                              "template": {"metadata": {"labels": dict(spec.labels)}, "spec": head_pod}},
             "workerGroupSpecs": [{
                 "groupName": "workers", "replicas": spec.workers, "minReplicas": spec.workers, "maxReplicas": spec.workers,
                 "rayStartParams": {"num-gpus": str(spec.gpus_per_worker)},
@@ -145,5 +158,14 @@ def manifests(spec: ByoSpec, token: str) -> list[dict]:
         if spec.storage_class:
             claim["storageClassName"] = spec.storage_class
         objects.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(spec, spec.claim_name), "spec": claim})
+    if spec.expires is not None:
+        objects += [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.keeper_name)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(spec, spec.keeper_name),
+             "rules": keeper_manifest.rules(spec.name)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(spec, spec.keeper_name),
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": spec.keeper_name},
+             "subjects": [{"kind": "ServiceAccount", "name": spec.keeper_name, "namespace": spec.namespace}]},
+        ]
     objects.append(ray_cluster(spec))
     return objects

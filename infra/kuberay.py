@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import keeper
+from . import keeper_manifest
 from .notice_hook import hook_command, notice_root
 from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
@@ -32,23 +32,6 @@ TERMINATION_GRACE_S = 25
 
 
 KEEPER_ROLE = "burst-keeper"  # may get and delete the cluster's own RayCluster, nothing else
-
-
-def keeper_container(spec: StackSpec, image: str, namespace: str = RAY_NAMESPACE, name: str = RAY_CLUSTER_NAME) -> dict:
-    """The keeper beside the head (``infra.keeper``, run from its source): it deletes its own RayCluster
-    at the lease's end, or after ``spec.idle_minutes`` with no job, whatever the user's machine does."""
-    args = ["--end", "kube", "--namespace", namespace, "--name", name, "--expires", str(spec.expires),
-            "--dashboard", "http://127.0.0.1:8265", "--token-env", "RAY_AUTH_TOKEN"]
-    if spec.idle_minutes is not None:
-        args += ["--idle-minutes", str(spec.idle_minutes)]
-    small = {"cpu": "50m", "memory": "64Mi"}
-    return {"name": "burst-keeper", "image": image, "command": ["python", "-c", keeper.source(), *args], "env": AUTH_ENV,
-            "resources": {"limits": small, "requests": small}}
-
-
-def keeper_rules(name: str = RAY_CLUSTER_NAME) -> list[dict]:
-    """What the keeper's service account may do: get and delete that one RayCluster."""
-    return [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": [name], "verbs": ["get", "delete"]}]
 
 
 def notice_hook(root: pulumi.Input[str]) -> dict:
@@ -88,7 +71,7 @@ def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict],
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
             "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
             "env": AUTH_ENV + env,
-        }, keeper_container(spec, image)],
+        }, keeper_manifest.container(image, RAY_NAMESPACE, RAY_CLUSTER_NAME, spec.expires, spec.idle_minutes, AUTH_ENV)],
     }
     if service_account:
         head_pod["serviceAccountName"] = service_account
@@ -136,7 +119,7 @@ class KubeRay(pulumi.ComponentResource):
         )
         keeper_opts = pulumi.ResourceOptions.merge(in_cluster, pulumi.ResourceOptions(depends_on=[self.namespace_resource]))
         self.keeper_role = k8s.rbac.v1.Role(
-            "keeper-role", metadata={"name": KEEPER_ROLE, "namespace": RAY_NAMESPACE, "labels": spec.labels()}, rules=keeper_rules(),
+            "keeper-role", metadata={"name": KEEPER_ROLE, "namespace": RAY_NAMESPACE, "labels": spec.labels()}, rules=keeper_manifest.rules(RAY_CLUSTER_NAME),
             opts=keeper_opts)
         self.keeper_binding = k8s.rbac.v1.RoleBinding(
             "keeper-binding", metadata={"name": KEEPER_ROLE, "namespace": RAY_NAMESPACE, "labels": spec.labels()},

@@ -177,7 +177,8 @@ class KubernetesTarget(Target):
 
     # ------------------------------------------------------------------ what up creates
 
-    def spec(self, name: str, placement: "Placement", lease_id: str, expires: int, context: str, create_namespace: bool):
+    def spec(self, name: str, placement: "Placement", lease_id: str, expires: int, context: str, create_namespace: bool,
+             idle_minutes: Optional[float] = None):
         from infra.byo_kubernetes import ByoSpec
         from infra.spec import safe_name
 
@@ -196,14 +197,15 @@ class KubernetesTarget(Target):
             ray_version=ray_version(), workers=workers, gpus_per_worker=per_worker, image=placement.image,
             node_selector=dict(site.node_selector), tolerations=tuple(t.manifest() for t in site.tolerations),
             local_queue=site.local_queue, bucket=bucket, pvc_size_gi=site.pvc_size_gi, storage_class=site.storage_class,
-            create_namespace=create_namespace)
+            create_namespace=create_namespace, expires=expires, idle_minutes=idle_minutes)
 
     def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
         from infra.byo_kubernetes import manifests
 
         site = placement.site
         expires = int(time.time() + 3600 * (lease.hours or 24.0))
-        spec = self.spec(name, placement, "dry-run", expires, site.context or "(current context)", create_namespace=True)
+        spec = self.spec(name, placement, "dry-run", expires, site.context or "(current context)", create_namespace=True,
+                         idle_minutes=lease.idle_minutes)
         objects = manifests(spec, token="<generated at up, kept in the Secret>")
         return {"provider": self.provider, "cluster": name, "context": site.context or "(current context)", "namespace": spec.namespace,
                 "operator": f"KubeRay operator: used if its CRD {KUBERAY_CRD} exists, else `helm install` of chart kuberay-operator "
@@ -237,7 +239,8 @@ class KubernetesTarget(Target):
         try:
             kubectl(context, "version", "-o", "json", what="version (is the cluster reachable?)")
             namespace_exists = run("kubectl", context, "get", "namespace", site.namespace, "-o", "name").returncode == 0
-            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists)
+            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists,
+                             idle_minutes=lease.idle_minutes)
             if spec.local_queue and not has_crd(context, KUEUE_CRD):
                 raise BurstError(f"the policy names Kueue LocalQueue {spec.local_queue!r}, but context {context} has no Kueue "
                                  f"(CRD {KUEUE_CRD}); remove onprem.local_queue or install Kueue", exit_code=2)

@@ -39,6 +39,9 @@ VALIDATORS = {
     "Namespace": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "namespace-v1.json").read_text())),
     "Secret": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "secret-v1.json").read_text())),
     "PersistentVolumeClaim": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "persistentvolumeclaim-v1.json").read_text())),
+    "ServiceAccount": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "serviceaccount-v1.json").read_text())),
+    "Role": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "role-rbac-v1.json").read_text())),
+    "RoleBinding": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "rolebinding-rbac-v1.json").read_text())),
     "RayCluster": jsonschema.Draft7Validator(_strict(json.loads((SCHEMAS / "kuberay-v1.5.1" / "raycluster-v1.json").read_text()))),
 }
 
@@ -158,14 +161,26 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     (install,) = [c["argv"] for c in recorded if c["tool"] == "helm"]
     assert install[install.index("--version") + 1] == "1.5.1" and "kuberay-operator" in install
     applied = [json.loads(c["stdin"]) for c in recorded if "apply" in c["argv"]]
-    assert [o["kind"] for o in applied] == ["Secret", "PersistentVolumeClaim", "RayCluster"]  # no Namespace: it was there
+    assert [o["kind"] for o in applied] == ["Secret", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding",
+                                            "RayCluster"]  # no Namespace: it was there
     for obj in applied:
         assert invalid(obj) == []
     token = Path(handle["token_path"]).read_text().strip()
     assert applied[0]["stringData"]["auth_token"] == token and token not in json.dumps(handle)
     from burst.runtime import notice
+    from infra import keeper
 
-    for group in applied[2]["spec"]["workerGroupSpecs"]:  # a worker pod's preStop posts where this cluster's runs read
+    # your own Kubernetes has a lease too: the keeper beside the head deletes this RayCluster at its end, and may do nothing else
+    head = applied[-1]["spec"]["headGroupSpec"]["template"]["spec"]
+    (side,) = [c for c in head["containers"] if c["name"] == "burst-keeper"]
+    assert side["command"][:3] == ["python", "-c", keeper.source()] and head["serviceAccountName"] == "burst-lab-keeper"
+    args = side["command"][3:]
+    assert args[:6] == ["--end", "kube", "--namespace", "physics", "--name", "burst-lab"]
+    assert float(args[args.index("--expires") + 1]) == handle["expires"]
+    assert applied[3]["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": ["burst-lab"], "verbs": ["get", "delete"]}]
+    assert applied[4]["subjects"] == [{"kind": "ServiceAccount", "name": "burst-lab-keeper", "namespace": "physics"}]
+
+    for group in applied[-1]["spec"]["workerGroupSpecs"]:  # a worker pod's preStop posts where this cluster's runs read
         hook = group["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         assert hook[3] == notice.root("/mnt/burst", handle["cluster_id"])
 
@@ -174,7 +189,8 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     assert proc.returncode == 0, proc.stderr
     deleted = [c["argv"] for c in calls(fake) if "delete" in c["argv"]]
     assert [(a[a.index("delete") + 1], a[a.index("delete") + 2]) for a in deleted] == [
-        ("raycluster", "burst-lab"), ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth")]
+        ("raycluster", "burst-lab"), ("rolebinding", "burst-lab-keeper"), ("role", "burst-lab-keeper"), ("serviceaccount", "burst-lab-keeper"),
+        ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth")]
     assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # burst installed the operator: it removes it
     assert not list((fake / "objects").glob("*.json")) and not (home / "clusters" / "lab.json").exists()
     assert not Path(handle["token_path"]).exists()

@@ -140,7 +140,7 @@ def test_a_watcher_never_stops_a_busy_cluster_it_cannot_ask_and_outlives_a_faili
 class _Head:
     """A target whose head answers as ``alive`` says and whose job API answers as ``api`` says."""
 
-    provider, provisions, kind = "local", False, "local"
+    provider, provisions, kind, is_scheduler = "local", False, "local", False
 
     def __init__(self, alive, api):
         self.alive, self.api, self.looks = alive, api, []

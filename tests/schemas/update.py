@@ -21,7 +21,7 @@ import yaml
 
 K8S = "v1.32.0"
 KUBERAY = "v1.5.1"
-KINDS = ("namespace-v1", "secret-v1", "persistentvolumeclaim-v1")
+KINDS = ("namespace-v1", "secret-v1", "persistentvolumeclaim-v1", "serviceaccount-v1", "role-rbac-v1", "rolebinding-rbac-v1")
 HERE = Path(__file__).parent
 
 
