@@ -229,7 +229,7 @@ class KubernetesTarget(Target):
                               accelerator=site.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
                               created=time.time(), expires=expires, starter_pid=os.getpid(), storage_uri="",
                               layout={"count": placement.count, "gpus": placement.count, "accelerator": site.accelerator},
-                              outputs={"context": context, "namespace": site.namespace})
+                              outputs={"context": context, "namespace": site.namespace, "lease": lease_id, "created": []})
         existing = state.claim(claim)
         if existing is not None:
             return existing, False
@@ -246,16 +246,18 @@ class KubernetesTarget(Target):
                                  f"(CRD {KUEUE_CRD}); remove onprem.local_queue or install Kueue", exit_code=2)
             if not has_crd(context, KUBERAY_CRD):
                 report.say(f"installing the KubeRay operator (chart {_chart_version()}) into {site.namespace} on {context}")
-                self._install_operator(context, site.namespace)
                 installed_operator = True
+                self._intend(claim, created, installed_operator)  # recorded before it exists: a kill now leaves `down` what to delete
+                self._install_operator(context, site.namespace)
             else:
                 report.say(f"the KubeRay operator is there ({KUBERAY_CRD}); using it")
             ray_head.new_token(token_path)
             objects = manifests(spec, token_path.read_text().strip())
-            for obj in objects:  # one by one, so that a failure knows exactly what exists
-                kubectl(context, "apply", "-f", "-", data=json.dumps(obj), what=f"apply {obj['kind']} {obj['metadata']['name']}")
+            for obj in objects:  # one by one, each recorded before it is applied: a kill in between leaves nothing `down` cannot find
                 created.append({"kind": obj["kind"], "name": obj["metadata"]["name"],
                                 "namespace": obj["metadata"].get("namespace")})
+                self._intend(claim, created, installed_operator)
+                kubectl(context, "apply", "-f", "-", data=json.dumps(obj), what=f"apply {obj['kind']} {obj['metadata']['name']}")
             handle = claim.model_copy(update={"token_path": str(token_path), "storage_uri": self._storage_here(spec, context)})
             handle.outputs.update({"ray_cluster": spec.name, "head_service": spec.head_service, "created": created,
                                    "operator_installed": installed_operator, "job_storage": spec.job_storage,
@@ -276,6 +278,17 @@ class KubernetesTarget(Target):
                 raise
             raise BurstError(f"creating cluster {name!r} on Kubernetes failed: {exc}; what it created was deleted", exit_code=1) from None
         return state.load(ClusterHandle, name) or handle, True
+
+    @staticmethod
+    def _intend(claim: ClusterHandle, created: list[dict], installed_operator: bool) -> None:
+        """Write ahead: what `up` is about to create goes into the cluster's record first (deleting one
+        that was never made is a no-op: `kubectl delete --ignore-not-found`)."""
+        with state.locked():
+            current = state.load(ClusterHandle, claim.name)
+            if current is None or current.cluster_id != claim.cluster_id:
+                return
+            claim.outputs.update({"created": list(created), "operator_installed": installed_operator})
+            state.save(claim)
 
     def _storage_here(self, spec, context: str) -> str:
         """The run's storage as this machine reaches it: the bucket, or the claim through the head pod."""

@@ -196,6 +196,37 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     assert not Path(handle["token_path"]).exists()
 
 
+def test_an_up_killed_between_two_applies_leaves_down_everything_to_delete(tmp_path, site, fake):
+    """`burst up` SIGKILLed the moment it applies the RayCluster (the objects before it exist, the
+    operator is installed): every object was recorded before it was applied, so `burst down` deletes
+    all of them and the operator, and nothing of burst's is left on the cluster."""
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    killer = tmp_path / "killer"
+    killer.mkdir()
+    (killer / "kubectl").write_text(f"""#!{sys.executable}
+import os, signal, subprocess, sys
+data = sys.stdin.read() if "-f" in sys.argv else None
+if "apply" in sys.argv and data and '"kind": "RayCluster"' in data:
+    os.kill(os.getppid(), signal.SIGKILL)  # the laptop dies mid-`up`
+    sys.exit(1)
+sys.exit(subprocess.run([{str(FAKES / "kubectl")!r}, *sys.argv[1:]], input=data, text=True).returncode)
+""")
+    (killer / "kubectl").chmod(0o755)
+    home = tmp_path / "home"
+    env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "PATH": f"{killer}:{FAKES}:{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8",
+                           "--name", "lab"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    left = sorted(p.name for p in (fake / "objects").glob("*.json"))
+    assert left and not any("raycluster" in n.lower() for n in left)  # the objects before the RayCluster exist
+    handle = json.loads((home / "clusters" / "lab.json").read_text())
+    assert handle["state"] == "starting" and [o["kind"] for o in handle["outputs"]["created"]][-1] == "RayCluster"
+    down = burst("down", "lab", home=home, fake=fake)
+    assert down.returncode == 0, down.stderr
+    assert not list((fake / "objects").glob("*.json")) and not (home / "clusters" / "lab.json").exists()
+    assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # the operator up installed goes too
+
+
 def test_an_operator_and_namespace_that_were_there_stay(tmp_path, site, fake):
     (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
     home = tmp_path / "home"
