@@ -206,6 +206,11 @@ class Controller:
                 self.save()
             elif target.is_alive(handle):
                 return self.submit(attempt, handle)
+            elif handle.state == "starting" and not state.starter_alive(handle):
+                adopted = target.adopt(handle, _Said())  # its starter died creating it: wait for that to finish, never destroy under it
+                if adopted is not None:
+                    return self.submit(attempt, adopted)
+                return self.lost(attempt, "it did not come up after its starter died")
             else:
                 return self.lost(attempt, target.stopped_reason(handle))
         remaining = None if self.m.budget_usd is None else self.m.budget_usd - (self.m.spent() - attempt.cost_until(time.time()))

@@ -136,6 +136,12 @@ class Target(ABC):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """True while the cluster can take jobs."""
 
+    def adopt(self, handle: ClusterHandle, report: Reporter = QUIET) -> Optional[ClusterHandle]:
+        """A cluster whose starter died while creating it (``state`` starting): wait for what is
+        still creating it to finish and return the handle, running, if it came up; None when it
+        did not (then it may be taken down: nothing works on it any more)."""
+        return None
+
     def storage_outlives(self, handle: ClusterHandle) -> bool:
         """True when the cluster's storage is still there after ``down`` (a directory, a bucket it
         was given); False when ``down`` deletes it with the cluster (its own bucket or claim), so

@@ -257,6 +257,22 @@ class LocalTarget(Target):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)
 
+    def adopt(self, handle: ClusterHandle, report: Reporter = QUIET) -> ClusterHandle | None:
+        """`ray start` runs in a session of its own: a head whose starter died may still come up."""
+        deadline = time.time() + READY_TIMEOUT_S
+        while not is_alive(handle):
+            if time.time() > deadline:
+                return None
+            time.sleep(1.0)
+        with state.locked():
+            current = state.load(ClusterHandle, handle.name)
+            if current is None or current.cluster_id != handle.cluster_id:
+                return None
+            current.state = "running"
+            current.pids = [p.pid for p in cluster_processes(handle.cluster_id, handle.temp_dir)]
+            state.save(current)
+        return current
+
     def stopped_reason(self, handle: ClusterHandle) -> str:
         ended = keeper_ended(handle)
         return f"its keeper ended it: {ended}" if ended else super().stopped_reason(handle)

@@ -53,6 +53,18 @@ def ray_version() -> str:
         return "2.52.0"
 
 
+def pulumi_processes(stack: str) -> list[int]:
+    """PIDs of Pulumi CLI processes working on ``stack`` (``pulumi ... --stack NAME``), of any session."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(os.path.basename(part) == "pulumi" for part in cmd[:2]) and "--stack" in cmd and stack in cmd:
+            found.append(proc.info["pid"])
+    return found
+
+
 def missing_tools(names, why: str) -> list[str]:
     missing = [n for n in names if shutil.which(n) is None]
     return [f"{', '.join(missing)} not installed ({why})"] if missing else []
@@ -388,6 +400,36 @@ class PulumiTarget(Target):
             state.delete(ClusterHandle, handle.name)
         if handle.token_path:
             Path(handle.token_path).unlink(missing_ok=True)
+
+    def adopt(self, handle: ClusterHandle, report: Reporter = QUIET, poll_s: float = 5.0, timeout_s: float = 3 * 3600) -> Optional[ClusterHandle]:
+        """The Pulumi CLI runs in a session of its own: a killed `up` (or controller) leaves it
+        creating. Wait until no Pulumi process works on the stack any more (never destroy it under
+        one), then take the stack's outputs: a stack that came up is this cluster, running."""
+        if not handle.stack:
+            return None
+        deadline = time.time() + timeout_s
+        said = False
+        while pulumi_processes(handle.stack) and time.time() < deadline:
+            if not said:
+                report.say(f"cluster {handle.name}: Pulumi is still working on stack {handle.stack} (its starter died); waiting for it")
+                said = True
+            time.sleep(poll_s)
+        if pulumi_processes(handle.stack):
+            return None
+        with stack_errors():
+            outputs = self._driver(handle.stack).outputs()
+        if not outputs.get("storage_uri"):  # the program's last exports: the stack did not come up
+            return None
+        with state.locked():
+            current = state.load(ClusterHandle, handle.name)
+            if current is None or current.cluster_id != handle.cluster_id:
+                return None
+            current.state = "running"
+            current.storage_uri = outputs["storage_uri"]
+            current.outputs.update({k: v for k, v in outputs.items() if k not in SECRET_OUTPUTS})
+            state.save(current)
+        report.say(f"cluster {handle.name}: stack {handle.stack} came up; adopted")
+        return current
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """A cloud cluster is alive while its stack is up; the Ray head is checked through the tunnel."""

@@ -405,3 +405,31 @@ def test_two_ups_of_one_name_create_one_stack(home, monkeypatch):
     assert created and handle.state == "running"
     assert fake.commands().count("stack init") == 1 and fake.commands().count("up") == 1
     assert state.load(ClusterHandle, "t").cluster_id == handle.cluster_id
+
+
+def test_a_stack_whose_starter_died_is_waited_for_and_adopted_never_destroyed_under_pulumi(home):
+    """A controller killed during `pulumi up` leaves the CLI creating in its own session: the revived
+    controller's `adopt` waits while a Pulumi process works on the stack, then takes the stack's
+    outputs, and the cluster is running; nothing is destroyed meanwhile."""
+    import subprocess
+    import sys
+
+    fake = RecordingPulumi()
+    gke = targets.get("gcp")
+    handle = ClusterHandle(name="t", provider="gcp", cluster_id="lease0123456", state="starting", storage_uri="", stack="t-lease012",
+                           starter_pid=2**31 - 2, created=time.time())
+    state.save(handle)
+    fake.stacks.add("t-lease012")
+    busy = home / "bin"
+    busy.mkdir()
+    (busy / "pulumi").write_text(f"#!{sys.executable}\nimport time\ntime.sleep(2.5)\n")
+    (busy / "pulumi").chmod(0o755)
+    creating = subprocess.Popen([str(busy / "pulumi"), "up", "--yes", "--stack", "t-lease012"])  # the CLI the dead starter left
+    started = time.time()
+    with pulumi_command(fake) as gke:
+        adopted = gke.adopt(handle, poll_s=0.1)
+    creating.wait(5)
+    assert time.time() - started >= 2.0  # it waited for the CLI to finish
+    assert adopted is not None and adopted.state == "running" and adopted.storage_uri == "gs://b"
+    assert "destroy" not in fake.commands() and "up" not in fake.commands()
+    assert state.load(ClusterHandle, "t").state == "running"
