@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 POLL_S = 2.0           # a controller's look at its run
 REOPEN_AFTER_S = 20.0  # a job API that does not answer this long: the tunnel is opened again
+DOWN_RETRY_S = (30.0, 120.0)  # a failed take-down is tried again after these waits
 
 
 # --------------------------------------------------------------------------- files
@@ -379,6 +380,8 @@ class Controller:
         self.say(f"attempt {attempt.number} on {attempt.provider} cluster {attempt.cluster} lost after {minutes:.1f} min ({why}); "
                  f"cost ${attempt.cost_usd:,.4f}; newest checkpoint {last_checkpoint(record.storage_uri, record.run_id) if record.storage_uri else 'none'}")
         handle = state.load(ClusterHandle, attempt.cluster)
+        if handle is not None:
+            self.stop_old_job(handle, record)  # never two copies of the run training at once
         if handle is not None and attempt.own:
             self.keep_checkpoint(handle, record)  # before its storage goes with it: the next attempt resumes from it
             self.take_down(handle)
@@ -403,11 +406,40 @@ class Controller:
                  f"cluster {handle.name} and its storage go with no complete checkpoint of the run")
 
     def take_down(self, handle: ClusterHandle) -> None:
+        """Down, tried again with backoff on any error (a Pulumi CommandError too: a controller that
+        dies of it leaves the cluster up); what still fails is said, and the cluster's watcher and
+        keeper remain to end it."""
+        for attempt, wait in enumerate((*DOWN_RETRY_S, None), 1):
+            try:
+                targets.get(handle.provider).down(handle, _Said())
+                self.say(f"cluster {handle.name} ({handle.provider}) taken down")
+                return
+            except Exception as exc:  # noqa: BLE001 - whatever the target raised
+                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
+                if wait is None:
+                    self.say(f"error: taking down cluster {handle.name} failed {attempt} time(s), last: {reason}; "
+                             f"run `burst down {handle.name}`")
+                    return
+                self.say(f"error: taking down cluster {handle.name}: {reason}; trying again in {wait:g} s")
+                time.sleep(wait)
+                fresh = state.load(ClusterHandle, handle.name)
+                if fresh is None or fresh.cluster_id != handle.cluster_id:
+                    return  # gone meanwhile (a `burst down`, its watcher)
+                handle = fresh
+
+    def stop_old_job(self, handle: ClusterHandle, record: RunRecord) -> None:
+        """A lost attempt's job, stopped where its cluster can still be reached (an attached on-prem Ray
+        cluster burst does not take down would otherwise train on beside the next attempt)."""
+        from .runtime import jobs
+
+        if not record.job_id:
+            return
         try:
-            targets.get(handle.provider).down(handle, _Said())
-            self.say(f"cluster {handle.name} ({handle.provider}) taken down")
-        except BurstError as exc:
-            self.say(f"error: taking down cluster {handle.name}: {exc}")
+            with targets.get(handle.provider).reach(handle) as reachable:
+                jobs.client(reachable).stop_job(record.job_id)
+            self.say(f"the lost attempt's job {record.job_id} on cluster {handle.name} was stopped")
+        except Exception:  # noqa: BLE001 - unreachable: it is lost after all
+            pass
 
     def write_cost(self, record: RunRecord) -> None:
         """cost.json counts every attempt: where it ran, how it ended, what it cost."""

@@ -277,3 +277,21 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
           f"{time.strftime('%H:%M:%S', time.localtime(handle['expires']))}; cluster's processes all gone "
           f"{ended_at - handle['expires']:.1f} s after the lease's end; controller woken, run {run['state']}: {run['message']}")
     census.assert_none_left(before)
+
+
+def test_a_controller_survives_a_pulumi_error_from_down_and_tries_again(home, tmp_path, monkeypatch):
+    """A Pulumi CommandError (not a BurstError) escaped the controller's take-down and killed it,
+    leaving the cluster up: now it is said, tried again after a wait, and the cluster goes."""
+    from burst import controller, state, targets
+    from burst.managed import Attempt, ManagedRun
+    from burst.state import ClusterHandle
+
+    _save(ClusterHandle(name="c", provider="local", cluster_id="local0004", state="running", storage_uri=str(tmp_path)))
+    fake = _Unreachable(failing_downs=1, looks=[])
+    monkeypatch.setattr(targets, "get", lambda provider: fake)
+    monkeypatch.setattr(controller, "DOWN_RETRY_S", (0.05, 0.05))
+    c = controller.Controller(ManagedRun(run_id="r2", request={}, cluster="c", attempts=[Attempt(number=1, cluster="c")]))
+    c.take_down(state.load(ClusterHandle, "c"))
+    assert fake.downs == 2 and state.load(ClusterHandle, "c") is None
+    log = (home / "managed" / "r2.log").read_text()
+    assert "error: taking down cluster c: error: update failed: googleapi: Error 503" in log and "taken down" in log
