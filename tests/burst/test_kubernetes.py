@@ -5,6 +5,7 @@ weighs the cluster against the clouds and reads a recorded Kueue queue, and the 
 reached through the head pod."""
 
 import json
+from contextlib import contextmanager
 import os
 import subprocess
 import sys
@@ -316,16 +317,11 @@ def test_the_claim_is_read_and_written_through_the_head_pod(tmp_path, fake, monk
     assert all(c["argv"][0] == "--context=lab/ctx:1" for c in calls(fake))
 
 
-@pytest.mark.slow
-def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp_path, fake):
-    """Every step burst takes from this machine, for real, against a stand-in cluster whose RayCluster
-    head is a real Ray head here: `up` applies the objects (stand-in kubectl), `train` reaches the head
-    through `kubectl port-forward` (the stand-in proxies TCP as the real one does) with the token the
-    Secret holds, submits the job, follows it and collects the results from the bucket; `down`
-    deletes the objects. Without the token the head refuses the job."""
-    from tests import census
-
-    before = census.snapshot()
+@contextmanager
+def cpu_site(tmp_path: Path, fake: Path):
+    """A stand-in Kubernetes site of CPU workers whose RayCluster head is a real Ray head on this
+    machine (the port-forward stand-in proxies to it), the KubeRay CRD there and the namespace the
+    site's: (home, policy, the head's handle, PATH for the stand-ins, the site's bucket directory)."""
     head_home, home = tmp_path / "head-home", tmp_path / "home"
     bucket = tmp_path / "bucket"
     env_path = f"{Path(sys.executable).parent}:{FAKES}:{os.environ['PATH']}"  # the job's `python` is this one (an image would carry it)
@@ -338,6 +334,22 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         policy = tmp_path / "cpu-site.yaml"
         policy.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, name: lab-k8s, accelerator: skylake-48c, gpus: 1, "
                           f"usd_per_gpu_hour: 0.5, context: lab, namespace: physics, storage: 'file://{bucket}'}}\n")
+        yield home, policy, head, env_path, bucket
+    finally:
+        burst("down", "rayhead", home=head_home, timeout=120)
+
+
+@pytest.mark.slow
+def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp_path, fake):
+    """Every step burst takes from this machine, for real, against a stand-in cluster whose RayCluster
+    head is a real Ray head here: `up` applies the objects (stand-in kubectl), `train` reaches the head
+    through `kubectl port-forward` (the stand-in proxies TCP as the real one does) with the token the
+    Secret holds, submits the job, follows it and collects the results from the bucket; `down`
+    deletes the objects. Without the token the head refuses the job."""
+    from tests import census
+
+    before = census.snapshot()
+    with cpu_site(tmp_path, fake) as (home, policy, head, env_path, bucket):
         up = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(policy), "--name", "k8s",
                              "--image", "registry.example.org/burst:1", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env={**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "PATH": env_path})
@@ -360,8 +372,6 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
         assert not list((fake / "objects").glob("*.json"))
-    finally:
-        burst("down", "rayhead", home=head_home, timeout=120)
     census.assert_none_left(before)
 
 
@@ -375,18 +385,7 @@ def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_
     from tests import census
 
     before = census.snapshot()
-    head_home, home = tmp_path / "head-home", tmp_path / "home"
-    bucket = tmp_path / "bucket"
-    env_path = f"{Path(sys.executable).parent}:{FAKES}:{os.environ['PATH']}"
-    assert subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "local", "--name", "rayhead", "--cpus", "2"], timeout=180,
-                          env={**os.environ, "BURST_HOME": str(head_home), "PATH": env_path}, capture_output=True).returncode == 0
-    head = json.loads((head_home / "clusters" / "rayhead.json").read_text())
-    try:
-        (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
-        (fake / "namespaces.json").write_text(json.dumps(["physics"]))
-        policy = tmp_path / "cpu-site.yaml"
-        policy.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, name: lab-k8s, accelerator: skylake-48c, gpus: 1, "
-                          f"usd_per_gpu_hour: 0.5, context: lab, namespace: physics, storage: 'file://{bucket}'}}\n")
+    with cpu_site(tmp_path, fake) as (home, policy, head, env_path, bucket):
         env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "FAKE_KUBE_HEAD": head["dashboard_url"].rsplit(":", 1)[1],
                "PATH": env_path}
         up = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(policy), "--name", "k8s",
@@ -429,6 +428,4 @@ def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_
         assert len(opened) >= 2 and killed_pids  # a second port-forward was opened after the first was killed
         print(moves)
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
-    finally:
-        burst("down", "rayhead", home=head_home, timeout=120)
     census.assert_none_left(before)

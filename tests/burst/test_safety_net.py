@@ -165,7 +165,7 @@ class _Head:
 
 def _following(home: Path, tmp_path: Path, monkeypatch, head: _Head, policy: str, budget=None):
     """A controller following attempt 1 of run r1 on cluster c, with the head above; (controller, what it did)."""
-    from burst import controller, state, targets
+    from burst import controller, targets
     from burst.managed import Attempt, ManagedRun
     from burst.runtime import jobs
     from burst.state import ClusterHandle, RunRecord

@@ -146,21 +146,13 @@ def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gc
     assert found is not None and _tree(found) == _tree(newest)
 
 
-@pytest.mark.parametrize("how", ["lost", "budget"])
-def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_taken_down(how, gcs_store, azure_store, tmp_path, monkeypatch):
-    """A cluster whose storage is deleted with it (a site claim; the cloud stacks' own buckets were,
-    before stores outlived clusters): a move (its cluster lost) or a budget stop copies the newest
-    checkpoint to this machine first, and the next attempt, on another cloud's store, resumes from
-    that copy. The teardown is the stand-in: it empties the storage, as deleting a claim does."""
-    from burst import controller, state, targets
-
-    monkeypatch.setattr(type(targets.get("gcp")), "storage_outlives", lambda self, handle: False)  # what a claim says
+def _gke_run_with_checkpoints(gcs_store: str, tmp_path: Path, monkeypatch):
+    """Managed run r1 on GKE cluster g whose store is ``gcs_store``, two checkpoints there: (handle, run, the newest here)."""
+    from burst import state
     from burst.managed import Attempt, ManagedRun
-    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
     from burst.state import ClusterHandle, RunRecord
-    from pyarrow import fs
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     local = tmp_path / "written"
@@ -172,6 +164,40 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
     state.save(RunRecord(run_id="r1", workload="gan3d", cluster="g", provider="gcp", state="RUNNING", storage_uri=gcs_store))
     m = ManagedRun(run_id="r1", request={}, cluster="g", budget_usd=10.0,
                    attempts=[Attempt(number=1, cluster="g", provider="gcp", region="us-central1", started=1.0, cluster_created=1.0)])
+    return gke, m, newest
+
+
+def _attempt_ends(how: str, gke, m, take_down, monkeypatch) -> None:
+    """The controller ends run r1's attempt on ``gke``: its cluster lost, or its job stopped by the
+    budget at epoch 2 step 6; ``take_down`` stands for the target's teardown."""
+    from burst import controller
+    from burst.runs import load_run
+
+    monkeypatch.setattr(controller.Controller, "take_down", take_down)
+    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
+    c = controller.Controller(m)
+    if how == "lost":
+        c.lost(m.attempts[0], "the spot pool was reclaimed")
+    else:
+        stopped = type("Stopped", (), {"on_notice": False, "epoch": 2, "step": 6})()
+        c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", type("Tracker", (), {"stopped": stopped})(), budget=True, lease=False)
+
+
+@pytest.mark.parametrize("how", ["lost", "budget"])
+def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_taken_down(how, gcs_store, azure_store, tmp_path, monkeypatch):
+    """A cluster whose storage is deleted with it (a site claim; the cloud stacks' own buckets were,
+    before stores outlived clusters): a move (its cluster lost) or a budget stop copies the newest
+    checkpoint to this machine first, and the next attempt, on another cloud's store, resumes from
+    that copy. The teardown is the stand-in: it empties the storage, as deleting a claim does."""
+    from burst import state, targets
+
+    monkeypatch.setattr(type(targets.get("gcp")), "storage_outlives", lambda self, handle: False)  # what a claim says
+    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
+    from burst.runtime import storage
+    from burst.state import ClusterHandle
+    from pyarrow import fs
+
+    gke, m, newest = _gke_run_with_checkpoints(gcs_store, tmp_path, monkeypatch)
     destroyed = []
 
     def destroy(self, handle):  # what `pulumi destroy` does to the stack's bucket
@@ -182,15 +208,7 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
         state.delete(ClusterHandle, handle.name)
         destroyed.append(handle.name)
 
-    monkeypatch.setattr(controller.Controller, "take_down", destroy)
-    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
-    c = controller.Controller(m)
-    if how == "lost":
-        c.lost(m.attempts[0], "the spot pool was reclaimed")
-    else:
-        stopped = type("Stopped", (), {"on_notice": False, "epoch": 2, "step": 6})()
-        tracker = type("Tracker", (), {"stopped": stopped})()
-        c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", tracker, budget=True, lease=False)
+    _attempt_ends(how, gke, m, destroy, monkeypatch)
     assert destroyed == ["g"] and not any(i.type == fs.FileType.File for i in _listing(gcs_store))  # the bucket holds nothing now
     assert [p.name for p in kept_checkpoints("r1").iterdir()] == ["checkpoint_000001"]
     for store in (azure_store, gcs_store):  # another cloud's store; a new cluster on a store of the same name, now empty
@@ -207,32 +225,15 @@ def test_a_cloud_cluster_s_store_outlives_it_and_the_next_attempt_reads_the_chec
     destroy, the stand-in here, removes the grant and the cluster) leaves every checkpoint in the
     store, nothing is copied to this machine, and the next attempt, on another cloud's store, stages
     the newest checkpoint straight from the bucket."""
-    from burst import controller, state
-    from burst.managed import Attempt, ManagedRun
+    from burst import state
     from burst.runs import kept_checkpoints, load_run, stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
-    from burst.state import ClusterHandle, RunRecord
+    from burst.state import ClusterHandle
 
-    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
-    local = tmp_path / "written"
-    _checkpoint(local, "checkpoint_000000", 1)
-    newest = _checkpoint(local, "checkpoint_000001", 2, step=6)
-    storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
-    gke = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", state="running", storage_uri=gcs_store, created=1.0)
-    state.save(gke)
-    state.save(RunRecord(run_id="r1", workload="gan3d", cluster="g", provider="gcp", state="RUNNING", storage_uri=gcs_store))
-    m = ManagedRun(run_id="r1", request={}, cluster="g", budget_usd=10.0,
-                   attempts=[Attempt(number=1, cluster="g", provider="gcp", region="us-central1", started=1.0, cluster_created=1.0)])
+    gke, m, newest = _gke_run_with_checkpoints(gcs_store, tmp_path, monkeypatch)
     destroyed = []
-    monkeypatch.setattr(controller.Controller, "take_down", lambda self, handle: (state.delete(ClusterHandle, handle.name), destroyed.append(handle.name)))
-    monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
-    c = controller.Controller(m)
-    if how == "lost":
-        c.lost(m.attempts[0], "the spot pool was reclaimed")
-    else:
-        stopped = type("Stopped", (), {"on_notice": False, "epoch": 2, "step": 6})()
-        c.job_ended(m.attempts[0], gke, gke, load_run("r1"), "SUCCEEDED", type("Tracker", (), {"stopped": stopped})(), budget=True, lease=False)
+    _attempt_ends(how, gke, m, lambda self, handle: (state.delete(ClusterHandle, handle.name), destroyed.append(handle.name)), monkeypatch)
     assert destroyed == ["g"] and not kept_checkpoints("r1").exists()  # nothing had to be copied off
     assert sorted(storage.list_dirs(RunFiles(gcs_store, "r1").ray_train_dir)) == ["checkpoint_000000", "checkpoint_000001"]
     staged = stage_checkpoint(load_run("r1"), ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store))
