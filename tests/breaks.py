@@ -228,8 +228,8 @@ BREAKS = [
           "a cluster for calo is sized with 3DGAN's time model", fast=True),
 
     Break("kubernetes-namespace-taken", "burst/targets/kubernetes.py",
-          (("            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists)",
-            "            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=True)"),),
+          (("            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists,",
+            "            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=True,"),),
           ("tests/burst/test_kubernetes.py::test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_deletes_only_those",),
           "burst applies (and later deletes) a namespace the site already had", fast=True),
     Break("kueue-full-queue-read-as-free", "burst/targets/kubernetes.py",

@@ -66,6 +66,9 @@ def print_plan(p, limit: Optional[int]) -> None:
         if e.kgco2e is not None:
             out.print(f"  carbon: {e.energy_kwh:,.1f} kWh x {e.grid_g_per_kwh:g} gCO2e/kWh = {e.kgco2e:,.1f} kgCO2e (rated power x PUE over the training hours)")
         out.print(f"  batch per replica: {e.batch} (as `burst run` launches it)")
+        after = c.after_lease()
+        if after is not None:
+            out.print(f"  after its lease: its keeper ends it; until `burst down`, ${after.usd_per_hour:,.3f}/h ({after.what})")
         for r in c.reasons:
             if r != p.scan:  # said once above
                 out.print(f"  note: {r}")

@@ -45,9 +45,17 @@ class Candidate:
             return self.layout.describe()
         return f"{self.count} {self.accelerator}" if self.target == "onprem" else f"{os.cpu_count()} CPUs"
 
+    def after_lease(self):
+        """What the cluster still costs an hour once its keeper has ended it at its lease's end (clouds), or None."""
+        from ..targets import facts
+
+        return facts.load(self.provider).after_lease if self.target == "cloud" else None
+
     def to_dict(self) -> dict:
         e = self.estimate
+        after = self.after_lease()
         return {
+            "after_lease_usd_per_hour": None if after is None else after.usd_per_hour,
             "target": self.target, "provider": self.provider, "region": self.region, "accelerator": self.accelerator,
             "count": self.count, "layout": self.layout.to_dict() if self.layout else {"description": self.layout_text},
             "preemptible": self.preemptible, "batch_per_replica": e.batch, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),

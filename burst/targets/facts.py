@@ -74,6 +74,14 @@ class DevicePlugin(_Row):
     image: str
 
 
+class AfterLease(_Row):
+    """What a cluster still costs once its keeper has ended it at its lease's end, until `burst down`:
+    what cannot scale to zero (a control plane's fee, a system node pool)."""
+
+    usd_per_hour: float = Field(ge=0, le=1000)
+    what: str = Field(min_length=3)
+
+
 class ProviderFacts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     provider: str
@@ -90,6 +98,7 @@ class ProviderFacts(BaseModel):
     runtimes: tuple[RuntimeRow, ...] = ()
     infiniband: tuple[ShapeRow, ...] = ()
     device_plugin: Optional[DevicePlugin] = None
+    after_lease: Optional[AfterLease] = None
 
     # ------------------------------------------------------------------ questions the code asks
 

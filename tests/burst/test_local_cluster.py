@@ -539,7 +539,8 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monk
         assert run["state"] == "SUCCEEDED"
         published = bucket / "runs" / run["run_id"]
         assert (published / "report" / "report.html").exists() and (published / "checkpoint").is_dir()
-        assert list((bucket / "data" / run["run_id"] / "train").glob("*.h5"))  # workers read training data from the bucket
+        # the workers read the training files where they are in the bucket: no per-run copy of the split
+        assert not (bucket / "data" / run["run_id"]).exists() and len(list(dataset.glob("*.h5"))) == 3
         assert list((bucket / "ray-train" / run["run_id"]).glob("checkpoint_*"))
         local = Path(run["run_dir"])
         assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1

@@ -184,3 +184,19 @@ def test_plan_json_carries_time_cost_and_emissions_for_every_example_policy(tmp_
         choice = plan["choice"]
         assert choice["est_hours"] > 0 and choice["est_cost_usd"] > 0 and choice["est_kgco2e"] > 0, name
         assert choice["batch_per_replica"] == 64  # what `burst run --preset paper` trains with
+
+
+@pytest.mark.parametrize("provider, accelerator, after", [("gcp", "V100", 0.234), ("azure", "T4", 0.192), ("gcp-tpu", "v3-8", 0.0)])
+def test_the_plan_says_what_a_cloud_cluster_costs_after_its_lease(tmp_path, provider, accelerator, after):
+    """Its keeper ends the cluster at the lease's end; what cannot scale to zero (a control plane's
+    fee, the system pool) goes on until `burst down`, and the plan says how much."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"providers: [{provider}]\n")
+    proc = burst("plan", "--policy", str(policy), "--provider", provider, "--accelerator", accelerator, "--json", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    choice = json.loads(proc.stdout)["choice"]
+    assert choice["after_lease_usd_per_hour"] == after
+    text = burst("plan", "--policy", str(policy), "--provider", provider, "--accelerator", accelerator, home=tmp_path).stdout
+    assert f"after its lease: its keeper ends it; until `burst down`, ${after:,.3f}/h" in " ".join(text.split())
+    local = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)["choice"]
+    assert local["after_lease_usd_per_hour"] is None  # not a cloud: nothing left to pay for
