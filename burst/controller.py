@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from . import state, targets
+from .backoff import Backoff, reason_of
 from .errors import BurstError
 from .records import read_json, write_json_atomic
 from .state import ClusterHandle, RunRecord
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 POLL_S = 2.0           # a controller's look at its run
 REOPEN_AFTER_S = 20.0  # a job API that does not answer this long: the tunnel is opened again
+REOPEN_WAITS_S = (2.0, 5.0, 10.0, 20.0, 30.0)  # between tries to open the way to a cluster not seen
+BLIND_SAY_EVERY_S = 60.0  # while blind, the log says so at most this often
 DOWN_RETRY_S = (30.0, 120.0)  # a failed take-down is tried again after these waits
 
 
@@ -220,6 +223,7 @@ class Controller:
         recovery = self.policy.recovery
         lease_stop = False
         seen = time.time()  # the last look that reached the run's job: blindness is counted from it, by the clock
+        reopen, said_blind = Backoff(REOPEN_WAITS_S), 0.0
         while True:
             why_blind = None
             try:
@@ -254,6 +258,7 @@ class Controller:
                             time.sleep(POLL_S)
                             continue
                         seen = time.time()
+                        reopen.reset()
                         tracker = self.track(attempt, record, log)
                         if guard is not None:
                             said = guard.poll(record.run_id, stop_job=lambda: client.stop_job(record.job_id))
@@ -275,8 +280,12 @@ class Controller:
                 return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")
             if self.blind_budget(guard, record, attempt, handle):
                 return
-            self.say(f"attempt {attempt.number}: cluster {handle.name} not seen for {blind_s:.0f} s ({why_blind}); reopening the way to it")
-            time.sleep(POLL_S)
+            wait = reopen.next_wait()
+            if time.time() - said_blind >= BLIND_SAY_EVERY_S:
+                said_blind = time.time()
+                self.say(f"attempt {attempt.number}: cluster {handle.name} not seen for {blind_s:.0f} s ({why_blind}); "
+                         f"reopening the way to it (again every {REOPEN_WAITS_S[-1]:g} s at most, said once a minute)")
+            time.sleep(wait)
 
     @staticmethod
     def past_lease(target, handle: ClusterHandle) -> bool:
@@ -409,18 +418,19 @@ class Controller:
         """Down, tried again with backoff on any error (a Pulumi CommandError too: a controller that
         dies of it leaves the cluster up); what still fails is said, and the cluster's watcher and
         keeper remain to end it."""
-        for attempt, wait in enumerate((*DOWN_RETRY_S, None), 1):
+        retry = Backoff(DOWN_RETRY_S)
+        while True:
             try:
                 targets.get(handle.provider).down(handle, _Said())
                 self.say(f"cluster {handle.name} ({handle.provider}) taken down")
                 return
             except Exception as exc:  # noqa: BLE001 - whatever the target raised
-                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
-                if wait is None:
-                    self.say(f"error: taking down cluster {handle.name} failed {attempt} time(s), last: {reason}; "
+                if retry.exhausted:
+                    self.say(f"error: taking down cluster {handle.name} failed {retry.failures + 1} time(s), last: {reason_of(exc)}; "
                              f"run `burst down {handle.name}`")
                     return
-                self.say(f"error: taking down cluster {handle.name}: {reason}; trying again in {wait:g} s")
+                wait = retry.next_wait()
+                self.say(f"error: taking down cluster {handle.name}: {reason_of(exc)}; trying again in {wait:g} s")
                 time.sleep(wait)
                 fresh = state.load(ClusterHandle, handle.name)
                 if fresh is None or fresh.cluster_id != handle.cluster_id:

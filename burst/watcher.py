@@ -10,6 +10,7 @@ import time
 from typing import Optional
 
 from . import state, targets
+from .backoff import Backoff, reason_of
 from .managed import _dir, _held, _is_controller, _spawn, _take_lock
 from .state import ClusterHandle
 from .targets.base import QUIET, Reporter
@@ -95,7 +96,7 @@ def watch(name: str) -> int:
         return 0
     cluster_id, last_active = handle.cluster_id, handle.created
     log = _dir() / f"cluster-{name}.log"
-    failed_downs = 0
+    retry = Backoff(DOWN_RETRY_S)
     while True:
         current = state.load(ClusterHandle, name)
         if current is None or current.cluster_id != cluster_id:
@@ -118,10 +119,8 @@ def watch(name: str) -> int:
             try:
                 targets.get(current.provider).down(current, QUIET)
             except Exception as exc:  # noqa: BLE001 - Pulumi's own errors too: a watcher that dies leaves the cluster up
-                wait = DOWN_RETRY_S[min(failed_downs, len(DOWN_RETRY_S) - 1)]
-                failed_downs += 1
-                reason = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else exc.__class__.__name__
-                _note(log, f"error: taking cluster {name} down failed ({reason}); trying again in {wait:g} s")
+                wait = retry.next_wait()
+                _note(log, f"error: taking cluster {name} down failed ({reason_of(exc)}); trying again in {wait:g} s")
                 time.sleep(wait)  # try again later: a cluster left up costs money
                 continue
             return 0

@@ -232,6 +232,40 @@ def test_a_budget_reached_while_the_job_cannot_be_asked_is_enforced(home, tmp_pa
     assert attempt.how == "stopped by the budget guard (the cluster could not be reached)"
 
 
+def test_a_tunnel_that_will_not_open_is_tried_again_with_growing_waits_and_said_once_a_minute(home, tmp_path, monkeypatch):
+    """A way to the head that fails to open (a port-forward refused): before, the controller tried
+    every 2 s and wrote a line each time for its whole blind grace (300 lines in 10 min). Now the
+    waits grow to a ceiling, the log says so at most once a `BLIND_SAY_EVERY_S`, and at the grace's
+    end the attempt is lost."""
+    from contextlib import contextmanager
+
+    from burst import controller
+    from burst.errors import BurstError
+
+    monkeypatch.setattr(controller, "REOPEN_WAITS_S", (0.05, 0.1, 0.2, 0.4))
+    monkeypatch.setattr(controller, "BLIND_SAY_EVERY_S", 1.0)
+    tries = []
+
+    class _Refused(_Head):
+        @contextmanager
+        def reach(self, handle):
+            tries.append(time.time())
+            raise BurstError("kubectl port-forward: connection refused")
+            yield handle
+
+    head = _Refused(lambda: True, api=lambda: "RUNNING")
+    said = []
+    c, attempt, did = _following(home, tmp_path, monkeypatch, head, "providers: [local]\nrecovery: {blind_grace_minutes: 0.05}\n")
+    monkeypatch.setattr(controller.Controller, "say", lambda self, line: said.append(line))
+    c.follow_attempt(attempt)
+    (lost,) = [d for d in did if d[0] == "lost"]
+    assert lost[1].startswith("not seen for") and "connection refused" in lost[1]
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert gaps[0] < 0.1 and max(gaps) >= 0.4  # growing waits, up to the last one
+    blind_lines = [line for line in said if "not seen for" in line]
+    assert 1 <= len(blind_lines) <= 4 < len(tries), (blind_lines, len(tries))  # 3 s blind: one line a second at most
+
+
 @pytest.mark.slow
 def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     """A managed run on this machine with a 108 s lease; its controller is SIGSTOPped (a laptop with
