@@ -94,7 +94,9 @@ def watch(name: str) -> int:
     handle = state.load(ClusterHandle, name)
     if handle is None:
         return 0
-    cluster_id, last_active = handle.cluster_id, handle.created
+    # idle counted from the first answer (a Slurm job that waited hours in the queue is not idle
+    # the moment it starts), or from its last job's end
+    cluster_id, last_active = handle.cluster_id, None
     log = _dir() / f"cluster-{name}.log"
     retry = Backoff(DOWN_RETRY_S)
     while True:
@@ -111,7 +113,12 @@ def watch(name: str) -> int:
             except Exception:  # noqa: BLE001 - a tunnel that broke, a head that does not answer: not asked this time
                 busy = None
             if busy is not None:  # the idle decision only on a fresh answer: a busy cluster behind a broken tunnel stays up
-                last_active = now if busy else max(last_active, last_end)
+                if busy:
+                    last_active = now
+                elif last_active is None:  # the first answer: idle since its last job ended, or (none yet) from now
+                    last_active = last_end or now
+                else:
+                    last_active = max(last_active, last_end)
                 if now - last_active >= current.idle_minutes * 60:
                     why = f"no job for {current.idle_minutes:g} minute(s)"
         if why is not None:

@@ -95,7 +95,7 @@ CONTAINER_PYTHON = "/opt/burst/venv/bin/python"  # where docker/Dockerfile.charl
 
 
 def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Optional[str], container: Optional[str],
-               notice_s: int = 120) -> tuple[str, str]:
+               notice_s: int = 120, idle_minutes: Optional[float] = None) -> tuple[str, str]:
     """The batch script, and the Python the cluster's jobs run.
 
     Plain: this machine's Python (the nodes share its installation). ``bundle``: the nodes install
@@ -103,12 +103,15 @@ def job_script(name: str, cdir: Path, cluster_id: str, storage: str, bundle: Opt
     together) and run that. ``container``: the job runs inside the Charliecloud image directory with
     ``ch-run``, binding the cluster directory and a path storage at the same paths. On SIGTERM the
     job posts a notice on ``storage`` and gives the workers up to ``notice_s`` less a margin to
-    checkpoint before it stops Ray.
+    checkpoint before it stops Ray. ``idle_minutes``: the keeper inside the allocation cancels the
+    job after that long with no job on it.
     """
     from ..pack import bundle_python, install_command
 
     lines = ["#!/bin/bash", f"# burst cluster {name}: Ray inside this allocation", "set -e"]
     args = f"-m burst.targets.slurm_job {shlex.quote(str(cdir))} {cluster_id} {shlex.quote(storage)} {max(5, notice_s - NOTICE_MARGIN_S)}"
+    if idle_minutes is not None:
+        args += f" {idle_minutes:g}"
     if container:
         binds = [str(cdir)] + ([storage] if "://" not in storage and not Path(storage).is_relative_to(cdir) else [])
         for path in binds:  # ch-run binds onto existing directories of the image
@@ -259,13 +262,14 @@ class SlurmTarget(Target):
         cdir = state.cluster_dir(name)
         storage = site.storage or str(cdir / "storage")
         script = cdir / "job.sh"
-        body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container, site.notice_seconds)
+        body, python = job_script(name, cdir, cluster_id, storage, placement.bundle, site.container, site.notice_seconds,
+                                  lease.idle_minutes)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id, state="starting", expires=time.time() + hours * 3600,
                                token_path=str(cdir / "auth_token"), storage_uri=storage,
                                layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,
                                        "accelerator": placement.accelerator, "description": f"{nodes} node(s) of partition {part['name']}"},
                                accelerator=placement.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
-                               region=site.name, starter_pid=os.getpid(),
+                               region=site.name, starter_pid=os.getpid(), idle_minutes=lease.idle_minutes,
                                outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir), "python": python})
         args = ["sbatch", "--parsable", f"--job-name=burst-{name}", *self._request(site, nodes, hours),
                 f"--output={cdir}/slurm-%j.out", f"--chdir={cdir}", str(script)]

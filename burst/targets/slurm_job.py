@@ -1,4 +1,4 @@
-"""What runs inside a Slurm allocation: ``python -m burst.targets.slurm_job CLUSTER_DIR CLUSTER_ID [STORAGE GRACE_S]``.
+"""What runs inside a Slurm allocation: ``python -m burst.targets.slurm_job CLUSTER_DIR CLUSTER_ID [STORAGE GRACE_S [IDLE_MINUTES]]``.
 
 Starts the Ray head on the allocation's first node (the node this batch script runs on) on ports
 chosen free there, its dashboard on that node's loopback, token authentication on, its temp dir
@@ -11,6 +11,10 @@ end: the signal sbatch's ``--signal=B:TERM@N`` sends this script alone N seconds
 walltime. (A ``scancel`` or the walltime itself signals every process of the job: Ray ends at once
 and the wait with it.) Then it stops exactly this cluster's processes, removes the head's Ray
 directory and ends.
+
+With IDLE_MINUTES, the cluster's keeper (``infra.keeper``) runs in this process beside the head: after
+that long with no job on the head's Jobs API it cancels its own Slurm job, so an idle allocation
+ends although the machine that asked for it sleeps (the walltime is the lease: Slurm enforces it).
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from ..runtime import ray_head
 
@@ -49,7 +55,21 @@ def _jobs_running(url: str, token: Path) -> bool:
     return any(j.get("status") in ("PENDING", "RUNNING") for j in jobs if isinstance(j, dict))
 
 
-def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0) -> int:
+def start_idle_keeper(job_id: str, jobs_url: str, token: Path, idle_minutes: float, head_alive) -> threading.Thread:
+    """The keeper, in a thread of this process: after ``idle_minutes`` with no job it cancels this
+    Slurm job (whose SIGTERM handler then stops Ray as on any cancel). Idle only on an answer."""
+    from infra import keeper
+
+    dashboard = jobs_url.rsplit("/api/jobs/", 1)[0]
+    thread = threading.Thread(target=keeper.keep, name="burst-keeper", daemon=True,
+                              kwargs={"end": lambda: keeper.end_slurm(job_id), "expires": None, "idle_minutes": idle_minutes,
+                                      "activity": lambda: keeper.job_activity(dashboard, token.read_text().strip()), "alive": head_alive})
+    keeper.say(f"keeping Slurm job {job_id}: cancelled after {idle_minutes:g} minute(s) with no job; its walltime is its lease")
+    thread.start()
+    return thread
+
+
+def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0, idle_minutes: Optional[float] = None) -> int:
     from ..runtime import notice
 
     notices = notice.root(storage, cluster_id) if storage else None  # this allocation's, never another's on the same storage
@@ -111,10 +131,13 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     tmp = cluster_dir / "head.json.tmp"
     tmp.write_text(json.dumps(head))
     os.replace(tmp, cluster_dir / "head.json")
+    if idle_minutes and os.environ.get("SLURM_JOB_ID"):
+        start_idle_keeper(os.environ["SLURM_JOB_ID"], f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/",
+                          token, idle_minutes, head_alive=lambda: procs[0].poll() is None)
     code = procs[0].wait()  # `ray start --block` ends when the head does
     cleanup()
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2], *(sys.argv[3:4]), *(float(a) for a in sys.argv[4:5])))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[2], *(sys.argv[3:4]), *(float(a) for a in sys.argv[4:6])))

@@ -137,6 +137,30 @@ def test_a_watcher_never_stops_a_busy_cluster_it_cannot_ask_and_outlives_a_faili
     assert "trying again in 0.05 s" in log
 
 
+def test_a_cluster_that_waited_in_a_queue_is_not_idle_the_moment_it_starts(home, monkeypatch):
+    """A Slurm job that waited two hours in the queue with `--idle-minutes`: the watcher counted idle
+    time from the submission and took the allocation down at its first look, before the user's job
+    could be sent. Now a cluster that has run no job is idle from the first answer that finds it running."""
+    from burst import state, targets, watcher
+    from burst.state import ClusterHandle
+
+    _save(ClusterHandle(name="queued", provider="slurm", cluster_id="0123456789ab", state="running", storage_uri="/tmp/x",
+                        idle_minutes=0.01, created=time.time() - 7200))
+    looks = []
+    fake = _Unreachable(failing_downs=0, looks=looks)
+    monkeypatch.setattr(targets, "get", lambda provider: fake)
+
+    def no_job_yet(handle):
+        looks.append(time.time())
+        return False, 0.0
+
+    monkeypatch.setattr(watcher, "job_activity", no_job_yet)
+    monkeypatch.setattr(watcher, "WATCH_POLL_S", 0.05)
+    assert watcher.watch("queued") == 0
+    assert fake.downs == 1 and fake.looks_at_down[0] > 1  # not on the first look
+    assert looks[-1] - looks[0] >= 0.6  # a full idle time after the first answer
+
+
 class _Head:
     """A target whose head answers as ``alive`` says and whose job API answers as ``api`` says."""
 

@@ -232,3 +232,40 @@ def test_two_ups_of_one_name_submit_one_job(site, home, tmp_path):
     finally:
         assert burst(site, "down", "twin", home=home, cwd=tmp_path).returncode == 0
     assert site.jobs() == []
+
+
+def test_an_idle_allocation_ends_itself_while_the_submitting_machine_sleeps(site, home, tmp_path):
+    """`burst up --provider slurm --idle-minutes M`: before, only the watcher on the submitting
+    machine enforced the idle stop. Here the watcher is SIGSTOPped (a laptop with its lid closed)
+    and the keeper inside the allocation cancels its own job after M minutes with no job; the
+    walltime stays the lease (Slurm's own). Woken, `burst down` finds nothing left to cancel."""
+    import os
+    import signal
+
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "slurm.yaml")
+    up = burst(site, "up", "--provider", "slurm", "--name", "idle", "--policy", str(policy), "--hours", "1", "--idle-minutes", "0.25",
+               "--wait", home=home, cwd=tmp_path, env_extra={"BURST_KEEPER_POLL_S": "1"})
+    assert up.returncode == 0, up.stderr[-3000:]
+    handle = json.loads((home / "clusters" / "idle.json").read_text())
+    job_id = handle["outputs"]["job_id"]
+    os.kill(handle["watcher_pid"], signal.SIGSTOP)  # the laptop sleeps
+    try:
+        deadline = time.time() + 120
+        while site.jobs():
+            assert time.time() < deadline, f"the idle allocation was not ended: {site.jobs()}"
+            time.sleep(1)
+        out = (Path(handle["outputs"]["cluster_dir"]) / f"slurm-{job_id}.out").read_text()
+        assert "keeper: ending the cluster: no job for 0.25 minute(s)" in out and "keeper: cluster ended" in out, out[-2000:]
+        assert psutil_status(handle["watcher_pid"]) == "stopped"  # the watcher slept through it
+    finally:
+        os.kill(handle["watcher_pid"], signal.SIGCONT)
+    assert burst(site, "down", "idle", home=home, cwd=tmp_path).returncode == 0
+    assert site.jobs() == []
+    census.assert_none_left(before)
+
+
+def psutil_status(pid: int) -> str:
+    import psutil
+
+    return psutil.Process(pid).status()
