@@ -141,7 +141,7 @@ def test_a_cluster_that_waited_in_a_queue_is_not_idle_the_moment_it_starts(home,
     """A Slurm job that waited two hours in the queue with `--idle-minutes`: the watcher counted idle
     time from the submission and took the allocation down at its first look, before the user's job
     could be sent. Now a cluster that has run no job is idle from the first answer that finds it running."""
-    from burst import state, targets, watcher
+    from burst import targets, watcher
     from burst.state import ClusterHandle
 
     _save(ClusterHandle(name="queued", provider="slurm", cluster_id="0123456789ab", state="running", storage_uri="/tmp/x",
