@@ -4,16 +4,33 @@ and stopped (with everything it started) when the command is done."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator
 
 from ..errors import BurstError
 from ..runtime.ray_head import free_port
 
 READY_S = 60.0
+STDERR_LINES = 20  # the tunnel's last lines of stderr kept for the error message
+
+
+def _drain(stream: IO[bytes], last: deque) -> threading.Thread:
+    """Read the tunnel's stderr as it comes, keeping only its last lines: a pipe nobody reads
+    blocks the writer once 64 KiB pile up (a long port-forward logs a line per broken connection)."""
+
+    def read() -> None:
+        for line in iter(stream.readline, b""):
+            last.append(line.decode(errors="replace").rstrip())
+        stream.close()
+
+    thread = threading.Thread(target=read, name="tunnel-stderr", daemon=True)
+    thread.start()
+    return thread
 
 
 @contextmanager
@@ -22,12 +39,15 @@ def tunnel(command_for: Callable[[int], list[str]], name: str, hint: str) -> Ite
     answers through it; yields the local dashboard URL."""
     port = free_port()
     proc = subprocess.Popen(command_for(port), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    last: deque = deque(maxlen=STDERR_LINES)
+    reader = _drain(proc.stderr, last)
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.time() + READY_S
         while True:
             if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
+                reader.join(5)  # its last words
+                err = [line for line in last if line.strip()]
                 raise BurstError(f"the tunnel to cluster {name!r} closed: {(err or ['no output'])[-1]}", exit_code=1)
             try:
                 with urllib.request.urlopen(url + "/api/version", timeout=2):
