@@ -1,7 +1,9 @@
 """The objects burst creates in a Kubernetes cluster it did not create: plain manifests, applied
 with ``kubectl apply`` and deleted by name, nothing else of the cluster touched.
 
-* ``Namespace`` (only when it does not exist yet), labelled with the lease.
+* ``Namespace`` (only when it does not exist yet), labelled ``app.kubernetes.io/managed-by: burst``
+  and no lease: it is shared by every burst cluster in it, and the last one to leave deletes it
+  (``namespace_manifest``; a namespace without the label is the site's and is never deleted).
 * ``Secret`` holding the Ray token: every Ray container runs with ``RAY_AUTH_MODE=token`` and reads
   the token from it; the dashboard and the Jobs API listen on the head pod's loopback, where
   ``kubectl port-forward`` reaches them.
@@ -25,6 +27,8 @@ from .notice_hook import hook_command, notice_root
 from .spec import RAY_AUTH_KEY, RAY_AUTH_SECRET
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "burst"}  # what burst created and shares between its clusters
+OPERATOR_MARKER = "burst-kuberay-operator"  # a ConfigMap beside the KubeRay operator that burst installed
 STORAGE_VOLUME = "burst-storage"
 NOTICE_WAIT_S = 20
 TERMINATION_GRACE_S = 25
@@ -51,7 +55,6 @@ class ByoSpec:
     mount_path: str = "/mnt/burst"
     pvc_size_gi: int = 50
     storage_class: Optional[str] = None
-    create_namespace: bool = True
     expires: Optional[float] = None     # the lease's end: the keeper beside the head deletes the RayCluster then
     idle_minutes: Optional[float] = None  # ... or after this long with no job
 
@@ -146,11 +149,23 @@ def ray_cluster(spec: ByoSpec) -> dict:
     return body
 
 
+def namespace_manifest(namespace: str) -> dict:
+    """A namespace burst creates: labelled as burst's, shared by its clusters (no lease label)."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": dict(MANAGED_BY)}}
+
+
+def operator_marker(namespace: str, release: str, chart_version: str) -> dict:
+    """The mark that burst installed the KubeRay operator release in ``namespace``: applied before
+    ``helm install``, so that the last burst cluster to leave uninstalls it, and nobody else's."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": OPERATOR_MARKER, "namespace": namespace, "labels": {**MANAGED_BY, "burst-part": "kuberay-operator"}},
+            "data": {"release": release, "chart_version": chart_version}}
+
+
 def manifests(spec: ByoSpec, token: str) -> list[dict]:
-    """Every object burst creates, in the order they are applied (deleted in the reverse order)."""
+    """Every object of one burst cluster, in the order they are applied (deleted in the reverse
+    order). The namespace is not one of them: see ``namespace_manifest``."""
     objects = []
-    if spec.create_namespace:
-        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(spec, spec.namespace, namespaced=False)})
     objects.append({"apiVersion": "v1", "kind": "Secret", "metadata": _meta(spec, spec.secret_name), "type": "Opaque",
                     "stringData": {RAY_AUTH_KEY: token}})
     if not spec.bucket:

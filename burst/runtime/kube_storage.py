@@ -10,8 +10,11 @@ directory (the target hands it the mount path).
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -103,18 +106,44 @@ def list_dirs(value: str) -> list[str]:
 
 
 def download(value: str, dest: str) -> None:
-    """A file or a directory tree in the pod to ``dest`` here (the tree's contents into ``dest``)."""
+    """A file or a directory tree in the pod to ``dest`` here (the tree's contents as ``dest``).
+    Copied to a fresh path beside ``dest`` and renamed into place once complete: what was at
+    ``dest`` is replaced, never merged with (a half copy is never what a later step reads)."""
     p = KubePath.parse(value)
-    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-    _kubectl(p, "cp", "-c", CONTAINER, f"{p.namespace}/{head_pod(p)}:{p.path}", str(dest))
+    target = Path(dest)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    try:
+        _kubectl(p, "cp", "-c", CONTAINER, f"{p.namespace}/{head_pod(p)}:{p.path}", str(partial))
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        os.replace(partial, target)
+    finally:
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+        elif partial.exists():
+            partial.unlink()
 
 
 def upload(src: str, value: str) -> None:
-    """A local file or directory tree into the pod (a tree's contents into the path)."""
+    """A local file or directory tree into the pod, as the path (a tree's contents as the path).
+
+    ``kubectl cp DIR pod:DEST`` copies into ``DEST/DIR`` when DEST already exists (kubernetes#51215,
+    and so is not idempotent: #96755): the copy goes to a fresh path that cannot exist, and is
+    renamed into place once complete, so a copy made again after a restart replaces the first and a
+    partial one is never used."""
     p = KubePath.parse(value)
     parent = p.path.rsplit("/", 1)[0] or "/"
+    partial = f"{parent.rstrip('/')}/.burst-partial-{uuid.uuid4().hex[:12]}"
     _exec(p, "mkdir", "-p", parent)
-    _kubectl(p, "cp", "-c", CONTAINER, str(src), f"{p.namespace}/{head_pod(p)}:{p.path}")
+    try:
+        _kubectl(p, "cp", "-c", CONTAINER, str(src), f"{p.namespace}/{head_pod(p)}:{partial}")
+        _exec(p, "sh", "-c", 'rm -rf "$2" && mv "$1" "$2"', "sh", partial, p.path)
+    except BaseException:
+        _exec(p, "rm", "-rf", partial, check=False)
+        raise
 
 
 def copy_between(src: str, dest: str, copy_dir) -> None:

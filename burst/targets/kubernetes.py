@@ -5,13 +5,24 @@ GPUs, GPUs per node, price per GPU-hour, grid carbon), on which nodes (``node_se
 ``tolerations``), through which Kueue ``local_queue``, and where the run's storage is (a bucket,
 else a PersistentVolumeClaim burst creates).
 
-``up`` finds the KubeRay operator (its CRD) or installs it with Helm (the pinned chart), then
-applies a Secret with the Ray token, the claim and a RayCluster sized by the plan, all labelled with
-the lease, and records exactly what it created. The head is reached with ``kubectl port-forward``
-(the dashboard listens on the pod's loopback only). ``down`` deletes what ``up`` created, and only
-that (never the namespace or the operator it found), then checks that nothing labelled with the
-lease is left. The context is pinned in the handle at ``up``: switching ``kubectl``'s current
-context later never sends burst's deletes to another cluster.
+``up`` finds the KubeRay operator (its running Deployment: Helm keeps a chart's CRDs after an
+uninstall, so a CRD alone says nothing) or installs it with Helm (the pinned chart), then applies a
+Secret with the Ray token, the claim and a RayCluster sized by the plan, all labelled with the
+lease, and records each before it applies it. The head is reached with ``kubectl port-forward``
+(the dashboard listens on the pod's loopback only). ``down`` deletes what ``up`` created, then
+checks that nothing labelled with the lease is left. The context is pinned in the handle at ``up``:
+switching ``kubectl``'s current context later never sends burst's deletes to another cluster.
+
+Ownership is by label, never by a failed read: a namespace is burst's only if it carries
+``app.kubernetes.io/managed-by: burst`` (burst labels the ones it creates), the operator only if
+burst's marker ConfigMap stands beside it. Both are shared by every burst cluster that uses them;
+the last one to leave removes them, and only when nothing else is in the namespace or reconciled
+by the operator. A read that fails for any reason but NotFound is an error.
+
+A cluster that Kueue holds, or whose pods wait for nodes the autoscaler is adding or for their
+image, is waiting, not failing (bounded by its lease, as a Slurm job's queue wait is); only what
+will not resolve by itself fails ``up``, with Kubernetes' own reason: an image that cannot be
+pulled, pods no node can take and no autoscaler will add one for, a quota.
 
 With Kueue, the plan's queue wait comes from the queue (as Slurm's does from ``sbatch --test-only``):
 nothing pending ahead and room in the ClusterQueue's nominal quota for the run's GPUs is a start
@@ -44,8 +55,10 @@ if TYPE_CHECKING:
 KUBERAY_CRD = "rayclusters.ray.io"
 KUEUE_CRD = "localqueues.kueue.x-k8s.io"
 OPERATOR_RELEASE = "kuberay-operator"
-READY_TIMEOUT_S = 900.0
 POLL_S = 5.0
+UNSCHEDULABLE_GRACE_S = 180.0  # pods no node takes and no autoscaler answers for this long: no node will come
+IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
+KEPT_IN_NAMESPACE = {("ConfigMap", "kube-root-ca.crt")}  # what Kubernetes itself puts in every namespace
 
 
 def run(tool: str, context: Optional[str], *args: str, data: Optional[str] = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -74,7 +87,38 @@ def kubectl(context: Optional[str], *args: str, data: Optional[str] = None, what
 
 
 def has_crd(context: Optional[str], name: str) -> bool:
-    return run("kubectl", context, "get", "crd", name, "-o", "name").returncode == 0
+    return read(context, "get", "crd", name, "-o", "name", what=f"get crd {name}") is not None
+
+
+def read(context: Optional[str], *args: str, what: str = "") -> Optional[str]:
+    """``kubectl get ...``: its output, or None when the object is NotFound. Any other failure (the
+    API server not answering, a forbidden read) is an error, never taken for "missing"."""
+    proc = run("kubectl", context, *args)
+    if proc.returncode == 0:
+        return proc.stdout
+    if "(NotFound)" in (proc.stderr or "") or " not found" in _last(proc):
+        return None
+    raise BurstError(f"kubectl {what or ' '.join(args[:3])} failed on context {context or '(current)'}: {_last(proc)}; "
+                     "nothing is assumed from a failed read: try again when the cluster answers", exit_code=1)
+
+
+def items(context: Optional[str], *args: str, what: str = "") -> list[dict]:
+    """The objects a ``kubectl get ... -o json`` lists (a List's items), without those being deleted."""
+    raw = read(context, *args, "-o", "json", what=what)
+    listed = json.loads(raw).get("items", []) if raw else []
+    return [o for o in listed if not o.get("metadata", {}).get("deletionTimestamp")]
+
+
+def burst_owns(obj: Optional[dict]) -> bool:
+    """Burst created it: it carries burst's label (or, from before that label, a lease of burst's)."""
+    labels = (obj or {}).get("metadata", {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/managed-by") == "burst" or "burst-lease" in labels
+
+
+def operator_deployments(context: Optional[str]) -> list[dict]:
+    """The KubeRay operator's Deployments anywhere in the cluster (the chart labels them
+    ``app.kubernetes.io/name: kuberay-operator``)."""
+    return items(context, "get", "deployments", "-A", "-l", "app.kubernetes.io/name=kuberay-operator", what="get the KubeRay operator")
 
 
 def current_context() -> str:
@@ -177,7 +221,7 @@ class KubernetesTarget(Target):
 
     # ------------------------------------------------------------------ what up creates
 
-    def spec(self, name: str, placement: "Placement", lease_id: str, expires: int, context: str, create_namespace: bool,
+    def spec(self, name: str, placement: "Placement", lease_id: str, expires: int, context: str,
              idle_minutes: Optional[float] = None):
         from infra.byo_kubernetes import ByoSpec
         from infra.spec import safe_name
@@ -197,28 +241,28 @@ class KubernetesTarget(Target):
             ray_version=ray_version(), workers=workers, gpus_per_worker=per_worker, image=placement.image,
             node_selector=dict(site.node_selector), tolerations=tuple(t.manifest() for t in site.tolerations),
             local_queue=site.local_queue, bucket=bucket, pvc_size_gi=site.pvc_size_gi, storage_class=site.storage_class,
-            create_namespace=create_namespace, expires=expires, idle_minutes=idle_minutes)
+            expires=expires, idle_minutes=idle_minutes)
 
     def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
-        from infra.byo_kubernetes import manifests
+        from infra.byo_kubernetes import manifests, namespace_manifest
 
         site = placement.site
         expires = int(time.time() + 3600 * (lease.hours or 24.0))
-        spec = self.spec(name, placement, "dry-run", expires, site.context or "(current context)", create_namespace=True,
-                         idle_minutes=lease.idle_minutes)
-        objects = manifests(spec, token="<generated at up, kept in the Secret>")
+        spec = self.spec(name, placement, "dry-run", expires, site.context or "(current context)", idle_minutes=lease.idle_minutes)
+        objects = [namespace_manifest(spec.namespace), *manifests(spec, token="<generated at up, kept in the Secret>")]
         return {"provider": self.provider, "cluster": name, "context": site.context or "(current context)", "namespace": spec.namespace,
-                "operator": f"KubeRay operator: used if its CRD {KUBERAY_CRD} exists, else `helm install` of chart kuberay-operator "
-                            f"{_chart_version()} into {spec.namespace}",
+                "operator": f"KubeRay operator: used if its Deployment runs, else `helm install` of chart kuberay-operator "
+                            f"{_chart_version()} into {spec.namespace} (marked as burst's, uninstalled by the last burst cluster to leave)",
                 "kueue": {"local_queue": site.local_queue} if site.local_queue else None,
                 "storage": spec.bucket or f"PersistentVolumeClaim {spec.claim_name} ({spec.pvc_size_gi} Gi) at {spec.mount_path}",
                 "resources": objects, "hourly_usd": round(placement.hourly_usd, 4),
-                "note": "the Namespace is created only when it does not exist yet; down deletes only what up created"}
+                "note": "the Namespace is created (labelled as burst's) only when it does not exist yet, and deleted by the last "
+                        "burst cluster to leave it when nothing else is in it; down deletes only what up created"}
 
     # ------------------------------------------------------------------ lifecycle
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
-        from infra.byo_kubernetes import manifests
+        from infra.byo_kubernetes import manifests, namespace_manifest
 
         self.check_prerequisites("burst up")
         site = placement.site
@@ -234,42 +278,37 @@ class KubernetesTarget(Target):
         if existing is not None:
             return existing, False
         created: list[dict] = []
-        installed_operator = False
         token_path = state.cluster_dir(name) / "auth_token"
         try:
             kubectl(context, "version", "-o", "json", what="version (is the cluster reachable?)")
-            namespace_exists = run("kubectl", context, "get", "namespace", site.namespace, "-o", "name").returncode == 0
-            spec = self.spec(name, placement, lease_id, expires, context, create_namespace=not namespace_exists,
-                             idle_minutes=lease.idle_minutes)
+            spec = self.spec(name, placement, lease_id, expires, context, idle_minutes=lease.idle_minutes)
             if spec.local_queue and not has_crd(context, KUEUE_CRD):
                 raise BurstError(f"the policy names Kueue LocalQueue {spec.local_queue!r}, but context {context} has no Kueue "
                                  f"(CRD {KUEUE_CRD}); remove onprem.local_queue or install Kueue", exit_code=2)
-            if not has_crd(context, KUBERAY_CRD):
-                report.say(f"installing the KubeRay operator (chart {_chart_version()}) into {site.namespace} on {context}")
-                installed_operator = True
-                self._intend(claim, created, installed_operator)  # recorded before it exists: a kill now leaves `down` what to delete
-                self._install_operator(context, site.namespace)
-            else:
-                report.say(f"the KubeRay operator is there ({KUBERAY_CRD}); using it")
+            namespace = read(context, "get", "namespace", site.namespace, "-o", "json", what=f"get namespace {site.namespace}")
+            if namespace is None:  # NotFound, and only that: burst creates it, labelled as burst's (shared, no lease)
+                report.say(f"creating namespace {site.namespace} on {context} (burst's: the last burst cluster to leave deletes it)")
+                kubectl(context, "apply", "-f", "-", data=json.dumps(namespace_manifest(site.namespace)), what=f"apply namespace {site.namespace}")
+            self._ensure_operator(context, site.namespace, report)
             ray_head.new_token(token_path)
             objects = manifests(spec, token_path.read_text().strip())
             for obj in objects:  # one by one, each recorded before it is applied: a kill in between leaves nothing `down` cannot find
                 created.append({"kind": obj["kind"], "name": obj["metadata"]["name"],
                                 "namespace": obj["metadata"].get("namespace")})
-                self._intend(claim, created, installed_operator)
+                self._intend(claim, created)
                 kubectl(context, "apply", "-f", "-", data=json.dumps(obj), what=f"apply {obj['kind']} {obj['metadata']['name']}")
             handle = claim.model_copy(update={"token_path": str(token_path), "storage_uri": self._storage_here(spec, context)})
             handle.outputs.update({"ray_cluster": spec.name, "head_service": spec.head_service, "created": created,
-                                   "operator_installed": installed_operator, "job_storage": spec.job_storage,
-                                   "image": placement.image, "local_queue": spec.local_queue, "lease": lease_id})
+                                   "job_storage": spec.job_storage, "image": placement.image, "local_queue": spec.local_queue,
+                                   "lease": lease_id})
             handle.layout.update({"workers": spec.workers, "gpus_per_worker": spec.gpus_per_worker})
             with state.locked():
                 state.save(handle)
             self._wait_ready(handle, report, lease.wait or not spec.local_queue)
         except BaseException as exc:
-            if created or installed_operator:
-                report.say(f"up failed; deleting what it created on {context}")
-                self._delete(context, created, site.namespace if installed_operator else None)
+            report.say(f"up failed; deleting what it created on {context}")
+            self._delete(context, created)
+            self._release_shared(context, site.namespace, QUIET)
             token_path.unlink(missing_ok=True)
             state.release(claim)
             if isinstance(exc, BurstError):
@@ -280,14 +319,14 @@ class KubernetesTarget(Target):
         return state.load(ClusterHandle, name) or handle, True
 
     @staticmethod
-    def _intend(claim: ClusterHandle, created: list[dict], installed_operator: bool) -> None:
+    def _intend(claim: ClusterHandle, created: list[dict]) -> None:
         """Write ahead: what `up` is about to create goes into the cluster's record first (deleting one
         that was never made is a no-op: `kubectl delete --ignore-not-found`)."""
         with state.locked():
             current = state.load(ClusterHandle, claim.name)
             if current is None or current.cluster_id != claim.cluster_id:
                 return
-            claim.outputs.update({"created": list(created), "operator_installed": installed_operator})
+            claim.outputs.update({"created": list(created)})
             state.save(claim)
 
     def _storage_here(self, spec, context: str) -> str:
@@ -298,72 +337,194 @@ class KubernetesTarget(Target):
 
         return kube_storage.uri(context, spec.namespace, spec.name, spec.mount_path)
 
-    def _install_operator(self, context: str, namespace: str) -> None:
+    def _ensure_operator(self, context: str, namespace: str, report: Reporter) -> None:
+        """A KubeRay operator that runs: used; one that is there and does not run: one line; none
+        (perhaps only its CRD, which Helm keeps after an uninstall): installed with Helm, marked as burst's first."""
+        from infra.byo_kubernetes import operator_marker
         from infra.spec import KUBERAY_REPO
 
+        deployments = operator_deployments(context)
+        running = [d for d in deployments if int(d.get("status", {}).get("availableReplicas") or 0) > 0]
+        if running:
+            d = running[0]["metadata"]
+            report.say(f"the KubeRay operator runs ({d.get('namespace')}/{d['name']}); using it")
+            return
+        if deployments:
+            d = deployments[0]["metadata"]
+            raise BurstError(f"the KubeRay operator {d.get('namespace')}/{d['name']} has no available replica, so nothing would start "
+                             f"the RayCluster; see `kubectl --context={context} describe deployment -n {d.get('namespace')} {d['name']}`",
+                             exit_code=1)
+        crd = " (its CRD is there from an earlier install: Helm keeps CRDs)" if has_crd(context, KUBERAY_CRD) else ""
+        report.say(f"installing the KubeRay operator (chart {_chart_version()}) into {namespace} on {context}{crd}")
+        kubectl(context, "apply", "-f", "-", data=json.dumps(operator_marker(namespace, OPERATOR_RELEASE, _chart_version())),
+                what="apply the operator's marker")  # before the install: a kill during it leaves the mark for `down`
         proc = run("helm", context, "upgrade", "--install", OPERATOR_RELEASE, "kuberay-operator", "--repo", KUBERAY_REPO,
                    "--version", _chart_version(), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "10m", timeout=900)
         if proc.returncode != 0:
             raise BurstError(f"helm could not install the KubeRay operator: {_last(proc)}", exit_code=1)
 
-    def _wait_ready(self, handle: ClusterHandle, report: Reporter, wait: bool) -> None:
-        """Until the RayCluster is ready; with Kueue and no --wait, say it is queued and return."""
+    # ------------------------------------------------------------------ waiting for the cluster
+
+    def look(self, handle: ClusterHandle) -> tuple[str, str]:
+        """Where the RayCluster stands: ("ready" | "queued" | "starting" | "failed", what Kubernetes says)."""
         context, ns, rc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["ray_cluster"]
-        deadline = time.time() + READY_TIMEOUT_S
-        said = False
+        raw = read(context, "get", "raycluster", rc, "-n", ns, "-o", "json", what="get raycluster")
+        if raw is None:
+            return "failed", f"RayCluster {ns}/{rc} is gone"
+        body = json.loads(raw)
+        status = body.get("status", {})
+        conditions = status.get("conditions", [])
+        if status.get("state") == "ready" or any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            return "ready", f"RayCluster {ns}/{rc} is ready"
+        if body.get("spec", {}).get("suspend") or status.get("state") == "suspended":
+            return "queued", f"Kueue holds RayCluster {ns}/{rc} ({handle.outputs.get('local_queue') or 'no queue named'})"
+        pods = items(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc}", what="get the cluster's pods")
+        for pod in pods:
+            for cs in pod.get("status", {}).get("containerStatuses", []) + pod.get("status", {}).get("initContainerStatuses", []):
+                waiting = cs.get("state", {}).get("waiting") or {}
+                if waiting.get("reason") in IMAGE_ERRORS:
+                    return "failed", (f"pod {pod['metadata']['name']}: {waiting['reason']}: "
+                                      f"{(waiting.get('message') or cs.get('image') or '').strip()[:300]}")
+        events = items(context, "get", "events", "-n", ns, what="get events")
+        quota = [e for e in events if e.get("involvedObject", {}).get("name") == rc and "exceeded quota" in (e.get("message") or "")]
+        if quota:
+            return "failed", f"RayCluster {ns}/{rc}: {quota[-1]['message'].strip()[:300]}"
+        pending = [pod for pod in pods if _unschedulable(pod)]
+        if pending:
+            names = {pod["metadata"]["name"] for pod in pending}
+            mine = [e for e in events if e.get("involvedObject", {}).get("name") in names]
+            scaling = [e for e in mine if e.get("reason") == "TriggeredScaleUp"]
+            refused = [e for e in mine if e.get("reason") == "NotTriggerScaleUp"]
+            why = _unschedulable(pending[0])
+            if scaling:
+                return "starting", f"nodes are being added for {len(pending)} pod(s): {scaling[-1].get('message', '').strip()[:200]}"
+            if refused:
+                return "failed", f"pod {pending[0]['metadata']['name']} cannot be scheduled ({why}) and the autoscaler adds no node: " \
+                                 f"{refused[-1].get('message', '').strip()[:200]}"
+            return "unschedulable", f"pod {pending[0]['metadata']['name']} cannot be scheduled: {why}"
+        return "starting", f"RayCluster {ns}/{rc}: {status.get('state') or 'pods starting'}"
+
+    def _wait_ready(self, handle: ClusterHandle, report: Reporter, wait: bool) -> None:
+        """Until the RayCluster is ready. Queued (Kueue) and scaling clusters wait, bounded by the
+        lease (without --wait, a queued one is said and left to `burst status`); an error that will
+        not resolve by itself fails at once, with Kubernetes' reason."""
+        ns, rc = handle.outputs["namespace"], handle.outputs["ray_cluster"]
+        said, unschedulable_since = None, None
         while True:
-            raw = kubectl(context, "get", "raycluster", rc, "-n", ns, "-o", "json", what="get raycluster")
-            status = json.loads(raw).get("status", {})
-            if status.get("state") == "ready" or any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])):
+            where, detail = self.look(handle)
+            if where == "ready":
                 with state.locked():
                     current = state.load(ClusterHandle, handle.name)
                     if current is not None:
                         current.state = "running"
+                        current.outputs.pop("waiting", None)
                         state.save(current)
-                report.say(f"RayCluster {ns}/{rc} is ready on {context}")
+                report.say(f"RayCluster {ns}/{rc} is ready on {handle.outputs['context']}")
                 return
-            if not wait:
-                report.say(f"RayCluster {ns}/{rc} waits for Kueue to admit it ({handle.outputs.get('local_queue')}); "
-                           f"`burst status` shows when it runs, `burst up --wait` waits")
+            if where == "failed":
+                raise BurstError(f"{detail}; {self.head_hint}", exit_code=1)
+            if where == "unschedulable":
+                unschedulable_since = unschedulable_since or time.time()
+                if time.time() - unschedulable_since > UNSCHEDULABLE_GRACE_S:
+                    raise BurstError(f"{detail}, and no autoscaler added a node in {UNSCHEDULABLE_GRACE_S:.0f} s; "
+                                     "ask for fewer GPUs, or for nodes that exist (onprem.node_selector)", exit_code=1)
+            else:
+                unschedulable_since = None
+            self._note_waiting(handle, where, detail)
+            if where == "queued" and not wait:
+                report.say(f"{detail}; `burst status` shows when it runs, `burst up --wait` waits")
                 return
-            if not said:
-                report.say(f"waiting for RayCluster {ns}/{rc} to be ready ({status.get('state') or 'pending'})")
-                said = True
-            if time.time() > deadline:
-                raise BurstError(f"RayCluster {ns}/{rc} was not ready within {READY_TIMEOUT_S / 60:.0f} minutes; {self.head_hint}", exit_code=1)
+            if detail != said:
+                report.say(f"waiting: {detail}")
+                said = detail
+            if handle.expires is not None and time.time() > handle.expires:
+                raise BurstError(f"RayCluster {ns}/{rc} did not start within its lease ({detail}); ask again with a longer --hours",
+                                 exit_code=1)
             time.sleep(POLL_S)
 
-    def _delete(self, context: str, created: list[dict], operator_namespace: Optional[str]) -> list[str]:
-        """Delete the objects (newest first) and the operator release burst installed; what could not be deleted."""
+    @staticmethod
+    def _note_waiting(handle: ClusterHandle, where: str, detail: str) -> None:
+        """What the cluster waits for, in its record: `burst status` shows it."""
+        with state.locked():
+            current = state.load(ClusterHandle, handle.name)
+            if current is not None and current.cluster_id == handle.cluster_id and current.outputs.get("waiting") != detail:
+                current.outputs["waiting"] = detail
+                state.save(current)
+
+    # ------------------------------------------------------------------ taking it down
+
+    def _delete(self, context: str, created: list[dict]) -> list[str]:
+        """Delete the cluster's own objects, newest first (never a namespace: see ``_release_shared``); what could not be deleted."""
         left = []
         for obj in reversed(created):
+            if obj["kind"] == "Namespace":  # recorded by burst before 0.x: the namespace is shared now, released by label
+                continue
             args = ["delete", obj["kind"].lower(), obj["name"], "--ignore-not-found", "--wait=true", "--timeout=300s"]
             if obj.get("namespace"):
                 args += ["-n", obj["namespace"]]
             proc = run("kubectl", context, *args, timeout=400)
             if proc.returncode != 0:
                 left.append(f"{obj['kind']} {obj['name']}: {_last(proc)}")
-        if operator_namespace:
-            proc = run("helm", context, "uninstall", OPERATOR_RELEASE, "--namespace", operator_namespace, "--wait")
-            if proc.returncode != 0 and "not found" not in _last(proc):
-                left.append(f"helm release {OPERATOR_RELEASE}: {_last(proc)}")
+        return left
+
+    def _release_shared(self, context: str, namespace: str, report: Reporter) -> list[str]:
+        """What burst created for all its clusters, removed by the last one to leave: the operator
+        release burst installed (its marker beside it) once no RayCluster is left in the cluster,
+        then the namespace burst created once nothing but Kubernetes' own objects is in it."""
+        from infra.byo_kubernetes import OPERATOR_MARKER
+
+        left = []
+        try:
+            markers = items(context, "get", "configmaps", "-A", "-l", "app.kubernetes.io/managed-by=burst,burst-part=kuberay-operator",
+                            what="get burst's operator marker")
+            if markers:
+                others = items(context, "get", "rayclusters.ray.io", "-A", what="get rayclusters")
+                if others:
+                    report.say(f"the KubeRay operator burst installed stays: {len(others)} RayCluster(s) still use it")
+                else:
+                    for marker in markers:
+                        ns = marker["metadata"]["namespace"]
+                        release = marker.get("data", {}).get("release", OPERATOR_RELEASE)
+                        proc = run("helm", context, "uninstall", release, "--namespace", ns, "--wait")
+                        if proc.returncode != 0 and "not found" not in _last(proc):
+                            left.append(f"helm release {release}: {_last(proc)}")
+                            continue
+                        kubectl(context, "delete", "configmap", OPERATOR_MARKER, "-n", ns, "--ignore-not-found", what="delete the operator's marker")
+                        report.say(f"uninstalled the KubeRay operator burst installed in {ns} (Helm keeps its CRDs)")
+            ns_raw = read(context, "get", "namespace", namespace, "-o", "json", what=f"get namespace {namespace}")
+            if ns_raw is not None and burst_owns(json.loads(ns_raw)):
+                inside = [o for o in items(context, "get", "rayclusters.ray.io,deployments,statefulsets,jobs,pods,persistentvolumeclaims,"
+                                                    "services,configmaps,secrets", "-n", namespace, what=f"get what is in {namespace}")
+                          if (o.get("kind"), o["metadata"]["name"]) not in KEPT_IN_NAMESPACE
+                          and o.get("type") != "kubernetes.io/service-account-token"]
+                if inside:
+                    report.say(f"namespace {namespace} stays: {len(inside)} object(s) of others are in it")
+                else:
+                    kubectl(context, "delete", "namespace", namespace, "--ignore-not-found", "--wait=true", "--timeout=300s",
+                            what=f"delete namespace {namespace}")
+                    report.say(f"deleted namespace {namespace}, which burst created and nothing uses now")
+        except BurstError as exc:
+            left.append(str(exc))
         return left
 
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
-        """Delete what ``up`` created, check that nothing with the lease's label is left, forget the handle."""
+        """Delete what ``up`` created, check that nothing with the lease's label is left, release
+        what the last burst cluster leaves behind, forget the handle."""
         self.check_prerequisites("burst down")
         context, ns = handle.outputs.get("context"), handle.outputs.get("namespace")
         with state.locked():
             handle.state = "stopping"
             state.save(handle)
         created = handle.outputs.get("created", [])
-        left = self._delete(context, created, ns if handle.outputs.get("operator_installed") else None)
+        left = self._delete(context, created)
         lease = handle.outputs.get("lease")
-        if lease and not any(o["kind"] == "Namespace" for o in created):
+        if lease and not left:
             proc = run("kubectl", context, "get", "rayclusters.ray.io,secrets,persistentvolumeclaims", "-n", ns, "-l",
                        f"burst-lease={lease}", "-o", "name")
             if proc.returncode == 0 and proc.stdout.strip():
                 left += proc.stdout.split()
+        if not left:
+            left += self._release_shared(context, ns, report)
         if left:
             raise BurstError(f"cluster {handle.name!r}: not deleted on {context}: {'; '.join(left)}; fix it and run `burst down {handle.name}` again",
                              exit_code=1)
@@ -371,21 +532,30 @@ class KubernetesTarget(Target):
             state.delete(ClusterHandle, handle.name)
         if handle.token_path:
             Path(handle.token_path).unlink(missing_ok=True)
-        report.say(f"deleted {len(created)} object(s) burst created on {context}" + (" and the operator it installed" if handle.outputs.get("operator_installed") else ""))
+        report.say(f"deleted {len([o for o in created if o['kind'] != 'Namespace'])} object(s) burst created on {context}")
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return handle.state == "running"
 
     def describe_state(self, handle: ClusterHandle) -> str:
         if handle.state == "starting" and handle.outputs.get("ray_cluster") and shutil.which("kubectl"):
-            self._wait_ready(handle, QUIET, wait=False)  # Kueue may have admitted it since
-            current = state.load(ClusterHandle, handle.name)
-            return current.state if current is not None else "gone"
+            where, detail = self.look(handle)  # Kueue may have admitted it since, or its nodes come up
+            if where == "ready":
+                with state.locked():
+                    current = state.load(ClusterHandle, handle.name)
+                    if current is not None and current.cluster_id == handle.cluster_id:
+                        current.state = "running"
+                        current.outputs.pop("waiting", None)
+                        state.save(current)
+                return "running"
+            self._note_waiting(handle, where, detail)
+            return f"{'failed' if where == 'failed' else 'waiting'} ({detail})"
         return handle.state
 
     def not_ready(self, handle: ClusterHandle) -> str:
         if handle.state == "starting":
-            return f"cluster {handle.name!r} waits for Kueue ({handle.outputs.get('local_queue')}); `burst status` shows when it runs"
+            return (f"cluster {handle.name!r} is waiting ({handle.outputs.get('waiting') or 'for Kueue or its nodes'}); "
+                    "`burst status` shows when it runs")
         return super().not_ready(handle)
 
     def answers_here(self, handle: ClusterHandle) -> bool:
@@ -425,3 +595,14 @@ def _chart_version() -> str:
     from infra.spec import KUBERAY_CHART_VERSION
 
     return KUBERAY_CHART_VERSION
+
+
+def _unschedulable(pod: dict) -> str:
+    """The scheduler's message for a pod it could not place ("0/3 nodes are available: 3 Insufficient
+    nvidia.com/gpu"), or "" for a pod that is placed or not yet looked at."""
+    if pod.get("status", {}).get("phase") != "Pending":
+        return ""
+    for c in pod.get("status", {}).get("conditions", []):
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return (c.get("message") or "Unschedulable").strip()[:300]
+    return ""

@@ -74,6 +74,21 @@ def fake(tmp_path):
     return root
 
 
+def site_operator(fake: Path) -> None:
+    """The site runs its own KubeRay operator (installed by its admins, in ray-system)."""
+    (fake / "crds.json").write_text(json.dumps(sorted(set(json.loads((fake / "crds.json").read_text()) if (fake / "crds.json").exists() else [])
+                                                      | {"rayclusters.ray.io"})))
+    (fake / "objects").mkdir(exist_ok=True)
+    (fake / "objects" / "ray-system_deployment_kuberay-operator.json").write_text(json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kuberay-operator", "namespace": "ray-system",
+                                                                     "labels": {"app.kubernetes.io/name": "kuberay-operator"}},
+        "status": {"availableReplicas": 1}}))
+
+
+def left_on(fake: Path) -> list[str]:
+    return sorted(p.stem for p in (fake / "objects").glob("*.json")) if (fake / "objects").exists() else []
+
+
 def calls(fake: Path) -> list[dict]:
     return [json.loads(line) for line in (fake / "calls.jsonl").read_text().splitlines()] if (fake / "calls.jsonl").exists() else []
 
@@ -102,7 +117,9 @@ def test_the_dry_run_renders_schema_valid_manifests_sized_by_the_plan(tmp_path, 
         env = {e["name"]: e for e in container["env"]}
         assert env["RAY_AUTH_MODE"]["value"] == "token"
         assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == objects["Secret"]["metadata"]["name"]
-    assert all(o["metadata"]["labels"]["burst-cluster"] == "k8s" for o in out["resources"])
+    assert all(o["metadata"]["labels"]["burst-cluster"] == "k8s" for o in out["resources"] if o["kind"] != "Namespace")
+    (namespace,) = [o for o in out["resources"] if o["kind"] == "Namespace"]  # shared by burst's clusters: burst's label, no lease
+    assert namespace["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "burst"}
     if "local_queue" in extra:
         assert rc["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue" and rc["spec"]["suspend"] is True
     else:
@@ -154,7 +171,7 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", "lab", "--json", home=home, fake=fake)
     assert proc.returncode == 0, proc.stderr
     handle = json.loads(proc.stdout)
-    assert handle["state"] == "running" and handle["outputs"]["context"] == "lab" and handle["outputs"]["operator_installed"] is True
+    assert handle["state"] == "running" and handle["outputs"]["context"] == "lab"
     assert handle["storage_uri"] == "kube://lab/physics/burst-lab/mnt/burst" and handle["outputs"]["job_storage"] == "/mnt/burst"
     assert oct(os.stat(handle["token_path"]).st_mode & 0o777) == "0o600"
     recorded = calls(fake)
@@ -162,6 +179,9 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     (install,) = [c["argv"] for c in recorded if c["tool"] == "helm"]
     assert install[install.index("--version") + 1] == "1.5.1" and "kuberay-operator" in install
     applied = [json.loads(c["stdin"]) for c in recorded if "apply" in c["argv"]]
+    marker = applied.pop(0)  # burst marks the operator as its own before installing it
+    assert (marker["kind"], marker["metadata"]["name"], marker["metadata"]["namespace"]) == ("ConfigMap", "burst-kuberay-operator", "physics")
+    assert [c["tool"] for c in recorded].index("helm") > next(i for i, c in enumerate(recorded) if "apply" in c["argv"])
     assert [o["kind"] for o in applied] == ["Secret", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding",
                                             "RayCluster"]  # no Namespace: it was there
     for obj in applied:
@@ -191,9 +211,11 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     deleted = [c["argv"] for c in calls(fake) if "delete" in c["argv"]]
     assert [(a[a.index("delete") + 1], a[a.index("delete") + 2]) for a in deleted] == [
         ("raycluster", "burst-lab"), ("rolebinding", "burst-lab-keeper"), ("role", "burst-lab-keeper"), ("serviceaccount", "burst-lab-keeper"),
-        ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth")]
-    assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # burst installed the operator: it removes it
-    assert not list((fake / "objects").glob("*.json")) and not (home / "clusters" / "lab.json").exists()
+        ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth"), ("configmap", "burst-kuberay-operator")]
+    assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # burst installed the operator: the last to leave removes it
+    assert left_on(fake) == [] and not (home / "clusters" / "lab.json").exists()
+    assert json.loads((fake / "crds.json").read_text()) == ["rayclusters.ray.io"]  # Helm keeps the CRD
+    assert json.loads((fake / "namespaces.json").read_text()) == ["physics"]  # the site's namespace stays
     assert not Path(handle["token_path"]).exists()
 
 
@@ -228,37 +250,40 @@ sys.exit(subprocess.run([{str(FAKES / "kubectl")!r}, *sys.argv[1:]], input=data,
     assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # the operator up installed goes too
 
 
-def test_an_operator_and_namespace_that_were_there_stay(tmp_path, site, fake):
-    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+def test_an_operator_that_was_there_stays_and_a_namespace_burst_made_goes_with_the_last_cluster(tmp_path, site, fake):
+    site_operator(fake)
     home = tmp_path / "home"
     assert burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "lab", home=home, fake=fake).returncode == 0
     assert not any(c["tool"] == "helm" for c in calls(fake))
-    applied = [json.loads(c["stdin"])["kind"] for c in calls(fake) if "apply" in c["argv"]]
-    assert applied[0] == "Namespace"  # absent, so burst creates it ...
+    applied = [json.loads(c["stdin"]) for c in calls(fake) if "apply" in c["argv"]]
+    assert applied[0]["kind"] == "Namespace" and applied[0]["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "burst"}  # absent: burst's
     assert burst("down", "lab", home=home, fake=fake).returncode == 0
-    assert not any(c["tool"] == "helm" for c in calls(fake))  # ... and deletes it, but never the operator it found
-    assert json.loads((fake / "crds.json").read_text()) == ["rayclusters.ray.io"]
+    assert not any(c["tool"] == "helm" for c in calls(fake))  # never the operator it found
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]  # the namespace burst made went with its last cluster
 
 
 def test_a_failed_apply_deletes_what_up_created_and_gives_the_name_back(tmp_path, site, fake):
-    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+    site_operator(fake)
     (fake / "namespaces.json").write_text(json.dumps(["physics"]))
     (fake / "fail-apply-RayCluster").write_text("")
     home = tmp_path / "home"
     proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--name", "lab", home=home, fake=fake)
     assert proc.returncode == 1 and "kubectl apply RayCluster burst-lab failed on context lab" in proc.stderr
     assert len([x for x in proc.stderr.splitlines() if x.startswith("error")]) == 1 and "Traceback" not in proc.stderr
-    assert not list((fake / "objects").glob("*.json"))  # the Secret and the claim applied before it are gone
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]  # the Secret and the claim applied before it are gone
     assert not (home / "clusters" / "lab.json").exists()
 
 
 def test_with_kueue_up_returns_queued_and_status_sees_the_admission(tmp_path, site, fake):
-    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io", "localqueues.kueue.x-k8s.io"]))
+    (fake / "crds.json").write_text(json.dumps(["localqueues.kueue.x-k8s.io"]))
+    site_operator(fake)
     (fake / "namespaces.json").write_text(json.dumps(["physics"]))
     home = tmp_path / "home"
     proc = burst("up", "--provider", "kubernetes", "--policy", str(site(", local_queue: gpu-queue")), "--name", "lab", home=home, fake=fake)
-    assert proc.returncode == 0 and "waits for Kueue to admit it (gpu-queue)" in proc.stderr + proc.stdout
+    assert proc.returncode == 0 and "Kueue holds RayCluster physics/burst-lab (gpu-queue)" in " ".join((proc.stderr + proc.stdout).split())
     assert json.loads((home / "clusters" / "lab.json").read_text())["state"] == "starting"
+    status = json.loads(burst("status", "--json", home=home, fake=fake).stdout)
+    assert [c["state"] for c in status["clusters"]] == ["waiting (Kueue holds RayCluster physics/burst-lab (gpu-queue))"]
     (fake / "admitted").write_text("")  # Kueue admits the RayCluster
     status = json.loads(burst("status", "--json", home=home, fake=fake).stdout)
     assert [c["state"] for c in status["clusters"]] == ["running"]
@@ -329,7 +354,7 @@ def cpu_site(tmp_path: Path, fake: Path):
                           env={**os.environ, "BURST_HOME": str(head_home), "PATH": env_path}, capture_output=True).returncode == 0
     head = json.loads((head_home / "clusters" / "rayhead.json").read_text())
     try:
-        (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))
+        site_operator(fake)
         (fake / "namespaces.json").write_text(json.dumps(["physics"]))
         policy = tmp_path / "cpu-site.yaml"
         policy.write_text("providers: [kubernetes]\nonprem: {scheduler: kubernetes, name: lab-k8s, accelerator: skylake-48c, gpus: 1, "
@@ -371,7 +396,7 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
         assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
-        assert not list((fake / "objects").glob("*.json"))
+        assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
     census.assert_none_left(before)
 
 
@@ -429,3 +454,193 @@ def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_
         print(moves)
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
     census.assert_none_left(before)
+
+
+# ---------------------------------------------------------------------- Kubernetes as it really behaves
+
+
+@pytest.mark.parametrize("first_down", ["a", "b"])
+def test_two_clusters_share_a_namespace_and_operator_and_either_leaves_the_other_untouched(tmp_path, site, fake, first_down):
+    """Before: `up a` created namespace `physics` and installed the operator, `up b` reused both, and
+    `down a` deleted the namespace, and with it b's RayCluster, Secret and claim (its checkpoints)
+    mid-run, and uninstalled b's operator. Now either goes first and the other keeps everything; the
+    last to leave removes the namespace and the operator burst created, and Helm's CRD stays."""
+    home = tmp_path / "home"
+    for name in ("a", "b"):
+        proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", name, home=home, fake=fake)
+        assert proc.returncode == 0, proc.stderr
+    assert sum(1 for c in calls(fake) if c["tool"] == "helm") == 1  # b found the operator a installed running
+    everything = left_on(fake)
+    mine = {name: [o for o in everything if f"burst-{name}" in o] for name in ("a", "b")}
+    assert mine["a"] and mine["b"]
+    second = "b" if first_down == "a" else "a"
+    (fake / "calls.jsonl").unlink()
+    assert burst("down", first_down, home=home, fake=fake).returncode == 0
+    assert left_on(fake) == sorted(set(everything) - set(mine[first_down]))  # the other's objects, the namespace, the operator: untouched
+    assert not any(c["tool"] == "helm" for c in calls(fake))
+    deleted = [c["argv"] for c in calls(fake) if "delete" in c["argv"]]
+    assert all(f"burst-{first_down}" in " ".join(a) for a in deleted), deleted  # nothing of the other's, no namespace
+    proc = burst("down", second, home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert left_on(fake) == []  # the last to leave: the namespace and the operator burst created go too
+    assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))
+    assert json.loads((fake / "crds.json").read_text()) == ["rayclusters.ray.io"]  # Helm keeps CRDs
+
+
+def test_a_namespace_with_objects_of_others_is_never_deleted(tmp_path, site, fake):
+    """A namespace burst created, in which someone else has since put a Deployment: kept."""
+    site_operator(fake)
+    home = tmp_path / "home"
+    assert burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake).returncode == 0
+    (fake / "objects" / "physics_deployment_jupyter.json").write_text(json.dumps({
+        "kind": "Deployment", "metadata": {"name": "jupyter", "namespace": "physics"}, "status": {"availableReplicas": 1}}))
+    proc = burst("down", "a", home=home, fake=fake)
+    assert proc.returncode == 0 and "namespace physics stays: 1 object(s) of others are in it" in " ".join(proc.stderr.split())
+    assert "-_namespace_physics" in left_on(fake) and "physics_deployment_jupyter" in left_on(fake)
+
+
+def test_a_failed_read_of_the_namespace_is_an_error_not_a_missing_namespace(tmp_path, site, fake):
+    """A transient API error on `get namespace` made the site's namespace count as burst's (created,
+    recorded, later deleted). Now it is one line and nothing is created."""
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    (fake / "fail-get-namespace").write_text("")
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "kubectl get namespace physics failed on context lab: Unable to connect to the server" in error, error
+    assert not any("apply" in c["argv"] for c in calls(fake))
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "a.json").exists()
+
+
+def test_a_crd_left_by_an_uninstall_is_not_taken_for_a_running_operator(tmp_path, site, fake):
+    """Helm keeps a chart's CRDs after `helm uninstall`: the next `up` found the CRD, skipped the
+    operator, applied a RayCluster nothing reconciles and waited 15 minutes. Now the operator's
+    Deployment is what counts: it is installed, and the cluster comes up."""
+    (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))  # left by an earlier install
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "its CRD is there from an earlier install: Helm keeps CRDs" in " ".join(proc.stderr.split())
+    assert any(c["tool"] == "helm" and "upgrade" in c["argv"] for c in calls(fake))
+    assert burst("down", "a", home=home, fake=fake).returncode == 0
+
+
+def test_an_operator_that_does_not_run_is_one_line(tmp_path, site, fake):
+    site_operator(fake)
+    path = fake / "objects" / "ray-system_deployment_kuberay-operator.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": {"replicas": 1, "unavailableReplicas": 1}}))
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "the KubeRay operator ray-system/kuberay-operator has no available replica" in proc.stderr
+    assert not any(c["tool"] == "helm" for c in calls(fake)) and not (home / "clusters" / "a.json").exists()
+
+
+def test_staging_into_a_claim_twice_replaces_instead_of_nesting(tmp_path, fake, monkeypatch):
+    """`kubectl cp DIR pod:DEST` nests into DEST/DIR when DEST exists: staging a checkpoint again after
+    a controller restart made checkpoint_X/checkpoint_X, and the partial first copy was the one used.
+    Now a copy goes to a fresh path and is renamed into place; a download replaces, never merges."""
+    from burst.runtime import kube_storage
+
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    here = tmp_path / "checkpoint_000003"
+    here.mkdir()
+    (here / "model.weights.h5").write_text("first, partial")
+    dest = kube_storage.uri("lab", "physics", "burst-lab", "/mnt/burst/resume/checkpoint_000003")
+    kube_storage.upload(str(here), dest)
+    (here / "model.weights.h5").write_text("complete")
+    (here / "state.json").write_text("{}")
+    kube_storage.upload(str(here), dest)  # again, after a restart
+    claim = fake / "pvc" / "resume" / "checkpoint_000003"
+    assert sorted(p.name for p in claim.iterdir()) == ["model.weights.h5", "state.json"]  # no checkpoint_000003/checkpoint_000003
+    assert (claim / "model.weights.h5").read_text() == "complete"
+    assert not [p for p in claim.parent.iterdir() if p.name.startswith(".burst-partial")]
+    back = tmp_path / "back"
+    back.mkdir()
+    (back / "stale.json").write_text("from an earlier copy")
+    kube_storage.download(dest, str(back))
+    assert sorted(p.name for p in back.iterdir()) == ["model.weights.h5", "state.json"]
+
+
+def _rc_handle(fake: Path, local_queue=None):
+    """A handle and its RayCluster on the stand-in cluster (as `up` leaves them before waiting)."""
+    from burst import state
+    from burst.state import ClusterHandle
+
+    site_operator(fake)
+    (fake / "objects" / "physics_raycluster_burst-lab.json").write_text(json.dumps({
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "burst-lab", "namespace": "physics"},
+        "spec": {"suspend": bool(local_queue), "headGroupSpec": {}, "workerGroupSpecs": [{"replicas": 2}]}}))
+    handle = ClusterHandle(name="lab", provider="kubernetes", cluster_id="0123456789ab", state="starting", storage_uri="/x",
+                           expires=time.time() + 3600, outputs={"context": "lab", "namespace": "physics", "ray_cluster": "burst-lab",
+                                                                "local_queue": local_queue, "created": []})
+    with state.locked():
+        state.save(handle)
+    return handle
+
+
+class _Said:
+    def __init__(self):
+        self.lines = []
+
+    def say(self, line):
+        self.lines.append(line)
+
+
+def test_a_cluster_whose_nodes_are_being_added_waits_and_comes_up(tmp_path, fake, monkeypatch):
+    """Worker pods Pending while the cluster autoscaler adds GPU nodes (TriggeredScaleUp) are a wait,
+    not a failure (before: failed after a hard 900 s, everything deleted); `burst status` says what it waits for."""
+    from burst import state
+    from burst.state import ClusterHandle
+    from burst.targets import kubernetes
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    monkeypatch.setattr(kubernetes, "POLL_S", 0.05)
+    handle = _rc_handle(fake)
+    (fake / "scale-up-looks").write_text("3")
+    target = kubernetes.KubernetesTarget()
+    assert target.describe_state(handle).startswith("waiting (nodes are being added for 2 pod(s): pod triggered scale-up")
+    said = _Said()
+    target._wait_ready(state.load(ClusterHandle, "lab"), said, wait=True)
+    assert state.load(ClusterHandle, "lab").state == "running"
+    assert any("waiting: nodes are being added" in line for line in said.lines) and said.lines[-1].startswith("RayCluster physics/burst-lab is ready")
+
+
+@pytest.mark.parametrize("scenario, line", [
+    ("image-pull", "pod burst-lab-worker-1: ErrImagePull: failed to pull and unpack image \"registry.example.org/burst:1\": not found"),
+    ("no-scale-up", "cannot be scheduled (0/3 nodes are available: 3 Insufficient nvidia.com/gpu.) and the autoscaler adds no node: "
+                    "pod didn't trigger scale-up"),
+    ("unschedulable", "cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu., and no autoscaler added a node in 0 s"),
+])
+def test_what_will_not_resolve_by_itself_fails_up_with_kubernetes_reason(tmp_path, fake, monkeypatch, scenario, line):
+    from burst.errors import BurstError
+    from burst.targets import kubernetes
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    monkeypatch.setattr(kubernetes, "POLL_S", 0.05)
+    monkeypatch.setattr(kubernetes, "UNSCHEDULABLE_GRACE_S", 0.2)
+    handle = _rc_handle(fake)
+    (fake / scenario).write_text("")
+    with pytest.raises(BurstError) as caught:
+        kubernetes.KubernetesTarget()._wait_ready(handle, _Said(), wait=True)
+    assert line in str(caught.value), str(caught.value)
+
+
+def test_an_image_that_cannot_be_pulled_fails_up_in_one_line_and_leaves_nothing(tmp_path, site, fake):
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    (fake / "image-pull").write_text("")
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (error,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "ErrImagePull" in error
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "lab.json").exists()

@@ -625,7 +625,7 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
 
     local, _ = cluster
     monkeypatch.setenv("BURST_HOME", str(home))
-    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes'}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes' / 'kube'}:{os.environ['PATH']}")  # the suite's one kubectl stand-in
     monkeypatch.setenv("FAKE_KUBECTL_TARGET", str(urlparse(local["dashboard_url"]).port))
     gke = targets.get("gcp")
     monkeypatch.setattr(gke, "missing_prerequisites", lambda: [])
