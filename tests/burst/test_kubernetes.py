@@ -521,7 +521,7 @@ def test_a_crd_left_by_an_uninstall_is_not_taken_for_a_running_operator(tmp_path
     (fake / "crds.json").write_text(json.dumps(["rayclusters.ray.io"]))  # left by an earlier install
     (fake / "namespaces.json").write_text(json.dumps(["physics"]))
     home = tmp_path / "home"
-    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake, timeout=60)
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake, timeout=40)
     assert proc.returncode == 0, proc.stderr
     assert "its CRD is there from an earlier install: Helm keeps CRDs" in " ".join(proc.stderr.split())
     assert any(c["tool"] == "helm" and "upgrade" in c["argv"] for c in calls(fake))
