@@ -76,6 +76,9 @@ class SlurmSite:
                  "  accelerator: V100", "  gpus: 1", "  usd_per_gpu_hour: 0.5", "  queue_wait_hours: 2"]
         lines += [f"  {k}: {v}" for k, v in extra.items()]
         lines += ["burst_when:", "  queue_wait_over_hours: 0.5"]
+        # a cancelled job's head is gone, not busy: a short loss grace keeps the managed tests short
+        # (the 30 s default is for heads under load: benchmarks/head_answers_under_load.py)
+        lines += ["recovery:", "  loss_grace_seconds: 5"]
         path.write_text("\n".join(lines) + "\n")
         return path
 

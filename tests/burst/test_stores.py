@@ -455,7 +455,8 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     home = tmp_path / "home"
     home.mkdir()
     policy = tmp_path / "stores.yaml"
-    policy.write_text(f"providers: [local]\nstores:\n  named:\n    local: {azure_store}/burst\nrecovery:\n  max_restarts: 1\n")
+    policy.write_text(f"providers: [local]\nstores:\n  named:\n    local: {azure_store}/burst\n"
+                      "recovery:\n  max_restarts: 1\n  loss_grace_seconds: 5\n")  # a killed head is gone, not busy: a short grace
     gs, abfs = f"{gcs_store}/burst", f"{azure_store}/burst"
     proc = burst("run", "gan3d", "--provider", "local", "--name", "mg", "--cpus", "2", "--storage", gs, "--policy", str(policy),
                  "--managed", "--detach", "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=home, cwd=tmp_path)
