@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 
 from ..targets import facts
 from .catalog import Offer
+from .names import canonical
 from ..errors import BurstError
 
 
@@ -128,7 +129,7 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
     mine = [o for o in offers if o.provider == provider]
     if not mine:
         raise BurstError(f"the catalog has no offers for provider {provider!r}")
-    accelerator = normalise_accelerator(mine, accelerator)
+    accelerator = normalise_accelerator(mine, canonical(accelerator))
     names = {o.accelerator.lower(): o.accelerator for o in mine}
     if accelerator.lower() not in names:
         if mine[0].is_tpu and gpus is not None:

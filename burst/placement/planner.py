@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import estimate as est_mod
+from . import names
 from .. import command_values, targets
 from ..errors import BurstError
 from .catalog import Offer
@@ -142,6 +143,8 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
     def skip(why: str) -> None:
         excluded[why] = excluded.get(why, 0) + 1
 
+    if accelerator:
+        names.check_known(accelerator, [o.accelerator for o in offers] + ([policy.onprem.accelerator] if policy.onprem else []))
     providers = [p for p in policy.providers if provider is None or p == provider]
     if provider is not None and provider not in policy.providers:
         raise BurstError(f"provider {provider!r} is not allowed by the policy (providers: {', '.join(policy.providers)})")
@@ -163,7 +166,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
     for prov in (p for p in providers if kinds[p] == "onprem"):
         if site is None or not targets.get(prov).serves(site) or preemptible is True or (region is not None and region != site.name):
             continue
-        if not policy.accelerator_allowed(site.accelerator) or (accelerator and accelerator != site.accelerator):
+        if not policy.accelerator_allowed(site.accelerator) or (accelerator and not names.matches(accelerator, site.accelerator)):
             skip("accelerator not allowed")
             continue
         if not profile.knows(site.accelerator):
@@ -194,8 +197,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
         if not policy.region_allowed(o.region):
             skip("region not allowed")
             continue
-        if not policy.accelerator_allowed(o.accelerator) or (accelerator and o.accelerator.lower() != accelerator.lower()
-                                                             and o.accelerator.lower() != f"tpu-{accelerator}".lower()):
+        if not policy.accelerator_allowed(o.accelerator) or (accelerator and not names.matches(accelerator, o.accelerator)):
             skip("accelerator not allowed")
             continue
         shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)

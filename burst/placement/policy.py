@@ -177,7 +177,9 @@ class Policy(_Strict):
         return any(fnmatch.fnmatchcase(region, pattern) for pattern in self.regions)
 
     def accelerator_allowed(self, accelerator: str) -> bool:
-        return self.accelerators is None or any(fnmatch.fnmatchcase(accelerator, p) for p in self.accelerators)
+        from .names import canonical
+
+        return self.accelerators is None or any(fnmatch.fnmatchcase(accelerator, canonical(p)) for p in self.accelerators)
 
 
 def _deadline_in_range(hours: float) -> float:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from .. import state
 from ..errors import BurstError
 from ..records import read_record
+from .names import canonical
 
 _SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3
 
@@ -203,6 +204,7 @@ class Profile(BaseModel):
 
     def family(self, accelerator: str) -> str:
         """The profile's entry for a catalog name: ``tpu-v3-32`` is a slice of the ``tpu-v3`` family."""
+        accelerator = canonical(accelerator)  # a site policy's `A100` is the A100-40GB
         if accelerator in self.accelerators:
             return accelerator
         m = _SLICE.match(accelerator)

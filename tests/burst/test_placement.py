@@ -408,3 +408,31 @@ def test_burst_when_over_budget_bursts_by_the_reason_code():
     assert onprem and all(not c.feasible and c.reasons[0].code.value == "over_budget" for c in onprem)
     assert plan.why.startswith("bursting: on-prem would exceed the budget"), plan.why
     assert plan.choice.target == "cloud" and plan.choice.estimate.cost_usd <= 1000
+
+
+# ---------------------------------------------------------------------- the names people use
+
+
+def test_a100_means_the_40gb_a100_and_v3_any_v3_slice():
+    """`--accelerator A100` was "accelerator not allowed" (the catalog says A100-40GB); SkyPilot reads
+    A100 as the 40 GB one. `v3` was only `tpu-v3`, never a slice of it."""
+    pol = make(providers=["gcp", "gcp-tpu", "azure"])
+    a100 = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(accelerator="A100")).candidates
+    assert a100 and {c.accelerator for c in a100} == {"A100-40GB"}
+    v3 = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(accelerator="v3")).candidates
+    assert {c.accelerator for c in v3} == {"tpu-v3-8", "tpu-v3-32"}
+    assert layout.resolve(OFFERS, "gcp", "a100", gpus=8).accelerator == "A100-40GB"
+    assert make(accelerators=["A100"]).accelerator_allowed("A100-40GB")  # a policy's allow-list reads it too
+
+
+def test_a_site_policy_that_says_a100_is_planned_with_the_a100_s_speed():
+    """A site policy with `accelerator: A100` failed: 'workload gan3d has no speed for accelerator A100'."""
+    pol = make(providers=["slurm"], onprem={"name": "site", "scheduler": "slurm", "partition": "gpu", "accelerator": "A100",
+                                            "gpus": 16, "usd_per_gpu_hour": 1.0})
+    (best,) = [c for c in placement.plan(pol, PROFILE, OFFERS, PlacementRequest(gpus=8)).candidates if c.provider == "slurm"]
+    assert PROFILE.family(best.accelerator) == "A100-40GB" and best.estimate.epoch_s > 0
+
+
+def test_an_unknown_accelerator_lists_the_known_ones():
+    with pytest.raises(BurstError, match=r"unknown accelerator 'B300'; known: A100-40GB, A100-80GB, H100, L4, T4, V100, tpu-v2-8, .*A100 = A100-40GB"):
+        placement.plan(make(providers=["gcp"]), PROFILE, OFFERS, PlacementRequest(accelerator="B300"))
