@@ -47,6 +47,19 @@ def check_known(requested: str, known: Iterable[str]) -> None:
     """One line naming the known accelerators when ``requested`` means none of them."""
     known = sorted(set(known))
     if not any(matches(requested, k) for k in known):
-        aliases = ", ".join(f"{a.upper() if not a.startswith('tpu') else a} = {c}" for a, c in sorted(ALIASES.items()))
-        raise BurstError(f"unknown accelerator {requested!r}; known: {', '.join(known)} (also: {aliases}; v3 for any tpu-v3 slice)",
-                         exit_code=2)
+        aliases = ", ".join(f"{a.upper()} = {c}" for a, c in sorted(ALIASES.items()))
+        raise BurstError(f"unknown accelerator {requested!r}; known: {', '.join(_compact(known))} (also: {aliases}; "
+                         "v3 for any tpu-v3 slice)", exit_code=2)
+
+
+def _compact(known: list[str]) -> list[str]:
+    """GPU names as they are; a TPU generation once, with its slice sizes: tpu-v3-(8, 32, 64)."""
+    sizes: dict[str, list[int]] = {}
+    out = []
+    for name in known:
+        family, _, size = name.rpartition("-")
+        if tpu_family(family) and size.isdigit():
+            sizes.setdefault(family, []).append(int(size))
+        else:
+            out.append(name)
+    return out + [f"{family}-({', '.join(map(str, sorted(s)))})" for family, s in sorted(sizes.items())]

@@ -17,6 +17,7 @@ from . import names
 from .. import command_values, targets
 from ..errors import BurstError
 from .catalog import Offer
+from . import layout as layout_mod
 from .layout import Layout, MixedInterconnect, resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest
@@ -206,6 +207,10 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
             skip("no speed for the accelerator in the workload's profile")
             continue
         tpu = group[0].is_tpu
+        hosts_driven = targets.get(prov).tpu_hosts_driven if tpu else None
+        if tpu and hosts_driven is not None and layout_mod.tpu_hosts(acc) > hosts_driven:
+            skip(f"a TPU slice of more than {hosts_driven} host(s): burst trains on one host of a slice so far")
+            continue
         if tpu and scan is not None:
             skip("a scan needs a Ray cluster of GPUs (a TPU VM trains one job per slice)")
             continue

@@ -114,6 +114,7 @@ class Target(ABC):
     takes_bundle: ClassVar[bool] = False    # `up --bundle` installs burst on its nodes from a `burst pack` bundle
     takes_context: ClassVar[bool] = False   # `up --context/--namespace` choose a Kubernetes cluster and namespace
     store_schemes: ClassVar[tuple[str, ...]] = ()  # the bucket URIs of its cloud (gs, abfs): what keeping data there costs
+    tpu_hosts_driven: ClassVar[Optional[int]] = None  # TPU slices: how many hosts its jobs train on (None: any)
 
     # ------------------------------------------------------------------ lifecycle
 

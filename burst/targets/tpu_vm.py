@@ -25,6 +25,9 @@ from .pulumi_stack import missing_tools
 class TpuVmTarget(GoogleCloudStack):
     provider = "gcp-tpu"
     head_hint = "check the TPU VM's startup log"
+    # The job is one Ray task on host 0 under TPUStrategy: a pod slice's other hosts would idle
+    # while the plan priced them, so the plan offers single-host slices only (issue 41: pods).
+    tpu_hosts_driven = 1
 
     def program(self, spec) -> Callable[[], object]:
         from infra import tpu

@@ -71,7 +71,8 @@ GOOD = "gcp,us-central1,us-central1-a,n1-standard-8,V100,1,8,30,2.86,1.18,node,c
         ("azure,eastus,,Standard_NC6s_v3,V100,1,6,112,3.06,0.39,node,catalog,src,2026-11-22,", "retired on 2025-09-30"),
         ("gcp,europe-west4,europe-west4-a,a3-highgpu-8g,H100,8,208,1872,87.83,,node,catalog,src,2026-11-22,",
          "zone europe-west4-a does not offer H100 (zones that do: europe-west4-b, europe-west4-c)"),
-        ("gcp-tpu,us-east1,us-east1-d,tpu-v3-32,tpu-v3-32,16,,,32.0,9.6,tpu-slice,catalog,src,2026-11-22,", "no zone of us-east1 offering tpu-v3-32"),
+        ("gcp-tpu,europe-west4,europe-west4-b,tpu-v3-32,tpu-v3-32,16,,,32.0,10.56,tpu-slice,catalog,src,2026-11-22,",
+         "zone europe-west4-b does not offer tpu-v3-32 (zones that do: europe-west4-a)"),
     ],
 )
 def test_a_bad_row_is_named_by_file_and_line(tmp_path, row, fragment):

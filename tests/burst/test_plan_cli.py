@@ -136,10 +136,13 @@ def test_plan_takes_the_same_capacity_and_region_flags_as_up(tmp_path):
 
 
 def test_for_tpus_gpus_counts_chips(tmp_path):
-    plan = json.loads(burst("plan", "--provider", "gcp-tpu", "--gpus", "16", "--json", home=tmp_path).stdout)
-    assert {(c["accelerator"], c["count"]) for c in plan["candidates"]} == {("tpu-v3-32", 16)}  # v3-32: 16 chips
-    none = burst("plan", "--provider", "gcp-tpu", "--gpus", "32", "--json", home=tmp_path)
+    plan = json.loads(burst("plan", "--provider", "gcp-tpu", "--gpus", "4", "--json", home=tmp_path).stdout)
+    assert {(c["accelerator"], c["count"]) for c in plan["candidates"]} == {  # v3-8: 8 TensorCores, 4 chips
+        ("tpu-v2-8", 4), ("tpu-v3-8", 4), ("tpu-v4-8", 4), ("tpu-v5p-8", 4)}
+    none = burst("plan", "--provider", "gcp-tpu", "--gpus", "3", "--json", home=tmp_path)
     assert none.returncode == 1 and "TPU slice of another chip count" in json.loads(none.stdout)["why"]
+    pods = burst("plan", "--provider", "gcp-tpu", "--gpus", "16", "--json", home=tmp_path)  # v3-32, v5litepod-16, ...: several hosts
+    assert pods.returncode == 1 and "a TPU slice of more than 1 host(s)" in json.loads(pods.stdout)["why"]
 
 
 def test_a_layout_mixing_infiniband_and_ethernet_nodes_is_refused_with_the_way_out(tmp_path):
