@@ -502,16 +502,23 @@ def test_a_namespace_with_objects_of_others_is_never_deleted(tmp_path, site, fak
 def test_a_failed_read_of_the_namespace_is_an_error_not_a_missing_namespace(tmp_path, site, fake):
     """A transient API error on `get namespace` made the site's namespace count as burst's (created,
     recorded, later deleted). Now it is one line and nothing is created."""
-    site_operator(fake)
-    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
-    (fake / "fail-get-namespace").write_text("")
-    home = tmp_path / "home"
-    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    home, error = _failed_up(tmp_path, site, fake, "fail-get-namespace", "a")
     assert "kubectl get namespace physics failed on context lab: Unable to connect to the server" in error, error
     assert not any("apply" in c["argv"] for c in calls(fake))
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "a.json").exists()
+
+
+def _failed_up(tmp_path: Path, site, fake: Path, scenario: str, name: str) -> tuple[Path, str]:
+    """`burst up` on the site's namespace, with the operator running, under a stand-in scenario that
+    makes it fail: (BURST_HOME, its one error line)."""
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    (fake / scenario).write_text("")
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", name, home=home, fake=fake)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    return home, error
 
 
 def test_a_crd_left_by_an_uninstall_is_not_taken_for_a_running_operator(tmp_path, site, fake):
@@ -635,12 +642,6 @@ def test_what_will_not_resolve_by_itself_fails_up_with_kubernetes_reason(tmp_pat
 
 
 def test_an_image_that_cannot_be_pulled_fails_up_in_one_line_and_leaves_nothing(tmp_path, site, fake):
-    site_operator(fake)
-    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
-    (fake / "image-pull").write_text("")
-    home = tmp_path / "home"
-    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", "lab", home=home, fake=fake)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    (error,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    home, error = _failed_up(tmp_path, site, fake, "image-pull", "lab")
     assert "ErrImagePull" in error
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "lab.json").exists()
