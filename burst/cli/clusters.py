@@ -10,9 +10,10 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from ..targets import PROVIDERS  # the registry's names only: no target module is imported
 from .render import ConsoleReporter, console, emit_json, out
 
-Provider = Annotated[Optional[str], typer.Option(help="local | ray | slurm | gcp | gcp-tpu | azure (default: the plan's choice under --policy)")]
+Provider = Annotated[Optional[str], typer.Option(help=f"{' | '.join(PROVIDERS)} (default: the plan's choice under --policy)")]
 Nodes = Annotated[Optional[int], typer.Option(help="slurm: nodes to allocate (default: enough for --gpus, else 1)")]
 Hours = Annotated[Optional[float], typer.Option(help="lease: cloud resources are labelled to expire after this many hours; slurm: the walltime")]
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")]
