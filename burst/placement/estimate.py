@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Optional
 
-import yaml
-from pydantic import BaseModel, ConfigDict
 
 from .. import targets
+from ..targets import facts as facts_mod
 from . import carbon
 from ..errors import BurstError
 from .layout import Layout
@@ -28,26 +26,13 @@ from .policy import Policy
 from .scan import ScanShape
 from .profile import Profile
 
-PROVIDER_FACTS = Path(__file__).with_name("data") / "providers.yaml"
 HOURS_PER_MONTH = 730.0
 
 
-class ProviderFacts(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    provision_minutes: float
-    restart_minutes: float
-    teardown_minutes: float
-    preemption_rate_per_hour: float
-    max_preemptible_hours: Optional[float] = None
-    egress_usd_per_gb: float
-    storage_usd_per_gb_month: float
-    pue: float
-
-
 @lru_cache(maxsize=1)
-def provider_facts() -> dict[str, ProviderFacts]:
-    raw = yaml.safe_load(PROVIDER_FACTS.read_text())
-    return {k: ProviderFacts.model_validate(v) for k, v in raw.items()}
+def provider_facts() -> dict[str, facts_mod.CostModel]:
+    """Each cloud's time and cost figures (the ``model`` of its facts file)."""
+    return {p: f.model for p in targets.PROVIDERS if (f := facts_mod.load(p)).model is not None}
 
 
 @dataclass

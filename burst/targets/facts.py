@@ -1,5 +1,7 @@
 """What each cloud really offers, as data: zones per accelerator, spot-only and retired shapes,
-GPU driver branches, TPU runtime images, quota metrics (``burst/targets/data/facts/*.yaml``).
+GPU driver branches, TPU runtime images, quota metrics, and the figures of the plan's time and cost
+model (``model``: provisioning, restarts, preemption, egress, storage, PUE), one file per provider
+(``burst/targets/data/facts/*.yaml``).
 
 Prices live in the catalog; these files hold the facts a price list cannot: which zones of a
 region have the accelerator, which shapes are not sold on demand, which sizes were retired, what
@@ -82,9 +84,25 @@ class AfterLease(_Row):
     what: str = Field(min_length=3)
 
 
+class CostModel(BaseModel):
+    """The time and cost model's figures for a cloud (from its public documentation; latencies are
+    defaults derived from issue reports about provisioning times: override them in your copy)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    provision_minutes: float = Field(ge=0)
+    restart_minutes: float = Field(ge=0)
+    teardown_minutes: float = Field(ge=0)
+    preemption_rate_per_hour: float = Field(ge=0)
+    max_preemptible_hours: Optional[float] = Field(default=None, gt=0)
+    egress_usd_per_gb: float = Field(ge=0)
+    storage_usd_per_gb_month: float = Field(ge=0)
+    pue: float = Field(ge=1)
+
+
 class ProviderFacts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     provider: str
+    model: Optional[CostModel] = None  # a cloud's figures for the plan's time and cost
     # True: ``zones`` lists every region offering each accelerator (a catalog row elsewhere is
     # wrong); False: it covers the regions burst ships, and a row elsewhere keeps its own zone.
     zones_complete: bool = False
