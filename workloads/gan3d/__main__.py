@@ -37,8 +37,9 @@ def _cmd_train(a) -> int:
 
 def _cmd_validate(a) -> int:
     from . import pipeline
+    from .workload import WORKLOAD
 
-    _, test_files = pipeline.split_files(Path(a.data))
+    _, test_files = WORKLOAD.split_files(Path(a.data))
     metrics = pipeline.validate(Path(a.checkpoint), test_files, Path(a.out), events=a.events)
     print(json.dumps({"summary": metrics["summary"], "noise_floor": metrics["noise_floor"], "verdict": metrics["verdict"]["line"]}, indent=1))
     return 0

@@ -31,20 +31,6 @@ def prepare_synthetic(root: Path, n_events: int, seed: int = 0, energy_range=(10
     return train_dir, test_dir
 
 
-def split_files(path: Path) -> tuple[list[Path], list[Path]]:
-    """Training and held-out files: a ``train/``+``test/`` layout, else the last ~10 % of files."""
-    from .workload import WORKLOAD
-
-    return WORKLOAD.split_files(path)
-
-
-def data_hashes(files: list[Path]) -> dict[str, str]:
-    """Cheap content fingerprints of the files, for provenance."""
-    from .workload import WORKLOAD
-
-    return WORKLOAD.data_hashes(files)
-
-
 def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0):
     from .train import GAN3DTrainer
 
