@@ -92,8 +92,7 @@ BREAKS = [
           "`burst run` does not take its cluster down after success"),
     # Every cluster closed to strangers, and no state lost to a race.
     Break("kuberay-head-without-token", "infra/kuberay.py",
-          (('            "env": AUTH_ENV + env,\n        }],\n    }\n    if service_account:\n        head_pod',
-            '            "env": env,\n        }],\n    }\n    if service_account:\n        head_pod'),),
+          (('            "env": AUTH_ENV + env,\n        }, keeper_manifest', '            "env": env,\n        }, keeper_manifest'),),
           ("tests/infra/test_stacks.py::test_every_ray_container_requires_the_token_from_the_secret",
            "tests/infra/test_head_auth.py::test_the_rendered_kuberay_head_refuses_requests_without_the_token"),
           "the KubeRay head runs without Ray's token authentication"),
@@ -197,7 +196,7 @@ BREAKS = [
           ("tests/burst/test_managed.py::test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trains_every_epoch_once",),
           "a managed run moves back to the target it just lost"),
     Break("dead-controller-left-dead", "burst/api.py",
-          (("    revived = managed.revive()", "    revived = []"),),
+          (("    revived = managed.revive(damaged)", "    revived = []"),),
           ("tests/burst/test_managed.py::test_a_killed_controller_is_started_again_by_status_and_the_run_neither_loses_nor_repeats_an_epoch",),
           "a killed controller's run is followed by no one"),
     Break("idle-cluster-kept", "burst/watcher.py",
