@@ -111,17 +111,6 @@ class MixedInterconnect(BurstError):
     """A layout that would put InfiniBand and Ethernet-only nodes in one synchronous job."""
 
 
-def tpu_hosts(accelerator: str) -> int:
-    """How many TPU VM hosts a slice has. Every generation's single-host slice is size 8 (v2-8,
-    v3-8, v4-8, v5p-8 count TensorCores, 4 chips on one host; v5litepod-8 and v6e-8 count chips, 8
-    on one host); a larger slice spans hosts of 4 chips each (cloud.google.com/tpu/docs/system-architecture-tpu-vm)."""
-    size = int(accelerator.rsplit("-", 1)[1])
-    if size <= 8:
-        return 1
-    chips = size // 2 if any(accelerator.startswith(f"tpu-{g}-") for g in ("v2", "v3", "v4", "v5p")) else size
-    return max(1, chips // 4)
-
-
 def normalise_accelerator(offers: list[Offer], name: str) -> str:
     """``v3-8`` and ``tpu-v3-8`` name the same TPU slice; GPU names are case-insensitive."""
     if offers and all(o.is_tpu for o in offers) and not name.startswith("tpu-"):

@@ -15,9 +15,9 @@ from typing import Optional
 from . import estimate as est_mod
 from . import names
 from .. import command_values, targets
+from ..targets import facts
 from ..errors import BurstError
 from .catalog import Offer
-from . import layout as layout_mod
 from .layout import Layout, MixedInterconnect, resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest
@@ -49,8 +49,6 @@ class Candidate:
 
     def after_lease(self):
         """What the cluster still costs an hour once its keeper has ended it at its lease's end (clouds), or None."""
-        from ..targets import facts
-
         return facts.load(self.provider).after_lease if self.target == "cloud" else None
 
     def to_dict(self) -> dict:
@@ -208,7 +206,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
             continue
         tpu = group[0].is_tpu
         hosts_driven = targets.get(prov).tpu_hosts_driven if tpu else None
-        if tpu and hosts_driven is not None and layout_mod.tpu_hosts(acc) > hosts_driven:
+        if tpu and hosts_driven is not None and facts.tpu_hosts(acc) > hosts_driven:
             skip(f"a TPU slice of more than {hosts_driven} host(s): burst trains on one host of a slice so far")
             continue
         if tpu and scan is not None:

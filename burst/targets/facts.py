@@ -149,14 +149,25 @@ class ProviderFacts(BaseModel):
     def tpu_runtime(self, tensorflow: str, accelerator: str) -> str:
         """The TPU VM image for TensorFlow ``tensorflow`` on slice ``accelerator`` (``tpu-v3-32``)."""
         name = accelerator.removeprefix("tpu-")
-        generation, size = name.rsplit("-", 1)
-        multi_host = int(size) > 8  # slices above 8 chips/cores span several hosts
+        generation = name.rsplit("-", 1)[0]
+        multi_host = tpu_hosts(accelerator) > 1
         for row in self.runtimes:
             if row.tensorflow == tensorflow and generation in row.generations:
                 return row.multi_host if multi_host else row.single_host
         known = sorted({r.tensorflow for r in self.runtimes})
         raise BurstError(f"no TPU runtime image is known for TensorFlow {tensorflow} on {name}; known TensorFlow versions: "
                          f"{', '.join(known)} (add a row to {FACTS_DIR / (self.provider + '.yaml')})")
+
+
+def tpu_hosts(accelerator: str) -> int:
+    """How many TPU VM hosts a slice has. Every generation's single-host slice is size 8 (v2-8,
+    v3-8, v4-8, v5p-8 count TensorCores, 4 chips on one host; v5litepod-8 and v6e-8 count chips, 8
+    on one host); a larger slice spans hosts of 4 chips each (cloud.google.com/tpu/docs/system-architecture-tpu-vm)."""
+    size = int(accelerator.rsplit("-", 1)[1])
+    if size <= 8:
+        return 1
+    chips = size // 2 if any(accelerator.startswith(f"tpu-{g}-") for g in ("v2", "v3", "v4", "v5p")) else size
+    return max(1, chips // 4)
 
 
 def parse(text: str, source: str) -> ProviderFacts:

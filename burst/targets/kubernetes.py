@@ -413,12 +413,7 @@ class KubernetesTarget(Target):
         while True:
             where, detail = self.look(handle)
             if where == "ready":
-                with state.locked():
-                    current = state.load(ClusterHandle, handle.name)
-                    if current is not None:
-                        current.state = "running"
-                        current.outputs.pop("waiting", None)
-                        state.save(current)
+                self._mark_running(handle)
                 report.say(f"RayCluster {ns}/{rc} is ready on {handle.outputs['context']}")
                 return
             if where == "failed":
@@ -445,11 +440,22 @@ class KubernetesTarget(Target):
     @staticmethod
     def _note_waiting(handle: ClusterHandle, where: str, detail: str) -> None:
         """What the cluster waits for, in its record: `burst status` shows it."""
-        with state.locked():
-            current = state.load(ClusterHandle, handle.name)
-            if current is not None and current.cluster_id == handle.cluster_id and current.outputs.get("waiting") != detail:
-                current.outputs["waiting"] = detail
-                state.save(current)
+        def waiting(current: ClusterHandle) -> bool:
+            if current.outputs.get("waiting") == detail:
+                return False  # said already: nothing to write
+            current.outputs["waiting"] = detail
+            return True
+
+        _update_record(handle, waiting)
+
+    @staticmethod
+    def _mark_running(handle: ClusterHandle) -> None:
+        def running(current: ClusterHandle) -> bool:
+            current.state = "running"
+            current.outputs.pop("waiting", None)
+            return True
+
+        _update_record(handle, running)
 
     # ------------------------------------------------------------------ taking it down
 
@@ -541,12 +547,7 @@ class KubernetesTarget(Target):
         if handle.state == "starting" and handle.outputs.get("ray_cluster") and shutil.which("kubectl"):
             where, detail = self.look(handle)  # Kueue may have admitted it since, or its nodes come up
             if where == "ready":
-                with state.locked():
-                    current = state.load(ClusterHandle, handle.name)
-                    if current is not None and current.cluster_id == handle.cluster_id:
-                        current.state = "running"
-                        current.outputs.pop("waiting", None)
-                        state.save(current)
+                self._mark_running(handle)
                 return "running"
             self._note_waiting(handle, where, detail)
             return f"{'failed' if where == 'failed' else 'waiting'} ({detail})"
@@ -595,6 +596,15 @@ def _chart_version() -> str:
     from infra.spec import KUBERAY_CHART_VERSION
 
     return KUBERAY_CHART_VERSION
+
+
+def _update_record(handle: ClusterHandle, change) -> None:
+    """Change this cluster's saved record under the state lock (not a newer cluster of its name);
+    ``change`` says whether it changed anything to save."""
+    with state.locked():
+        current = state.load(ClusterHandle, handle.name)
+        if current is not None and current.cluster_id == handle.cluster_id and change(current):
+            state.save(current)
 
 
 def _unschedulable(pod: dict) -> str:

@@ -447,7 +447,7 @@ def test_tpu_pod_slices_are_priced_per_chip_and_timed_as_the_paper_measured(monk
 
     v3_128 = [o for o in OFFERS if o.accelerator == "tpu-v3-128"]
     assert [(o.region, o.accelerator_count, o.price_od, o.price_spot) for o in v3_128] == [("europe-west4", 64, 128.0, 42.24)]
-    assert layout.tpu_hosts("tpu-v3-128") == 16 and layout.tpu_hosts("tpu-v3-8") == 1 and layout.tpu_hosts("tpu-v6e-8") == 1
+    assert facts.tpu_hosts("tpu-v3-128") == 16 and facts.tpu_hosts("tpu-v3-8") == 1 and facts.tpu_hosts("tpu-v6e-8") == 1
     pol = make(providers=["gcp-tpu"], max_gpus=256)
     ask = PlacementRequest(provider="gcp-tpu", gpus=64, preemptible=True, accelerator="v3")
     plan = placement.plan(pol, PROFILE, OFFERS, ask)
