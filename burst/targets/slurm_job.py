@@ -42,25 +42,21 @@ def _gpus_here() -> int:
 FOLLOWER_GRACE_S = 3.0
 
 
-def _jobs_running(url: str, token: Path) -> bool:
+def _jobs_running(dashboard: str, token: Path) -> bool:
     """True while the head's Jobs API lists a job that is still going (False when it does not answer)."""
-    import urllib.request
+    from infra import keeper
 
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token.read_text().strip()}"})
     try:
-        with urllib.request.urlopen(req, timeout=2) as resp:
-            jobs = json.loads(resp.read())
-    except (OSError, ValueError):
+        return keeper.job_activity(dashboard, token.read_text().strip(), timeout=2)[0]
+    except (OSError, ValueError, AttributeError):  # no answer, or not the Jobs API's list
         return False
-    return any(j.get("status") in ("PENDING", "RUNNING") for j in jobs if isinstance(j, dict))
 
 
-def start_idle_keeper(job_id: str, jobs_url: str, token: Path, idle_minutes: float, head_alive) -> threading.Thread:
+def start_idle_keeper(job_id: str, dashboard: str, token: Path, idle_minutes: float, head_alive) -> threading.Thread:
     """The keeper, in a thread of this process: after ``idle_minutes`` with no job it cancels this
     Slurm job (whose SIGTERM handler then stops Ray as on any cancel). Idle only on an answer."""
     from infra import keeper
 
-    dashboard = jobs_url.rsplit("/api/jobs/", 1)[0]
     thread = threading.Thread(target=keeper.keep, name="burst-keeper", daemon=True,
                               kwargs={"end": lambda: keeper.end_slurm(job_id), "expires": None, "idle_minutes": idle_minutes,
                                       "activity": lambda: keeper.job_activity(dashboard, token.read_text().strip()), "alive": head_alive})
@@ -85,6 +81,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = ray_head.choose_ports()
+    dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
     env = ray_head.head_env(cluster_id, token, ports, loopback=not multi)
     procs = [subprocess.Popen(ray_head.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)]
     if multi:
@@ -116,8 +113,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
             deadline = time.time() + grace_s
             posted = notice.write(notices, "stop", f"Slurm job {os.environ.get('SLURM_JOB_ID')} signalled (walltime near, or cancelled)")
             notice.wait_taken(notices, posted, grace_s, alive=lambda: procs[0].poll() is None)
-            jobs_url = f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/"
-            while time.time() < deadline and procs[0].poll() is None and _jobs_running(jobs_url, token):
+            while time.time() < deadline and procs[0].poll() is None and _jobs_running(dashboard, token):
                 time.sleep(0.5)  # the job publishes what it has and ends
             time.sleep(max(0.0, min(FOLLOWER_GRACE_S, deadline - time.time())))  # a follower's next look sees how it ended
         cleanup()
@@ -132,8 +128,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     tmp.write_text(json.dumps(head))
     os.replace(tmp, cluster_dir / "head.json")
     if idle_minutes and os.environ.get("SLURM_JOB_ID"):
-        start_idle_keeper(os.environ["SLURM_JOB_ID"], f"http://{'127.0.0.1' if not multi else node_ip}:{ports['dashboard']}/api/jobs/",
-                          token, idle_minutes, head_alive=lambda: procs[0].poll() is None)
+        start_idle_keeper(os.environ["SLURM_JOB_ID"], dashboard, token, idle_minutes, head_alive=lambda: procs[0].poll() is None)
     code = procs[0].wait()  # `ray start --block` ends when the head does
     cleanup()
     return code
