@@ -84,6 +84,17 @@ def test_frechet_distance_matches_the_closed_form_for_commuting_covariances():
     assert frechet_distance(a, a.copy()) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_roc_auc_is_the_share_of_pairs_a_score_orders_right_with_ties_counted_half():
+    from workloads.common.distances import roc_auc
+
+    labels = np.array([0, 0, 1, 1])
+    assert roc_auc(labels, np.array([0.1, 0.2, 0.3, 0.4])) == 1.0
+    assert roc_auc(labels, np.array([0.4, 0.3, 0.2, 0.1])) == 0.0
+    assert roc_auc(labels, np.zeros(4)) == 0.5
+    # pairs (negative, positive): (0.1, 0.2) right, (0.1, 0.5) right, (0.2, 0.2) a tie, (0.2, 0.5) right
+    assert roc_auc(labels, np.array([0.1, 0.2, 0.2, 0.5])) == pytest.approx(3.5 / 4)
+
+
 def test_fpd_kpd_and_classifier_tell_a_shifted_sample_from_a_second_draw():
     from workloads.gan3d.distances import distances
 
