@@ -1,4 +1,5 @@
-"""The GPU/CPU driver: Ray Train's TensorflowTrainer, one worker per node owning all its GPUs (or
+"""The GPU/CPU driver: Ray Train's data-parallel trainer with TensorFlow's TF_CONFIG (what its
+TensorflowTrainer does, without importing TensorFlow where nothing trains: ``tf_backend``), one worker per node owning all its GPUs (or
 W CPU workers on one machine), checkpoints under the cluster's storage, and a FailureConfig so
 that a lost worker restarts from the newest checkpoint."""
 
@@ -122,15 +123,18 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
     (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.tensorflow import TensorflowTrainer
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from .tf_backend import TfConfig
 
     resources = {"CPU": float(cfg.cpus_per_worker)}
     if cfg.gpus_per_worker:
         resources["GPU"] = float(cfg.gpus_per_worker)
     keep = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=keep_best, checkpoint_score_order="min") if keep_best else CheckpointConfig(num_to_keep=2)
-    return TensorflowTrainer(
+    return DataParallelTrainer(  # Ray's TensorflowTrainer, less its TensorFlow import (tf_backend)
         train_loop_per_worker,
         train_loop_config={"job": cfg.to_arg()},
+        backend_config=TfConfig(),
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.gpus_per_worker > 0, resources_per_worker=resources),
         run_config=RunConfig(name=cfg.run_id, **ray_train_storage(root), failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=keep, callbacks=list(callbacks)),

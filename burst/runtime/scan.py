@@ -1,7 +1,7 @@
 """The Ray job behind `burst tune`: ``python -m burst.runtime.scan SCAN_CONFIG_JSON``.
 
 Prepares the data once, then hands the scan to Ray Tune: each trial is the same Ray Train
-``TensorflowTrainer`` run as `burst train` (same loop, checkpoints and worker restarts), with the
+run as `burst train` (same loop, checkpoints and worker restarts), with the
 trial's knobs, judged on held-out Monte Carlo after every epoch. ASHA stops the trials that trail
 at each rung; the search is Ray Tune's (random/grid, or Optuna). The budget guard's stop request
 is one file for the whole scan: running trials checkpoint and end, trials not started yet end at
