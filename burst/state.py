@@ -37,8 +37,13 @@ def check_name(name: str, what: str = "cluster") -> str:
     return name
 
 
+def home_path() -> Path:
+    """burst's state directory, whether or not it exists yet."""
+    return Path(os.environ.get("BURST_HOME") or Path.home() / ".burst").expanduser()
+
+
 def home() -> Path:
-    path = Path(os.environ.get("BURST_HOME") or Path.home() / ".burst").expanduser()
+    path = home_path()
     try:
         return ensure_dir(path, "burst's state directory", private=True)
     except Damaged as exc:

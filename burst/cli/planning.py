@@ -162,13 +162,20 @@ def policy_schema() -> None:
 # --------------------------------------------------------------------------- catalog
 
 
+catalog_app = typer.Typer(help="List the price catalog, or refresh its rows from the providers' price lists.")
+
+
+@catalog_app.callback(invoke_without_command=True)
 def catalog(
+    ctx: typer.Context,
     accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
     provider: Annotated[Optional[str], typer.Option(help="only this provider")] = None,
-    catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
+    catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the refreshed one, else the packaged one)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """List the price catalog: node shapes, on-demand and spot prices, and where each comes from."""
+    if ctx.invoked_subcommand is not None:
+        return
     from ..placement import catalog as cat
 
     offers = cat.load(catalog_file)
@@ -178,13 +185,54 @@ def catalog(
     if as_json:
         _emit_json([o.to_dict() for o in rows])
         return
-    t = Table(title=f"price catalog ({len(rows)} rows)")
+    t = Table(title=f"price catalog ({len(rows)} rows, {catalog_file or cat.default_path()})")
     for col in ("provider", "region", "instance", "accel", "n", "on-demand $/h", "spot $/h", "quality", "date"):
         t.add_column(col, justify="right" if col in ("n", "on-demand $/h", "spot $/h") else "left")
     for o in rows:
         t.add_row(o.provider, o.region, o.instance_type, o.accelerator, str(o.accelerator_count), f"{o.price_od:.4f}",
                   "-" if o.price_spot is None else f"{o.price_spot:.4f}", o.quality, o.fetched_at)
     out.print(t)
+
+
+@catalog_app.command("refresh")
+def catalog_refresh(
+    provider: Annotated[Optional[str], typer.Option(help="whose rows to renew (default: every provider with a public price list: Azure's Retail Prices API, no account needed)")] = None,
+    catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="catalog to start from (default: the refreshed one, else the packaged one)")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the refreshed catalog every command reads)")] = None,
+) -> None:
+    """Renew the catalog's rows from the providers' public price lists; each renewed row carries its source and date."""
+    import datetime
+
+    from .. import targets
+    from ..placement import catalog as cat
+    from ..placement import refresh
+    from ..records import write_text_atomic
+    from ..userfile import read_text
+
+    providers = [targets.check_provider(provider)] if provider else list(refresh.renewable())
+    source = catalog_file or cat.default_path()
+    dest = out_file or cat.refreshed_path()
+    today = datetime.date.today().isoformat()
+    text, said = read_text(source, "catalog"), []
+    for name in providers:
+        text, changes, missing = refresh.refresh(text, name, today)
+        said += [f"  {c.describe()}" for c in changes] + [f"  kept: {line}" for line in missing]
+        said.append(f"{name}: {len(changes)} row(s) renewed from its price list, {len(missing)} kept")
+    stamp = "# Rows refreshed by `burst catalog refresh`"
+    text = f"{stamp} ({', '.join(providers)}) on {today} from {source}.\n" + "".join(
+        line for line in text.splitlines(keepends=True) if not line.startswith(stamp))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    draft = dest.with_name(dest.name + ".new")
+    write_text_atomic(draft, text)
+    try:
+        cat.load(draft)  # what is written must read back as a catalog before it replaces anything
+    except BurstError:
+        draft.unlink(missing_ok=True)
+        raise
+    os.replace(draft, dest)
+    for line in said:
+        console.print(line)
+    out.print(f"written: {dest}")
 
 
 # --------------------------------------------------------------------------- bench

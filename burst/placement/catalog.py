@@ -133,9 +133,22 @@ def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
     )
 
 
+def refreshed_path() -> Path:
+    """Where `burst catalog refresh` writes: the catalog every command reads once it exists."""
+    from ..state import home_path
+
+    return home_path() / "catalog.csv"
+
+
+def default_path() -> Path:
+    """The refreshed catalog where there is one, else the packaged one."""
+    refreshed = refreshed_path()
+    return refreshed if refreshed.exists() else DEFAULT_PATH
+
+
 def load(path: Optional[Path] = None) -> list[Offer]:
-    """Read and check a catalog file (``#`` lines are comments)."""
-    path = Path(path) if path else DEFAULT_PATH
+    """Read and check a catalog file (``#`` lines are comments); by default ``default_path()``."""
+    path = Path(path) if path else default_path()
     text = read_text(path, "catalog")
     numbered = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip() and not line.lstrip().startswith("#")]
     if not numbered:

@@ -11,6 +11,7 @@ time to get a node back. Losses stretch the run, which raises the exposure, henc
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
@@ -161,6 +162,9 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     est.storage_usd = stored_gb * facts.storage_usd_per_gb_month / HOURS_PER_MONTH * est.hours
     if layout.quality != "catalog":
         est.notes.append(f"price is {layout.quality} (see the catalog header)")
+    stale = _stale_price(layout, policy.max_price_age_days)
+    if stale:
+        est.notes.append(stale)
     _speed_note(est, profile, layout.accelerator)
     est.energy_kwh = profile.watts(layout.accelerator) * layout.count / 1000 * facts.pue * (est.training_h + est.preemption_h)
     grid = carbon.intensity(layout.provider, layout.region)
@@ -169,6 +173,25 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     else:
         est.grid_g_per_kwh = grid[0]
     return est
+
+
+def _stale_price(layout: Layout, max_days: int, today: Optional[datetime.date] = None) -> Optional[str]:
+    """A note when the oldest price row the layout uses was read more than ``max_days`` ago."""
+    today = today or datetime.date.today()
+    read = []
+    for pool in layout.pools:
+        try:
+            read.append((datetime.date.fromisoformat(pool.offer.fetched_at[:10]), pool.offer))
+        except ValueError:
+            return f"price of {pool.offer.instance_type} in {pool.offer.region} has no readable date ({pool.offer.fetched_at!r}): its age is unknown"
+    if not read:
+        return None
+    when, offer = min(read, key=lambda r: r[0])
+    age = (today - when).days
+    if age <= max_days:
+        return None
+    fix = "`burst catalog refresh`" if targets.get(offer.provider).price_list is not None else "a renewed catalog (--catalog)"
+    return f"price of {offer.instance_type} in {offer.region} was read {when} ({age} days ago; the policy allows {max_days}): renew it with {fix}"
 
 
 def _speed_note(est: Estimate, profile: Profile, accelerator: str) -> None:

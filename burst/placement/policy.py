@@ -141,6 +141,7 @@ class Policy(_Strict):
     data: DataLocation = Field(default_factory=DataLocation, description="where the training data is and what moving it costs")
     recovery: Recovery = Field(default_factory=Recovery, description="how a managed run recovers from a lost cluster")
     stores: Stores = Field(default_factory=Stores, description="where runs keep checkpoints, datasets and results, apart from clusters")
+    max_price_age_days: int = Field(90, gt=0, le=3650, description="a plan whose price row was read longer ago than this says so (`burst catalog refresh` renews Azure's rows)")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, le=10_000_000, description="also checkpoint inside an epoch every this many steps (default: whole epochs only; a notice of lost capacity checkpoints either way)")
 
     @field_validator("deadline")

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Optional
+from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Optional, Protocol
 
 from ..errors import BurstError
 from ..state import ClusterHandle
@@ -97,6 +97,16 @@ class JobRuntime:
     runtime_env: dict = field(default_factory=dict)
 
 
+class PriceList(Protocol):
+    """A provider's public price list (``burst catalog refresh``)."""
+
+    def source(self, today: str) -> str:
+        """What a renewed catalog row names as its source."""
+
+    def lookup(self, region: str, instance_type: str) -> Optional[tuple[float, Optional[float]]]:
+        """(on-demand, spot or None) per hour of one node shape in one region; None when unlisted."""
+
+
 class Target(ABC):
     """One provider. Subclasses set the class attributes and implement ``up``, ``down``, ``is_alive``."""
 
@@ -115,6 +125,7 @@ class Target(ABC):
     takes_context: ClassVar[bool] = False   # `up --context/--namespace` choose a Kubernetes cluster and namespace
     store_schemes: ClassVar[tuple[str, ...]] = ()  # the bucket URIs of its cloud (gs, abfs): what keeping data there costs
     tpu_hosts_driven: ClassVar[Optional[int]] = None  # TPU slices: how many hosts its jobs train on (None: any)
+    price_list: ClassVar[Optional["PriceList"]] = None  # a public price list its catalog rows are renewed from (`burst catalog refresh`)
 
     # ------------------------------------------------------------------ lifecycle
 

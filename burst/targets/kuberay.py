@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 from ..errors import BurstError
 from ..state import ClusterHandle
+from .azure_prices import AzureRetailPrices
 from .base import JobResources, JobRuntime
 from . import azure_cloud, google_cloud
 from .google_cloud import GoogleCloudStack
@@ -74,6 +75,7 @@ class GkeTarget(KubeRayTarget, GoogleCloudStack):
 
 class AksTarget(KubeRayTarget):
     provider = "azure"
+    price_list = AzureRetailPrices()
     vendor = "azure"
     store_schemes = ("abfs", "abfss")
     store_service = "blob"

@@ -1,0 +1,85 @@
+"""``burst catalog refresh``: renew a provider's catalog rows from its public price list.
+
+A target that has one says so (``Target.price_list``: today Azure's Retail Prices API). A renewed
+row carries the price list's name, the date it was read, and quality ``catalog``; a row the list
+does not price stays as it was and is said. Nothing is written unless every query was answered.
+
+GCP and TPU rows are bundles of GPU and host prices from Google's Cloud Billing Catalog, which
+needs the user's credentials and a mapping of SKUs to machine shapes that burst does not have yet:
+they stay as the catalog header says they were made.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import targets
+from ..errors import BurstError
+
+
+@dataclass(frozen=True)
+class Change:
+    """One catalog row the refresh renewed: what it said and what the price list says now."""
+
+    region: str
+    instance_type: str
+    old_od: float
+    new_od: float
+    old_spot: Optional[float]
+    new_spot: Optional[float]
+    old_date: str
+
+    def describe(self) -> str:
+        def money(v: Optional[float]) -> str:
+            return "-" if v is None else f"{v:g}"
+
+        same = self.old_od == self.new_od and self.old_spot == self.new_spot
+        return (f"{self.instance_type} in {self.region}: on-demand {money(self.old_od)} -> {money(self.new_od)}, "
+                f"spot {money(self.old_spot)} -> {money(self.new_spot)}" + (" (unchanged; dated afresh)" if same else "")
+                + f" (was read {self.old_date})")
+
+
+def renewable() -> tuple[str, ...]:
+    """Providers whose target reads a public price list."""
+    return tuple(t.provider for t in targets.all_targets() if t.price_list is not None)
+
+
+def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], list[str]]:
+    """The catalog ``text`` with ``provider``'s rows renewed from its price list: (new text, rows
+    renewed, rows the list does not price). Comment lines and every other row are kept as they are."""
+    price_list = targets.get(provider).price_list
+    if price_list is None:
+        raise BurstError(f"{provider} has no public price list burst can read (those that have: {', '.join(renewable())}); "
+                         f"its rows are renewed by hand, as the catalog header says")
+    lines = text.splitlines(keepends=True)
+    header_at = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")), None)
+    if header_at is None:
+        raise BurstError("the catalog has no header row; refresh a catalog `burst catalog` can read")
+    reader = csv.DictReader(io.StringIO("".join(lines[header_at:])))
+    columns = reader.fieldnames or []
+    rows = list(reader)
+    mine = [row for row in rows if row.get("provider") == provider]
+    answers = {}
+    for row in mine:
+        key = (row["region"], row["instance_type"])
+        if key not in answers:
+            answers[key] = price_list.lookup(*key)
+    source = price_list.source(today)
+    changes, missing = [], []
+    for row in mine:
+        found = answers[(row["region"], row["instance_type"])]
+        if found is None:
+            missing.append(f"{row['instance_type']} in {row['region']}: no Linux pay-as-you-go price listed; row kept as read {row['fetched_at']}")
+            continue
+        od, spot = found
+        old_spot = float(row["price_spot"]) if row["price_spot"] else None
+        changes.append(Change(row["region"], row["instance_type"], float(row["price_od"]), od, old_spot, spot, row["fetched_at"]))
+        row.update(price_od=f"{od:g}", price_spot="" if spot is None else f"{spot:g}", quality="catalog", source=source, fetched_at=today)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return "".join(lines[:header_at]) + out.getvalue(), changes, missing
