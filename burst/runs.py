@@ -144,7 +144,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=target.job_storage(handle), data=target.job_path(handle, data) if data else None,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
-                    threads=resources.threads, tpu=resources.tpu, resume_from=resume_from,
+                    threads=resources.threads, tpu=resources.tpu, tpu_hosts=resources.tpu_hosts, tpu_name=resources.tpu_name, resume_from=resume_from,
                     notices=notice.root(target.job_storage(handle), handle.cluster_id))
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
     run.config["data_source"] = request.data  # as the user gave it: a resume stages it again, not the old cluster's copy

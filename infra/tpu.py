@@ -1,9 +1,13 @@
 """A Cloud TPU VM slice running Ray, with access to the region's store (``--provider gcp-tpu``).
 
 ``TensorflowTrainer`` cannot drive TPUs, so the workload runs as a Ray task with
-``TPUStrategy`` on the TPU host. Every host of the slice runs a startup
-script that installs burst from the wheel in the bucket and starts Ray: the head on host 0
-(dashboard on 127.0.0.1 only, reached through an SSH tunnel), the others join it. No external
+``TPUStrategy`` on host 0, which drives every host's chips on a pod slice (burst.runtime.tpu).
+Every host of the slice runs a startup script that installs burst from the wheel in the bucket
+and starts Ray: the head on host 0 (dashboard on 127.0.0.1 only, reached through an SSH tunnel;
+``TPU_SLICE_HEAD``, where the TensorFlow client runs), the others join it (``TPU_HOST`` on each).
+A firewall rule lets the slice's hosts reach each other on every TCP port (Ray's GCS, raylets
+and object transfers, and the TPU runtime TensorFlow's client on host 0 talks to), whatever the
+network's own rules allow. No external
 IP unless asked: the tunnel goes through Identity-Aware Proxy (a firewall rule lets IAP's range
 reach port 22 on the slice's network tag), and the hosts reach the bucket and PyPI through a
 Cloud Router with Cloud NAT of their own (without it the startup script cannot download
@@ -73,7 +77,7 @@ export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$TOKEN_FILE"
 gcloud storage cp '{wheel_uri}' /tmp/
 python3 -m pip install --quiet /tmp/$(basename '{wheel_uri}') 'ray[default,train]=={spec.ray_version}'
 if [ "$WORKER" = "0" ]; then
-  ray start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1}}'
+  ray start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}}'
   # the keeper (infra.keeper, installed with burst): deletes this slice at its lease's end or when idle,
   # whatever the user's machine does
   nohup python3 -m infra.keeper {keeper_args(spec)} >> /var/log/burst-keeper.log 2>&1 &
@@ -120,6 +124,12 @@ def program(spec: StackSpec) -> dict:
             "iap-ssh", name=f"{spec.slug}-iap-ssh", project=spec.project, network=NETWORK, direction="INGRESS",
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=["22"])], source_ranges=[IAP_RANGE],
             target_tags=[spec.slug], description=_describe(labels)))
+    # the hosts reach each other (Ray joins them to host 0's head; TensorFlow's client on host 0
+    # drives every host's TPU runtime): source and target are the slice's own tag, nothing else
+    network.append(gcp.compute.Firewall(
+        "slice-internal", name=f"{spec.slug}-slice", project=spec.project, network=NETWORK, direction="INGRESS",
+        allows=[gcp.compute.FirewallAllowArgs(protocol="tcp")], source_tags=[spec.slug], target_tags=[spec.slug],
+        description=_describe(labels)))
     tpu = gcp.tpu.V2Vm(
         "tpu", name=spec.slug, project=spec.project, zone=pool.zone, tags=[spec.slug],
         accelerator_type=accelerator, runtime_version=runtime_version(spec),

@@ -207,7 +207,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
         tpu = group[0].is_tpu
         hosts_driven = targets.get(prov).tpu_hosts_driven if tpu else None
         if tpu and hosts_driven is not None and facts.tpu_hosts(acc) > hosts_driven:
-            skip(f"a TPU slice of more than {hosts_driven} host(s): burst trains on one host of a slice so far")
+            skip(f"a TPU slice of more than {hosts_driven} host(s): the {prov} target trains on no more")
             continue
         if tpu and scan is not None:
             skip("a scan needs a Ray cluster of GPUs (a TPU VM trains one job per slice)")

@@ -66,6 +66,8 @@ class JobConfig(TrainSettings):
     gpus_per_worker: int = Field(0, ge=0)
     threads: Optional[int] = Field(None, gt=0)
     tpu: bool = False
+    tpu_hosts: int = Field(1, gt=0)     # hosts of the TPU slice (more than one: host 0 drives them all, runtime.tpu)
+    tpu_name: Optional[str] = None      # the slice's name, which TPUClusterResolver resolves to every host's address
     max_failures: int = Field(3, ge=0)
     resume_from: Optional[str] = None   # checkpoints of an earlier attempt of this run (another cluster's storage)
     notices: Optional[str] = None       # this cluster's notice directory (notice.root); None: no one posts notices

@@ -1,15 +1,39 @@
-"""The TPU driver: TensorflowTrainer cannot drive TPUs, so on a TPU host the same training loop
-runs under TPUStrategy as one Ray task. A checkpoint goes to the cluster storage every epoch, and
-a restarted task (a preempted slice comes back) resumes from the newest."""
+"""The TPU driver: Ray Train cannot drive TPUs, so the same training loop runs under TPUStrategy as
+one Ray task on host 0 of the slice. A checkpoint goes to the cluster storage every epoch, and a
+restarted task resumes from the newest.
+
+A slice of several hosts (a pod slice: v3-32 and up) is driven as TensorFlow does it on TPU VMs:
+one client, on host 0, whose ``TPUClusterResolver`` is given the slice's name (it asks the Cloud
+TPU API for every host's address) and ``TPU_LOAD_LIBRARY=0`` (the client leaves the local chips to
+the host's TPU runtime, which serves them as every other host's does); TPUStrategy then spans the
+chips of all hosts. Google's own TensorFlow pod tests run the program so, on one worker with
+``TPU_NAME`` and ``TPU_LOAD_LIBRARY=0`` (GoogleCloudPlatform/ml-auto-solutions,
+``dags/solutions_team/configs/tensorflow/solutionsteam_tf_nightly_supported_config.py``:
+``all_workers=not is_pod``). Every host runs Ray (infra/tpu.py: ``TPU_HOST`` on each, and
+``TPU_SLICE_HEAD`` on host 0 alone); the driver holds one sentinel actor on every host for the
+run, so a host that leaves (its Ray node dies) is seen at once: the client's task is cancelled, the
+driver waits for the slice to be whole again, and the slice starts again from its newest
+checkpoint, at most ``MAX_SLICE_RESTARTS`` times.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
+import threading
+import time
 from pathlib import Path
+from typing import Callable
 
-from .job import JobConfig, RunFiles
+from .job import JobConfig, RunFiles, StatusEvent, emit, failure_line
 from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files
+
+HOST = "TPU_HOST"              # one on every host of the slice (infra/tpu.py starts Ray so)
+SLICE_HEAD = "TPU_SLICE_HEAD"  # host 0's alone: where the TensorFlow client runs
+MAX_SLICE_RESTARTS = 3
+HOSTS_WAIT_S = 900.0           # how long a slice that lost a host is waited for before the run stops
 
 
 def resume_point(cfg: JobConfig, local_root: Path) -> Path | None:
@@ -34,7 +58,8 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     from . import scratch, storage
 
     cfg = JobConfig.from_arg(cfg_arg)
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="local")
+    # "local": this host's own chips; on a pod slice, the slice's name (host_environment)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME") or "local")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     strategy = tf.distribute.TPUStrategy(resolver)
@@ -67,8 +92,94 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     return final_dir
 
 
-def train(cfg: JobConfig, dest: Path) -> tuple[Path | None, str | None]:
+def host_environment(cfg: JobConfig) -> dict[str, str]:
+    """The environment of the TensorFlow client on host 0: nothing on a single host (its chips are
+    local); on a pod slice, the slice's name and ``TPU_LOAD_LIBRARY=0`` (see the module's docstring)."""
+    if cfg.tpu_hosts <= 1:
+        return {}
+    if not cfg.tpu_name:
+        raise ValueError("a TPU slice of several hosts needs its name (JobConfig.tpu_name) for TPUClusterResolver")
+    return {"TPU_NAME": cfg.tpu_name, "TPU_LOAD_LIBRARY": "0"}
+
+
+class HostSentinel:
+    """Held on one host of the slice for an attempt: says where it is, and its ``hold`` call fails
+    the moment its host (its Ray node) is gone."""
+
+    def __init__(self) -> None:
+        self._released = threading.Event()
+
+    def describe(self) -> dict:
+        import ray
+
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
+                "tpu_name": os.environ.get("TPU_NAME"), "tpu_load_library": os.environ.get("TPU_LOAD_LIBRARY")}
+
+    def hold(self) -> None:
+        self._released.wait()
+
+    def release(self) -> None:
+        self._released.set()
+
+
+def _wait_for_hosts(hosts: int, timeout: float) -> None:
     import ray
 
-    task = ray.remote(resources={"TPU_HOST": 1}, max_retries=3)(train_on_host)
-    return Path(ray.get(task.remote(cfg.to_arg(), str(dest)))), None
+    deadline = time.monotonic() + timeout
+    while ray.cluster_resources().get(HOST, 0) < hosts or ray.cluster_resources().get(SLICE_HEAD, 0) < 1:
+        if time.monotonic() > deadline:
+            have = int(ray.cluster_resources().get(HOST, 0))
+            raise TimeoutError(f"the TPU slice has {have} of its {hosts} host(s) in the Ray cluster after {timeout / 60:.0f} min")
+        time.sleep(2)
+
+
+def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = train_on_host,
+          hosts_wait_s: float = HOSTS_WAIT_S) -> tuple[Path | None, str | None]:
+    """Train on every host of the slice: the client on host 0, a sentinel on each host; a lost host
+    starts the slice again from its newest checkpoint. (final checkpoint, None) or (None, why)."""
+    import ray
+
+    sentinel = ray.remote(num_cpus=0, resources={HOST: 1}, max_restarts=0, max_concurrency=2)(HostSentinel)
+    client = ray.remote(num_cpus=0, resources={SLICE_HEAD: 1}, max_retries=0,
+                        runtime_env={"env_vars": host_environment(cfg)})(train_fn)
+    why = "no attempt ran"
+    for attempt in range(1, MAX_SLICE_RESTARTS + 2):
+        try:
+            _wait_for_hosts(cfg.tpu_hosts, hosts_wait_s)
+        except TimeoutError as exc:
+            return None, f"{exc}: the run stops here with its checkpoints ({why})"
+        held = [sentinel.remote() for _ in range(cfg.tpu_hosts)]  # one per host: each host has one TPU_HOST
+        where = ray.get([h.describe.remote() for h in held])
+        emit(StatusEvent(message=f"training on {cfg.tpu_hosts} TPU host(s): "
+                                 f"{', '.join(sorted(w['hostname'] + ' (Ray node ' + w['node_id'][:12] + ')' for w in where))}"
+                         + (f" (attempt {attempt})" if attempt > 1 else "")))
+        task = client.remote(cfg.to_arg(), str(dest))
+        holds = [h.hold.remote() for h in held]
+        done, _ = ray.wait([task, *holds], num_returns=1)
+        if task in done:
+            try:
+                final = ray.get(task)
+            except Exception as exc:  # the client died with its host, or TensorFlow lost a host's runtime
+                why = failure_line(exc)
+            else:
+                _release(held)
+                return Path(final), None
+        else:
+            why = "a TPU host left the Ray cluster"
+            ray.cancel(task, force=True)
+        _release(held)
+        if attempt <= MAX_SLICE_RESTARTS:
+            emit(StatusEvent(message=f"{why}: the slice starts again from its newest checkpoint once all "
+                                     f"{cfg.tpu_hosts} host(s) are back (restart {attempt} of {MAX_SLICE_RESTARTS})"))
+    return None, f"the TPU slice failed {MAX_SLICE_RESTARTS + 1} times; last: {why}"
+
+
+def _release(held: list) -> None:
+    import ray
+
+    for h in held:
+        try:
+            h.release.remote()
+            ray.kill(h)
+        except Exception:  # already gone with its host
+            pass

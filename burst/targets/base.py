@@ -87,6 +87,8 @@ class JobResources:
     gpus_per_worker: int = 0
     threads: Optional[int] = None  # TensorFlow CPU threads per worker (None: TensorFlow decides)
     tpu: bool = False              # the job runs as one Ray task on a TPU host, not under Ray Train
+    tpu_hosts: int = 1             # hosts of the TPU slice
+    tpu_name: Optional[str] = None  # the slice's name (what TPUClusterResolver resolves on a multi-host slice)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The Cloud TPU target (``gcp-tpu``): one TPU VM slice whose hosts run Ray themselves.
 
-TPUs cannot be driven by Ray Train's TensorflowTrainer, so a job runs the training loop as one
-Ray task on the TPU host under TPUStrategy. The hosts install burst from a wheel built here at
+TPUs cannot be driven by Ray Train, so a job runs the training loop as one Ray task under
+TPUStrategy on host 0, which drives the chips of every host on a pod slice (runtime.tpu). The hosts install burst from a wheel built here at
 ``up``, and the head is reached through an IAP SSH tunnel (no external IP).
 """
 
@@ -25,9 +25,9 @@ from .pulumi_stack import missing_tools
 class TpuVmTarget(GoogleCloudStack):
     provider = "gcp-tpu"
     head_hint = "check the TPU VM's startup log"
-    # The job is one Ray task on host 0 under TPUStrategy: a pod slice's other hosts would idle
-    # while the plan priced them, so the plan offers single-host slices only (issue 41: pods).
-    tpu_hosts_driven = 1
+    # Every host of a slice trains: on a pod slice TensorFlow's single client on host 0 drives
+    # the chips of all hosts (runtime.tpu), so the plan may offer slices of any size.
+    tpu_hosts_driven = None
 
     def program(self, spec) -> Callable[[], object]:
         from infra import tpu
@@ -64,7 +64,10 @@ class TpuVmTarget(GoogleCloudStack):
                 "-N", "-L", f"{port}:127.0.0.1:8265"]
 
     def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
-        return JobResources(workers=1, tpu=True)
+        from .facts import tpu_hosts
+
+        hosts = tpu_hosts(handle.accelerator) if handle.accelerator else 1
+        return JobResources(workers=1, tpu=True, tpu_hosts=hosts, tpu_name=handle.outputs.get("tpu_name") or None)
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
         return JobRuntime(python="python3")  # the TPU hosts installed burst from its wheel at boot

@@ -141,8 +141,9 @@ def test_for_tpus_gpus_counts_chips(tmp_path):
         ("tpu-v2-8", 4), ("tpu-v3-8", 4), ("tpu-v4-8", 4), ("tpu-v5p-8", 4)}
     none = burst("plan", "--provider", "gcp-tpu", "--gpus", "3", "--json", home=tmp_path)
     assert none.returncode == 1 and "TPU slice of another chip count" in json.loads(none.stdout)["why"]
-    pods = burst("plan", "--provider", "gcp-tpu", "--gpus", "16", "--json", home=tmp_path)  # v3-32, v5litepod-16, ...: several hosts
-    assert pods.returncode == 1 and "a TPU slice of more than 1 host(s)" in json.loads(pods.stdout)["why"]
+    pods = json.loads(burst("plan", "--provider", "gcp-tpu", "--gpus", "16", "--json", home=tmp_path).stdout)  # slices of several hosts
+    assert {c["accelerator"] for c in pods["candidates"]} == {"tpu-v2-32", "tpu-v3-32", "tpu-v4-32", "tpu-v5litepod-16", "tpu-v5p-32", "tpu-v6e-16"}
+    assert all(c["count"] == 16 for c in pods["candidates"])
 
 
 def test_a_layout_mixing_infiniband_and_ethernet_nodes_is_refused_with_the_way_out(tmp_path):

@@ -54,7 +54,7 @@ def test_3_tpu_vm_without_external_ip_gets_nat_and_the_iap_ssh_rule():
     _, spec, resources, _ = render("gcp-tpu", "v3-8", None, True, region="us-central1")
     (router,) = of_type(resources, "compute/router:Router")
     (nat,) = of_type(resources, "compute/routerNat:RouterNat")
-    (rule,) = of_type(resources, "compute/firewall:Firewall")
+    (rule,) = [r for r in of_type(resources, "compute/firewall:Firewall") if r["name"] == "iap-ssh"]
     (tpu,) = of_type(resources, "v2Vm:V2Vm")
     assert router["inputs"]["network"] == tpu["inputs"]["networkConfig"]["network"] == "default"
     assert router["inputs"]["region"] == nat["inputs"]["region"] == "us-central1"
@@ -64,7 +64,7 @@ def test_3_tpu_vm_without_external_ip_gets_nat_and_the_iap_ssh_rule():
     assert rule["inputs"]["targetTags"] == tpu["inputs"]["tags"] == [spec.slug]
     assert {"nat", "nat-router", "iap-ssh"} <= set(tpu["dependsOn"])  # the hosts download at boot
     with_ip = targets.get("gcp-tpu").rendering(dataclasses.replace(spec, external_ip=True), layout.resolve(OFFERS, "gcp-tpu", "v3-8", region="us-central1"))
-    assert not [r for r in with_ip["resources"] if r["type"].startswith("gcp:compute/")]
+    assert [r["name"] for r in with_ip["resources"] if r["type"].startswith("gcp:compute/")] == ["slice-internal"]  # no NAT, no IAP rule
 
 
 def test_4_gke_workload_identity_binding_waits_for_the_cluster():

@@ -164,6 +164,13 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert i["networkConfig"]["enableExternalIps"] is False  # no external IP unless asked
     script = i["metadata"]["startup-script"]
     assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
+    # every host is a TPU_HOST; host 0 alone the TPU_SLICE_HEAD, where TensorFlow's client runs (burst.runtime.tpu)
+    head, worker = (line for line in script.splitlines() if line.strip().startswith("ray start"))
+    assert "\"TPU_HOST\": 1, \"TPU_SLICE_HEAD\": 1" in head and "TPU_SLICE_HEAD" not in worker and "\"TPU_HOST\": 1" in worker
+    # the hosts reach each other on every TCP port, and only each other
+    (inside,) = [r for r in of_type(resources, "compute/firewall:Firewall") if r["name"] == "slice-internal"]
+    assert inside["inputs"]["sourceTags"] == inside["inputs"]["targetTags"] == i["tags"] == [spec.slug]
+    assert inside["inputs"]["allows"] == [{"protocol": "tcp"}] and "sourceRanges" not in inside["inputs"]
     # preempted or stopped, host 0 posts a stop notice on the bucket and waits for the run's checkpoint
     shutdown = i["metadata"]["shutdown-script"]
     assert f"python3 -m burst.runtime.notice '{bucket_uri(spec)}/notices/{spec.lease_id}' --action stop" in shutdown and "--wait 20" in shutdown

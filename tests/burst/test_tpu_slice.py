@@ -1,0 +1,92 @@
+"""A TPU pod slice driven on a real multi-node Ray cluster (Ray's ``cluster_utils``: four raylets on
+this machine), its nodes presenting the resources the slice's startup script gives its hosts
+(``TPU_HOST`` on each, ``TPU_SLICE_HEAD`` on host 0). No TPU is reachable, so TensorFlow's client
+is stood in for by a function that trains "epochs" as files on the storage and resumes from the
+newest, as ``train_on_host`` does with checkpoints; what runs where, with which environment, and
+what a lost host does are burst's own code (``burst.runtime.tpu.train``)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = r"""
+import json, os, sys, threading, time
+from pathlib import Path
+import ray
+from ray.cluster_utils import Cluster
+from burst.runtime import tpu
+from burst.runtime.job import JobConfig
+
+out = Path(sys.argv[1])
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}})
+workers = [cluster.add_node(num_cpus=1, resources={"TPU_HOST": 1}) for _ in range(3)]
+ray.init(address=cluster.address)
+head_node = ray.get_runtime_context().get_node_id()
+
+def client(cfg_arg, final_dir):
+    cfg = JobConfig.from_arg(cfg_arg)
+    store = Path(cfg.storage)
+    start = len(list(store.glob("epoch_*"))) + 1  # the newest "checkpoint"
+    with open(store / "clients.jsonl", "a") as fh:
+        fh.write(json.dumps({"start_epoch": start, "node_id": ray.get_runtime_context().get_node_id(),
+                             "TPU_NAME": os.environ.get("TPU_NAME"), "TPU_LOAD_LIBRARY": os.environ.get("TPU_LOAD_LIBRARY")}) + "\n")
+    for epoch in range(start, cfg.epochs + 1):
+        time.sleep(1.5)
+        (store / f"epoch_{epoch}").write_text("")
+        with open(store / "trained.log", "a") as fh:
+            fh.write(f"{epoch}\n")
+    Path(final_dir).mkdir(parents=True, exist_ok=True)
+    return final_dir
+
+cfg = JobConfig(run_id="slice", storage=str(out), epochs=5, tpu=True, tpu_hosts=4, tpu_name="burst-slice-x")
+result = {}
+driver = threading.Thread(target=lambda: result.update(zip(("final", "why"), tpu.train(cfg, out / "final", train_fn=client, hosts_wait_s=120))))
+driver.start()
+while not (out / "epoch_2").exists():
+    time.sleep(0.1)
+cluster.remove_node(workers[1])  # a host's Ray node dies mid-run
+time.sleep(4)
+cluster.add_node(num_cpus=1, resources={"TPU_HOST": 1})  # and comes back (the slice's hosts restart): Ray wants the main thread
+driver.join(timeout=200)
+final, why = result.get("final"), result.get("why", "the driver did not return")
+print(json.dumps({"final": str(final) if final else None, "why": why, "head_node": head_node,
+                  "nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]]}))
+ray.shutdown()
+cluster.shutdown()
+"""
+
+
+def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every_host_and_restarts_from_its_checkpoint(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["why"] is None and result["final"] == str(tmp_path / "final")
+    events = [json.loads(line.split("BURST_EVENT ", 1)[1]) for line in lines if "BURST_EVENT " in line]
+    said = [e["message"] for e in events if e["type"] == "status"]
+    # each attempt holds all four hosts, one sentinel on each Ray node
+    holding = [m for m in said if m.startswith("training on 4 TPU host(s)")]
+    assert len(holding) == 2 and all(m.count("(Ray node ") == 4 for m in holding)
+    assert len({part.split(")")[0] for part in holding[0].split("(Ray node ")[1:]}) == 4
+    assert any("a TPU host left the Ray cluster: the slice starts again from its newest checkpoint" in m and "restart 1 of 3" in m for m in said)
+    # TensorFlow's client ran on host 0 (the TPU_SLICE_HEAD), with the slice's name and the library left to the TPU runtime
+    clients = [json.loads(line) for line in (tmp_path / "clients.jsonl").read_text().splitlines()]
+    assert len(clients) == 2 and all(c["node_id"] == result["head_node"] for c in clients)
+    assert all(c["TPU_NAME"] == "burst-slice-x" and c["TPU_LOAD_LIBRARY"] == "0" for c in clients)
+    # the second attempt went on from the newest checkpoint: every epoch trained once, in order
+    assert clients[0]["start_epoch"] == 1 and clients[1]["start_epoch"] >= 3
+    assert [int(x) for x in (tmp_path / "trained.log").read_text().split()] == [1, 2, 3, 4, 5]
+
+
+def test_a_single_host_slice_uses_its_local_chips_and_a_pod_slice_needs_its_name():
+    from burst.runtime import tpu
+    from burst.runtime.job import JobConfig
+
+    assert tpu.host_environment(JobConfig(run_id="r", storage="/s", tpu=True)) == {}
+    assert tpu.host_environment(JobConfig(run_id="r", storage="/s", tpu=True, tpu_hosts=16, tpu_name="n")) == {"TPU_NAME": "n", "TPU_LOAD_LIBRARY": "0"}
+    with pytest.raises(ValueError, match="needs its name"):
+        tpu.host_environment(JobConfig(run_id="r", storage="/s", tpu=True, tpu_hosts=4))
