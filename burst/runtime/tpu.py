@@ -34,6 +34,9 @@ HOST = "TPU_HOST"              # one on every host of the slice (infra/tpu.py st
 SLICE_HEAD = "TPU_SLICE_HEAD"  # host 0's alone: where the TensorFlow client runs
 MAX_SLICE_RESTARTS = 3
 HOSTS_WAIT_S = 900.0           # how long a slice that lost a host is waited for before the run stops
+# what TensorFlow's client raises when a host's TPU runtime goes away under it: the slice restarts;
+# any other error of the training (bad data, a bug) ends the run as it would on one host
+LOST_HOST_ERRORS = frozenset({"UnavailableError", "AbortedError", "DeadlineExceededError"})
 
 
 def resume_point(cfg: JobConfig, local_root: Path) -> Path | None:
@@ -159,7 +162,10 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
         if task in done:
             try:
                 final = ray.get(task)
-            except Exception as exc:  # the client died with its host, or TensorFlow lost a host's runtime
+            except Exception as exc:
+                if not _lost_host(exc):
+                    _release(held)
+                    raise
                 why = failure_line(exc)
             else:
                 _release(held)
@@ -172,6 +178,17 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
             emit(StatusEvent(message=f"{why}: the slice starts again from its newest checkpoint once all "
                                      f"{cfg.tpu_hosts} host(s) are back (restart {attempt} of {MAX_SLICE_RESTARTS})"))
     return None, f"the TPU slice failed {MAX_SLICE_RESTARTS + 1} times; last: {why}"
+
+
+def _lost_host(exc: BaseException) -> bool:
+    """Did the client fail because a host went away: its worker or node died (Ray's own errors), or
+    TensorFlow lost a host's TPU runtime? An error of the training itself is not."""
+    import ray.exceptions as rex
+
+    if isinstance(exc, (rex.WorkerCrashedError, rex.NodeDiedError, rex.ObjectLostError)):
+        return True
+    cause = getattr(exc, "cause", None) or exc
+    return type(cause).__name__ in LOST_HOST_ERRORS
 
 
 def _release(held: list) -> None:

@@ -53,7 +53,15 @@ time.sleep(4)
 cluster.add_node(num_cpus=1, resources={"TPU_HOST": 1})  # and comes back (the slice's hosts restart): Ray wants the main thread
 driver.join(timeout=200)
 final, why = result.get("final"), result.get("why", "the driver did not return")
-print(json.dumps({"final": str(final) if final else None, "why": why, "head_node": head_node,
+def broken(cfg_arg, final_dir):
+    raise ValueError("the data says no")  # an error of the training itself, not of a host
+
+try:
+    tpu.train(cfg.model_copy(update={"run_id": "broken"}), out / "final-broken", train_fn=broken, hosts_wait_s=10)
+    raised = None
+except Exception as exc:
+    raised = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"final": str(final) if final else None, "why": why, "head_node": head_node, "raised": raised,
                   "nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]]}))
 ray.shutdown()
 cluster.shutdown()
@@ -70,7 +78,7 @@ def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every
     said = [e["message"] for e in events if e["type"] == "status"]
     # each attempt holds all four hosts, one sentinel on each Ray node
     holding = [m for m in said if m.startswith("training on 4 TPU host(s)")]
-    assert len(holding) == 2 and all(m.count("(Ray node ") == 4 for m in holding)
+    assert len(holding) == 3 and all(m.count("(Ray node ") == 4 for m in holding)  # two attempts, and the broken run's one
     assert len({part.split(")")[0] for part in holding[0].split("(Ray node ")[1:]}) == 4
     assert any("a TPU host left the Ray cluster: the slice starts again from its newest checkpoint" in m and "restart 1 of 3" in m for m in said)
     # TensorFlow's client ran on host 0 (the TPU_SLICE_HEAD), with the slice's name and the library left to the TPU runtime
@@ -80,6 +88,8 @@ def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every
     # the second attempt went on from the newest checkpoint: every epoch trained once, in order
     assert clients[0]["start_epoch"] == 1 and clients[1]["start_epoch"] >= 3
     assert [int(x) for x in (tmp_path / "trained.log").read_text().split()] == [1, 2, 3, 4, 5]
+    # an error of the training itself ends the run at once, as on one host: no restart
+    assert "the data says no" in result["raised"] and sum("restart" in m for m in said) == 1
 
 
 def test_a_single_host_slice_uses_its_local_chips_and_a_pod_slice_needs_its_name():
