@@ -213,6 +213,7 @@ def catalog_refresh(
     source = catalog_file or cat.default_path()
     dest = out_file or cat.refreshed_path()
     today = datetime.date.today().isoformat()
+    cat.load(source)  # a catalog that does not read is one line here, before anything is asked
     text, said = read_text(source, "catalog"), []
     for name in providers:
         text, changes, missing = refresh.refresh(text, name, today)

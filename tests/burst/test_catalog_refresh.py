@@ -166,6 +166,11 @@ def test_an_unreachable_api_and_another_provider_are_one_line_each(monkeypatch, 
     monkeypatch.setenv(azure_prices.URL_ENV, "http://127.0.0.1:9/api/retail/prices")  # discard port: nothing listens
     result = CliRunner().invoke(app, ["catalog", "refresh"])
     assert result.exit_code == 2 and "could not reach 127.0.0.1:9" in result.stderr and "check the network" in result.stderr
+    broken = tmp_path / "broken.csv"
+    broken.write_text(catalog.DEFAULT_PATH.read_text().replace(",0.526,0.0627,", ",cheap,0.0627,", 1))
+    damaged = CliRunner().invoke(app, ["catalog", "refresh", "--catalog", str(broken)])
+    assert damaged.exit_code == 2 and "column price_od is 'cheap', not a number" in damaged.stderr
+    assert len(damaged.stderr.strip().splitlines()) == 1
     other = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp"])
     assert other.exit_code == 2 and "gcp has no public price list burst can read (those that have: azure)" in other.stderr
     assert not (tmp_path / "home" / "catalog.csv").exists()
