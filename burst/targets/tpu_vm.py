@@ -1,8 +1,9 @@
 """The Cloud TPU target (``gcp-tpu``): one TPU VM slice whose hosts run Ray themselves.
 
 TPUs cannot be driven by Ray Train, so a job runs the training loop as one Ray task under
-TPUStrategy on host 0, which drives the chips of every host on a pod slice (runtime.tpu). The hosts install burst from a wheel built here at
-``up``, and the head is reached through an IAP SSH tunnel (no external IP).
+TPUStrategy on host 0, which drives the chips of every host on a pod slice (runtime.tpu). The
+hosts install burst from a wheel built here at ``up``, and the head is reached through an IAP SSH
+tunnel (no external IP).
 """
 
 from __future__ import annotations
