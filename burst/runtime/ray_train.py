@@ -1,7 +1,7 @@
 """The GPU/CPU driver: Ray Train's data-parallel trainer with TensorFlow's TF_CONFIG (what its
 TensorflowTrainer does, without importing TensorFlow where nothing trains: ``tf_backend``), one
-worker per node owning all its GPUs (or W CPU workers on one machine), checkpoints under the cluster's storage, and a FailureConfig so
-that a lost worker restarts from the newest checkpoint."""
+worker per node owning all its GPUs (or W CPU workers on one machine), checkpoints under the
+cluster's storage, and a FailureConfig so that a lost worker restarts from the newest checkpoint."""
 
 from __future__ import annotations
 
