@@ -121,6 +121,9 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     workload = workloads.get(cfg.workload)
     metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()
+    from . import tensorboard_log
+
+    tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"])
     provenance = {
         "timings": timings,
         "data_hashes": workload.data_hashes(list(train_files) + list(test_files)),

@@ -174,6 +174,7 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     assert f"report: {run_dir.resolve() / 'report' / 'report.html'}" in " ".join(proc.stderr.split())
     for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json", "job.log"):
         assert (run_dir / name).exists(), name
+    assert list((run_dir / "report" / "tensorboard").glob("events.out.tfevents.*"))  # the run's TensorBoard log came home
     assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2, 3]
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["target"]["provider"] == "local"
