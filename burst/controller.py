@@ -35,7 +35,7 @@ from .backoff import Backoff, reason_of
 from .errors import BurstError
 from .records import read_json, write_json_atomic
 from .state import ClusterHandle, RunRecord
-from .managed import FINAL_STATES, Attempt, ManagedRun, _file, _say, _take_lock, load, save
+from .managed import FINAL_STATES, Attempt, ManagedRun, managed_file, say_move, take_lock, load, save
 from .targets.base import Reporter
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Controller:
         return policy_mod.load(Path(self.m.policy) if self.m.policy else None)
 
     def say(self, text: str) -> None:
-        _say(self.m.run_id, text)
+        say_move(self.m.run_id, text)
 
     def save(self) -> None:
         save(self.m)
@@ -99,7 +99,7 @@ class Controller:
             self.finish("STOPPED_BUDGET" if exc.exit_code == 3 else "FAILED", str(exc))
         except Exception as exc:  # the traceback stays in the controller's output
             traceback.print_exc()
-            self.finish("FAILED", f"the controller failed ({exc.__class__.__name__}: {exc}); see {_file(self.m.run_id, '.out')}")
+            self.finish("FAILED", f"the controller failed ({exc.__class__.__name__}: {exc}); see {managed_file(self.m.run_id, '.out')}")
 
     # ------------------------------------------------------------------ starting an attempt
 
@@ -320,9 +320,9 @@ class Controller:
         return False
 
     def track(self, attempt: Attempt, record: RunRecord, log: str):
-        from .runs import _replay
+        from .runs import replay_log
 
-        tracker = _replay(record, log)
+        tracker = replay_log(record, log)
         progress = tracker.snapshot() if tracker.last_epoch is not None else record.progress
         if attempt.first_step is None and tracker.first_step_time is not None:
             attempt.first_step = tracker.first_step_time
@@ -515,7 +515,7 @@ def request_stop(handle: ClusterHandle, run_id: str) -> None:
 
 def control(run_id: str) -> int:
     """A managed run's controller: one per run (its lock), until the run has ended."""
-    lock = _take_lock(_file(run_id, ".lock"))  # held (referenced) until the run has ended
+    lock = take_lock(managed_file(run_id, ".lock"))  # held (referenced) until the run has ended
     if lock is None:
         return 0  # another controller has it
     m = load(run_id)

@@ -82,16 +82,16 @@ class ManagedRun(BaseModel):
         return sum(a.cost_usd if a.ended is not None else a.cost_until(at) for a in self.attempts)
 
 
-def _dir() -> Path:
+def managed_dir() -> Path:
     return ensure_dir(state.home() / "managed", "the managed runs' directory", private=True)
 
 
-def _file(key: str, suffix: str) -> Path:
-    return _dir() / f"{state.check_name(key, 'run')}{suffix}"
+def managed_file(key: str, suffix: str) -> Path:
+    return managed_dir() / f"{state.check_name(key, 'run')}{suffix}"
 
 
 def load(run_id: str) -> Optional[ManagedRun]:
-    path = _file(run_id, ".json")
+    path = managed_file(run_id, ".json")
     fix = (f"stop its controller if one still runs (`pkill -f 'burst.controller run {run_id}'`), then remove the record "
            f"(rm -r {path}); the run's own record and directory stay")
     try:
@@ -101,13 +101,13 @@ def load(run_id: str) -> Optional[ManagedRun]:
 
 
 def save(m: ManagedRun) -> None:
-    write_json_atomic(_file(m.run_id, ".json"), m.model_dump(mode="json"), private=True)
+    write_json_atomic(managed_file(m.run_id, ".json"), m.model_dump(mode="json"), private=True)
 
 
 def load_all(damaged: Optional[list[Damaged]] = None) -> list[ManagedRun]:
     """Every managed run's record; a damaged one goes to ``damaged`` when a list is given, else is raised."""
     out = []
-    for path in sorted(_dir().glob("*.json")):
+    for path in sorted(managed_dir().glob("*.json")):
         if path.name.endswith(".policy.json"):
             continue
         try:
@@ -124,18 +124,18 @@ def load_all(damaged: Optional[list[Damaged]] = None) -> list[ManagedRun]:
 
 def moves(run_id: str) -> list[str]:
     """The run's move lines, oldest first."""
-    path = _file(run_id, ".log")
+    path = managed_file(run_id, ".log")
     return path.read_text().splitlines() if path.exists() else []
 
 
-def _say(run_id: str, text: str) -> None:
+def say_move(run_id: str, text: str) -> None:
     line = f"{time.strftime('%H:%M:%S')} {text}"
-    with open(_file(run_id, ".log"), "a") as fh:
+    with open(managed_file(run_id, ".log"), "a") as fh:
         fh.write(line + "\n")
     print(line, flush=True)
 
 
-def _take_lock(lock_path: Path) -> Optional[FileLock]:
+def take_lock(lock_path: Path) -> Optional[FileLock]:
     """The lock, held by this process; None while another live process holds it (a killed holder's lock is free again)."""
     lock = FileLock(str(lock_path))
     try:
@@ -145,9 +145,9 @@ def _take_lock(lock_path: Path) -> Optional[FileLock]:
     return lock
 
 
-def _held(lock_path: Path) -> bool:
+def lock_held(lock_path: Path) -> bool:
     """True while a live process holds the lock."""
-    lock = _take_lock(lock_path)
+    lock = take_lock(lock_path)
     if lock is None:
         return True
     lock.release()
@@ -156,10 +156,10 @@ def _held(lock_path: Path) -> bool:
 
 def controller_alive(run_id: str, pid: Optional[int] = None) -> bool:
     """True while the run's controller holds its lock, or its process ``pid`` is still starting."""
-    return _held(_file(run_id, ".lock")) or _is_controller(pid)
+    return lock_held(managed_file(run_id, ".lock")) or is_controller(pid)
 
 
-def _is_controller(pid: Optional[int]) -> bool:
+def is_controller(pid: Optional[int]) -> bool:
     import psutil
 
     if not pid:
@@ -171,7 +171,7 @@ def _is_controller(pid: Optional[int]) -> bool:
         return False
 
 
-def _spawn(kind: str, key: str, cwd: str, out: Path) -> int:
+def spawn_controller(kind: str, key: str, cwd: str, out: Path) -> int:
     """Start ``python -m burst.controller KIND KEY`` in a session of its own, detached from this terminal."""
     with open(out, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "burst.controller", kind, key], cwd=cwd, stdin=subprocess.DEVNULL,
@@ -193,7 +193,7 @@ def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: 
     pol_copy = None
     if policy is not None:
         pol = policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy))
-        pol_copy = str(_file(run_id, ".policy.json"))
+        pol_copy = str(managed_file(run_id, ".policy.json"))
         write_json_atomic(Path(pol_copy), pol.model_dump(mode="json", exclude_defaults=True), private=True)
     request = request.model_copy(update={"run_id": run_id, "managed": True})
     record = RunRecord(run_id=run_id, workload=request.workload, cluster=request.cluster, provider=placement.get("provider") or "?",
@@ -203,7 +203,7 @@ def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: 
     with state.locked():
         state.save(record)
     save(m)
-    m.controller_pid = _spawn("run", run_id, m.cwd, _file(run_id, ".out"))
+    m.controller_pid = spawn_controller("run", run_id, m.cwd, managed_file(run_id, ".out"))
     save(m)
     report.say(f"run {run_id} handed to its controller (PID {m.controller_pid}); it goes on without this terminal: "
                f"`burst status`, `burst logs {run_id}`")
@@ -220,7 +220,7 @@ def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float],
     m = ManagedRun(run_id=record.run_id, request={}, cluster=handle.name, own_first=False, recover=False, budget_usd=budget_usd,
                    phase="running", attempts=[attempt])
     save(m)
-    m.controller_pid = _spawn("run", record.run_id, m.cwd, _file(record.run_id, ".out"))
+    m.controller_pid = spawn_controller("run", record.run_id, m.cwd, managed_file(record.run_id, ".out"))
     save(m)
     report.say(f"a controller (PID {m.controller_pid}) now enforces the budget of run {record.run_id} "
                f"(${budget_usd:,.2f}) and collects its results, with no CLI attached")
@@ -232,7 +232,7 @@ def revive(damaged: Optional[list[Damaged]] = None) -> list[str]:
     started = []
     for m in load_all(damaged if damaged is not None else []):
         if m.phase != "finished" and not controller_alive(m.run_id, m.controller_pid):
-            m.controller_pid = _spawn("run", m.run_id, m.cwd, _file(m.run_id, ".out"))
+            m.controller_pid = spawn_controller("run", m.run_id, m.cwd, managed_file(m.run_id, ".out"))
             save(m)
             started.append(m.run_id)
     return started

@@ -425,7 +425,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
     c = job_client(run, handles, reached)
     if c is None:
         return run
-    tracker = _replay(run, c.get_job_logs(run.job_id))
+    tracker = replay_log(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None:
         run.progress = tracker.snapshot()
     if run.state == "SUCCEEDED" and tracker.stopped is not None:  # ended early, its checkpoint saved: not a result
@@ -434,7 +434,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
     return run
 
 
-def _replay(run: RunRecord, log: str):
+def replay_log(run: RunRecord, log: str):
     """What a run's job log says, read back event by event (timings, restarts, last epoch)."""
     from .runtime import jobs
 
@@ -465,7 +465,7 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
     from .runtime import jobs
 
     log = jobs.client(handle).get_job_logs(record.job_id)
-    tracker = _replay(record, log)
+    tracker = replay_log(record, log)
     record.finished = record.finished or time.time()
     run_dir = RunDirectory(record.run_id)
     run_dir.collect(handle, record)

@@ -11,7 +11,7 @@ from typing import Optional
 
 from . import state, targets
 from .backoff import Backoff, reason_of
-from .managed import _dir, _held, _is_controller, _spawn, _take_lock
+from .managed import managed_dir, lock_held, is_controller, spawn_controller, take_lock
 from .state import ClusterHandle
 from .targets.base import QUIET, Reporter
 
@@ -29,7 +29,7 @@ def watch_cluster(handle: ClusterHandle, idle_minutes: Optional[float], report: 
         if current is None or current.cluster_id != handle.cluster_id:
             return handle
         current.idle_minutes = idle_minutes
-        current.watcher_pid = _spawn("cluster", handle.name, os.getcwd(), _dir() / f"cluster-{handle.name}.out")
+        current.watcher_pid = spawn_controller("cluster", handle.name, os.getcwd(), managed_dir() / f"cluster-{handle.name}.out")
         state.save(current)
     what = [f"after {idle_minutes:g} idle minute(s)"] if idle_minutes is not None else []
     if current.expires is not None and target.provisions:
@@ -48,13 +48,13 @@ def revive_watchers() -> list[str]:
     a killed process); the clusters' names. Any burst command that looks at clusters calls this."""
     started = []
     for handle in state.load_all(ClusterHandle, []):
-        if not wants_watcher(handle) or _held(_dir() / f"cluster-{handle.name}.lock"):
+        if not wants_watcher(handle) or lock_held(managed_dir() / f"cluster-{handle.name}.lock"):
             continue
         with state.locked():
             current = state.load(ClusterHandle, handle.name)
-            if current is None or current.cluster_id != handle.cluster_id or _held(_dir() / f"cluster-{handle.name}.lock"):
+            if current is None or current.cluster_id != handle.cluster_id or lock_held(managed_dir() / f"cluster-{handle.name}.lock"):
                 continue
-            current.watcher_pid = _spawn("cluster", handle.name, os.getcwd(), _dir() / f"cluster-{handle.name}.out")
+            current.watcher_pid = spawn_controller("cluster", handle.name, os.getcwd(), managed_dir() / f"cluster-{handle.name}.out")
             state.save(current)
         started.append(handle.name)
     return started
@@ -65,7 +65,7 @@ def stop_watcher(handle: ClusterHandle) -> None:
     import psutil
 
     pid = handle.watcher_pid
-    if not pid or pid == os.getpid() or not _is_controller(pid):
+    if not pid or pid == os.getpid() or not is_controller(pid):
         return
     try:
         proc = psutil.Process(pid)
@@ -88,7 +88,7 @@ def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
 
 def watch(name: str) -> int:
     """The watcher's loop: down at the lease's end, or after ``idle_minutes`` with no job."""
-    lock = _take_lock(_dir() / f"cluster-{state.check_name(name)}.lock")  # held (referenced) until the watcher ends
+    lock = take_lock(managed_dir() / f"cluster-{state.check_name(name)}.lock")  # held (referenced) until the watcher ends
     if lock is None:
         return 0  # another watcher has it
     handle = state.load(ClusterHandle, name)
@@ -97,7 +97,7 @@ def watch(name: str) -> int:
     # idle counted from the first answer (a Slurm job that waited hours in the queue is not idle
     # the moment it starts), or from its last job's end
     cluster_id, last_active = handle.cluster_id, None
-    log = _dir() / f"cluster-{name}.log"
+    log = managed_dir() / f"cluster-{name}.log"
     retry = Backoff(DOWN_RETRY_S)
     while True:
         current = state.load(ClusterHandle, name)
@@ -140,5 +140,5 @@ def _note(log, line: str) -> None:
 
 
 def watcher_lines(name: str) -> list[str]:
-    path = _dir() / f"cluster-{name}.log"
+    path = managed_dir() / f"cluster-{name}.log"
     return path.read_text().splitlines() if path.exists() else []

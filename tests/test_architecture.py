@@ -194,3 +194,29 @@ def test_workloads_import_burst_only_through_its_workload_interface():
             found += [f"{path.relative_to(ROOT)}:{node.lineno}: {m}" for m in modules
                       if (m == "burst" or m.startswith("burst.")) and not m.startswith("burst.workloads")]
     assert found == []
+
+
+def _private_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """``from .module import _name``: a private name taken from another module of the tree."""
+    found = []
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                internal = isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in packages)
+                if internal:
+                    found += [f"{path.relative_to(root)}:{node.lineno}: {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """What one module uses of another is public there: the controller and the watcher took
+    ``managed``'s ``_file``, ``_spawn`` and ``_take_lock`` (issue 40)."""
+    assert _private_imports(ROOT, ("burst", "infra", "workloads")) == []
+
+
+def test_the_private_import_rule_would_catch_one(tmp_path):
+    (tmp_path / "burst").mkdir()
+    (tmp_path / "burst" / "a.py").write_text("from .managed import _spawn, load\nfrom .render import emit_json as _emit_json\n"
+                                             "from __future__ import annotations\n")
+    assert _private_imports(tmp_path, ("burst",)) == ["burst/a.py:1: _spawn"]

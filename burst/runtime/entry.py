@@ -112,7 +112,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         # cluster time the budget no longer has).
         stopped = json.loads((ckpt_dir / "stopped.json").read_text())
         write_json_atomic(out_dir / "job_provenance.json", {"timings": timings, "stopped": stopped}, indent=1)
-        _publish(out_dir, cfg)
+        publish(out_dir, cfg)
         emit(DoneEvent(run_dir=str(out_dir), stopped=True))
         return 0
     emit(StatusEvent(message="validating against held-out Monte Carlo"))
@@ -131,12 +131,12 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         "test_files": [str(f) for f in test_files],
     }
     write_json_atomic(out_dir / "job_provenance.json", provenance, indent=1)
-    _publish(out_dir, cfg)
+    publish(out_dir, cfg)
     emit(DoneEvent(run_dir=str(out_dir), summary=metrics["summary"], said=workload.validation_line(metrics["summary"])))
     return 0
 
 
-def _publish(out_dir: Path, cfg: JobConfig) -> None:
+def publish(out_dir: Path, cfg: JobConfig) -> None:
     """On a bucket-backed cluster, copy the run directory to ``<storage>/runs/<run-id>``."""
     from . import storage
 

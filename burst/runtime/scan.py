@@ -126,7 +126,7 @@ def run(scan: ScanConfig) -> int:
     from burst.scan_space import Grid, SearchSpace
 
     from . import storage
-    from .entry import _publish, stage_inputs
+    from .entry import publish, stage_inputs
     from .ray_train import ray_train_storage
 
     started = time.time()
@@ -164,7 +164,7 @@ def run(scan: ScanConfig) -> int:
                                  "validating its checkpoint against held-out Monte Carlo"))
         summary["best_report"] = _best_report(scan, best, out_dir, test_files)
     write_results(out_dir, rows, summary)
-    _publish(out_dir, job)
+    publish(out_dir, job)
     emit(DoneEvent(run_dir=str(out_dir), stopped=stopped, summary={k: summary[k] for k in ("trials", "stopped_early", "best")}))
     return 0
 
