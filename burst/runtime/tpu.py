@@ -115,8 +115,7 @@ class HostSentinel:
     def describe(self) -> dict:
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
-                "tpu_name": os.environ.get("TPU_NAME"), "tpu_load_library": os.environ.get("TPU_LOAD_LIBRARY")}
+        return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname()}
 
     def hold(self) -> None:
         self._released.wait()
@@ -129,10 +128,13 @@ def _wait_for_hosts(hosts: int, timeout: float) -> None:
     import ray
 
     deadline = time.monotonic() + timeout
-    while ray.cluster_resources().get(HOST, 0) < hosts or ray.cluster_resources().get(SLICE_HEAD, 0) < 1:
+    while True:
+        have = ray.cluster_resources()
+        if have.get(HOST, 0) >= hosts and have.get(SLICE_HEAD, 0) >= 1:
+            return
         if time.monotonic() > deadline:
-            have = int(ray.cluster_resources().get(HOST, 0))
-            raise TimeoutError(f"the TPU slice has {have} of its {hosts} host(s) in the Ray cluster after {timeout / 60:.0f} min")
+            raise TimeoutError(f"the TPU slice has {int(have.get(HOST, 0))} of its {hosts} host(s) in the Ray cluster "
+                               f"after {timeout / 60:.0f} min")
         time.sleep(2)
 
 
@@ -152,28 +154,25 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
         except TimeoutError as exc:
             return None, f"{exc}: the run stops here with its checkpoints ({why})"
         held = [sentinel.remote() for _ in range(cfg.tpu_hosts)]  # one per host: each host has one TPU_HOST
-        where = ray.get([h.describe.remote() for h in held])
-        emit(StatusEvent(message=f"training on {cfg.tpu_hosts} TPU host(s): "
-                                 f"{', '.join(sorted(w['hostname'] + ' (Ray node ' + w['node_id'][:12] + ')' for w in where))}"
-                         + (f" (attempt {attempt})" if attempt > 1 else "")))
-        task = client.remote(cfg.to_arg(), str(dest))
-        holds = [h.hold.remote() for h in held]
-        done, _ = ray.wait([task, *holds], num_returns=1)
-        if task in done:
-            try:
-                final = ray.get(task)
-            except Exception as exc:
-                if not _lost_host(exc):
-                    _release(held)
-                    raise
-                why = failure_line(exc)
+        try:
+            where = ray.get([h.describe.remote() for h in held])
+            emit(StatusEvent(message=f"training on {cfg.tpu_hosts} TPU host(s): "
+                                     f"{', '.join(sorted(w['hostname'] + ' (Ray node ' + w['node_id'][:12] + ')' for w in where))}"
+                             + (f" (attempt {attempt})" if attempt > 1 else "")))
+            task = client.remote(cfg.to_arg(), str(dest))
+            done, _ = ray.wait([task, *[h.hold.remote() for h in held]], num_returns=1)
+            if task in done:
+                try:
+                    return Path(ray.get(task)), None
+                except Exception as exc:
+                    if not _lost_host(exc):
+                        raise
+                    why = failure_line(exc)
             else:
-                _release(held)
-                return Path(final), None
-        else:
-            why = "a TPU host left the Ray cluster"
-            ray.cancel(task, force=True)
-        _release(held)
+                why = "a TPU host left the Ray cluster"
+                ray.cancel(task, force=True)
+        finally:
+            _release(held)
         if attempt <= MAX_SLICE_RESTARTS:
             emit(StatusEvent(message=f"{why}: the slice starts again from its newest checkpoint once all "
                                      f"{cfg.tpu_hosts} host(s) are back (restart {attempt} of {MAX_SLICE_RESTARTS})"))
