@@ -145,6 +145,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
                     threads=resources.threads, tpu=resources.tpu, tpu_hosts=resources.tpu_hosts, tpu_name=resources.tpu_name, resume_from=resume_from,
+                    hourly_usd=float(handle.hourly_usd),
                     notices=notice.root(target.job_storage(handle), handle.cluster_id))
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
     run.config["data_source"] = request.data  # as the user gave it: a resume stages it again, not the old cluster's copy
@@ -426,7 +427,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
     if c is None:
         return run
     tracker = replay_log(run, c.get_job_logs(run.job_id))
-    if tracker.last_epoch is not None:
+    if tracker.last_epoch is not None or tracker.usage is not None:
         run.progress = tracker.snapshot()
     if run.state == "SUCCEEDED" and tracker.stopped is not None:  # ended early, its checkpoint saved: not a result
         run.state = "LOST" if tracker.stopped.on_notice else "STOPPED_BUDGET"

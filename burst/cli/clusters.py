@@ -128,7 +128,8 @@ def _progress(r) -> str:
         best = f"; best {number(p.get('best')):.4g}" if number(p.get("best")) is not None else ""
         return f"trials: {p.get('running', '?')} running, {p.get('terminated', '?')} ended, {p.get('pending', '?')} pending{best}"
     done = p.get("epoch") if p.get("epoch") is not None else 0
-    return f"epoch {done}/{p.get('epochs', '-')}" if p else "-"
+    usage = f"; {p['usage']}" if isinstance(p.get("usage"), str) and r.state == "RUNNING" else ""  # the job's last usage line
+    return f"epoch {done}/{p.get('epochs', '-')}{usage}" if p else "-"
 
 
 def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:

@@ -8,18 +8,29 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from ..runtime.job import DoneEvent, EpochEvent, JobEvent, StartEvent, StatusEvent, StepEvent, StoppedEvent
+from ..runtime.job import DoneEvent, EpochEvent, JobEvent, StartEvent, StatusEvent, StepEvent, StoppedEvent, UsageEvent
 from ..runtime.jobs import RunTracker
 
 
+class _BarWithLine(Progress):
+    """A progress bar with one live line under it (rich's documented way: ``get_renderables``)."""
+
+    line = ""
+
+    def get_renderables(self):
+        yield self.make_tasks_table(self.tasks)
+        if self.line:
+            yield Text(self.line)
+
+
 class RunProgress:
-    """A rich progress bar over epochs × steps plus one printed line per epoch. The tracker has
-    already recorded each event it is shown."""
+    """A rich progress bar over epochs × steps, the cluster's usage as one live line under it, and
+    one printed line per epoch. The tracker has already recorded each event it is shown."""
 
     def __init__(self, console: Console, tracker: RunTracker):
         self.console = console
         self.tracker = tracker
-        self._bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), TextColumn("{task.fields[info]}", markup=False),
+        self._bar = _BarWithLine(TextColumn("{task.description}", style="bold", markup=False), BarColumn(), TextColumn("{task.fields[info]}", markup=False),
                              TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False)
         self._task = None
 
@@ -48,6 +59,11 @@ class RunProgress:
             said = event.said or f"{event.samples_per_s} samples/s"  # the workload's words, from the job
             self._bar.update(self._task, completed=event.epoch * t.steps)
             self.console.print(f"epoch {event.epoch}/{event.epochs}: {said}")
+        elif isinstance(event, UsageEvent):
+            self._bar.line = f"usage: {event.line()}"
+            if not self.console.is_terminal:  # a log, not a screen: nothing is redrawn, so the line is printed
+                self.console.print(self._bar.line, highlight=False)
+            self._bar.refresh()
         elif isinstance(event, StoppedEvent):
             why = event.reason if event.on_notice else "on request"
             self.console.print(f"stopped ({why}) at epoch {event.epoch} step {event.step}/{event.steps}; final checkpoint written")

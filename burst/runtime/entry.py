@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..records import write_json_atomic
 from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit, failure_line
+from .usage import USAGE_LOG, UsageSampler, add_to_report
 
 def _work_dir(run_id: str) -> Path:
     """The job driver's local copy of a bucket-backed run (data, results) before publishing (private to the user)."""
@@ -87,15 +88,16 @@ def run(cfg: JobConfig) -> int:
     timings["data_ready"] = time.time()
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage_dir / "runs" / cfg.run_id
-    if cfg.tpu:
-        from . import tpu
+    with UsageSampler(cfg.run_id, out_dir / "report" / USAGE_LOG, cfg.hourly_usd):  # every node's utilisation while it trains
+        if cfg.tpu:
+            from . import tpu
 
-        ckpt_dir, failure = tpu.train(cfg, out_dir / "checkpoint")
-    else:
-        from . import ray_train
+            ckpt_dir, failure = tpu.train(cfg, out_dir / "checkpoint")
+        else:
+            from . import ray_train
 
-        emit(StatusEvent(message=f"training {cfg.workload} ({cfg.preset} preset) on {cfg.workers} worker(s)"))
-        ckpt_dir, failure = ray_train.train(cfg, files.ray_train_root, out_dir / "checkpoint")
+            emit(StatusEvent(message=f"training {cfg.workload} ({cfg.preset} preset) on {cfg.workers} worker(s)"))
+            ckpt_dir, failure = ray_train.train(cfg, files.ray_train_root, out_dir / "checkpoint")
     timings["trained"] = time.time()
     if failure is not None:
         emit(FailedEvent(message=failure))
@@ -124,6 +126,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     from . import tensorboard_log
 
     tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"])
+    add_to_report(out_dir / "report", out_dir / "report" / USAGE_LOG, history, cfg.hourly_usd)
     provenance = {
         "timings": timings,
         "data_hashes": workload.data_hashes(list(train_files) + list(test_files)),

@@ -68,6 +68,7 @@ class JobConfig(TrainSettings):
     tpu: bool = False
     tpu_hosts: int = Field(1, gt=0)     # hosts of the TPU slice (more than one: host 0 drives them all, runtime.tpu)
     tpu_name: Optional[str] = None      # the slice's name, which TPUClusterResolver resolves to every host's address
+    hourly_usd: float = Field(0.0, ge=0)  # the cluster's price: what the usage line and the report say idle devices cost
     max_failures: int = Field(3, ge=0)
     resume_from: Optional[str] = None   # checkpoints of an earlier attempt of this run (another cluster's storage)
     notices: Optional[str] = None       # this cluster's notice directory (notice.root); None: no one posts notices
@@ -170,6 +171,43 @@ class TrialEvent(_Event):
     message: Optional[str] = None
 
 
+class UsageEvent(_Event):
+    """How busy the cluster is now (``burst.runtime.usage``): utilisation, throughput, money."""
+
+    type: Literal["usage"] = "usage"
+    nodes: int
+    cpu_percent: Optional[float] = None
+    accelerator: str = "CPU"                     # what the cluster pays for: GPU, TPU, or its CPUs
+    accelerator_percent: Optional[float] = None  # their mean utilisation (a TPU's duty cycle)
+    mem_percent: Optional[float] = None
+    samples_per_s: Optional[float] = None        # all workers together
+    input_wait_percent: Optional[float] = None   # of the workers' epoch time, waiting for the next batch
+    spent_usd: float = 0.0                       # since the job started, at the cluster's price
+    hourly_usd: float = 0.0
+    idle_usd_per_h: Optional[float] = None       # the part of the price that pays for idle devices now
+
+    def line(self) -> str:
+        """The live line: utilisation, throughput and money, in a few words."""
+        parts = [f"CPU {self.cpu_percent:.0f} %" if self.cpu_percent is not None else "CPU -"]
+        if self.accelerator != "CPU":
+            parts.append(f"{self.accelerator} {self.accelerator_percent:.0f} %" if self.accelerator_percent is not None else f"{self.accelerator} -")
+        if self.mem_percent is not None:
+            parts.append(f"memory {self.mem_percent:.0f} %")
+        if self.samples_per_s is not None:
+            parts.append(f"{self.samples_per_s:,.0f} samples/s" if self.samples_per_s >= 100 else f"{self.samples_per_s:.3g} samples/s")
+        if self.input_wait_percent is not None:
+            parts.append(f"input wait {self.input_wait_percent:.0f} %")
+        money = f"{_usd(self.spent_usd)} spent"
+        if self.idle_usd_per_h is not None:
+            money += f", {_usd(self.idle_usd_per_h)}/h idle"
+        return f"{', '.join(parts)} on {self.nodes} node(s); {money}"
+
+
+def _usd(amount: float) -> str:
+    """Money in a few characters: cents from a dollar up, three figures below (a local run's $0.0017)."""
+    return f"${amount:,.2f}" if amount >= 1 or amount == 0 else f"${amount:.2g}"
+
+
 class DoneEvent(_Event):
     type: Literal["done"] = "done"
     run_dir: str
@@ -183,7 +221,8 @@ class FailedEvent(_Event):
     message: str
 
 
-JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, CheckpointEvent, TrialEvent, DoneEvent, FailedEvent],
+JobEvent = Annotated[Union[StatusEvent, StartEvent, StepEvent, EpochEvent, StoppedEvent, CheckpointEvent, TrialEvent, UsageEvent, DoneEvent,
+                           FailedEvent],
                      Field(discriminator="type")]
 _EVENT = TypeAdapter(JobEvent)
 

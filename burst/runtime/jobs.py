@@ -18,7 +18,7 @@ from .ray_head import auth_headers
 if TYPE_CHECKING:
     from ..targets.base import JobRuntime
 from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent,
-                  StoppedEvent, event_key, parse_event, parse_events)
+                  StoppedEvent, UsageEvent, event_key, parse_event, parse_events)
 
 __all__ = ["client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 
@@ -110,6 +110,7 @@ class RunTracker:
         self.last_step: Optional[StepEvent] = None
         self.starts = 0  # worker (re)starts seen: every one after the first is a lost worker
         self.machine: dict = {}  # the training worker's CPU, SIMD and oneDNN state, as TensorFlow saw them
+        self.usage: Optional[UsageEvent] = None  # the cluster's utilisation, throughput and money, last said
 
     def record(self, event: JobEvent) -> None:
         if isinstance(event, StartEvent):
@@ -129,6 +130,8 @@ class RunTracker:
             self.failure = event.message
         elif isinstance(event, StoppedEvent):
             self.stopped = event
+        elif isinstance(event, UsageEvent):
+            self.usage = event
         elif isinstance(event, DoneEvent):
             self.done = event
 
@@ -141,7 +144,10 @@ class RunTracker:
 
     def snapshot(self) -> dict:
         last = self.last_epoch
-        return {"epoch": last.epoch if last else None, "epochs": self.epochs, "samples_per_s": last.samples_per_s if last else None}
+        snap = {"epoch": last.epoch if last else None, "epochs": self.epochs, "samples_per_s": last.samples_per_s if last else None}
+        if self.usage is not None:
+            snap["usage"] = self.usage.line()
+        return snap
 
 
 def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:

@@ -11,6 +11,7 @@ from typing import Callable
 from . import scratch
 from .job import CheckpointEvent, EpochEvent, JobConfig, RunFiles, StartEvent, StepEvent, StoppedEvent, emit
 from .notice import NoticeWatch
+from .usage import WorkerGauges
 
 STEP_EVENTS_PER_EPOCH = 10
 
@@ -125,9 +126,22 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
         for metrics in trainer.history:
             emit(EpochEvent(epochs=cfg.epochs, replayed=True, **metrics))
     every = max(1, steps // STEP_EVENTS_PER_EPOCH)
+    gauges = WorkerGauges.for_this_worker(cfg.run_id, _rank())
+    per_worker_batch = trainer.global_batch / max(1, cfg.workers)
+    last = {"step": 0, "elapsed": 0.0, "input_wait": 0.0}  # where the gauges were last set: they show the rate since
 
     def on_step(info: dict) -> None:
-        if speaks and (info["step"] % every == 0 or info["step"] == 1):
+        if not (info["step"] % every == 0 or info["step"] == 1):
+            return
+        if gauges is not None:
+            if info["step"] <= last["step"]:  # a new epoch: its clock starts again
+                last.update(step=0, elapsed=0.0, input_wait=0.0)
+            seconds = info.get("elapsed", 0.0) - last["elapsed"]
+            if seconds > 0:
+                waited = info.get("input_wait", 0.0) - last["input_wait"]
+                gauges.set((info["step"] - last["step"]) * per_worker_batch / seconds, min(1.0, max(0.0, waited / seconds)))
+            last.update(step=info["step"], elapsed=info.get("elapsed", 0.0), input_wait=info.get("input_wait", 0.0))
+        if speaks:
             emit(StepEvent(**info))
 
     def on_epoch_end(metrics: dict) -> None:
@@ -153,6 +167,16 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     if trainer.stopped:
         trainer.stopped["reason"] = f"notice: {notices.acting.source}" if notices.acting is not None else "request"
     return notices
+
+
+def _rank() -> int:
+    """This worker's rank in Ray Train (0 outside it: the TPU client, a test)."""
+    try:
+        import ray.train
+
+        return ray.train.get_context().get_world_rank()
+    except Exception:  # noqa: BLE001 - no Ray Train session here
+        return 0
 
 
 def announce_stop(trainer, notices: NoticeWatch | None = None) -> None:

@@ -42,6 +42,7 @@ class EpochMetrics:
     samples: int
     seconds: float
     losses: dict[str, float]
+    input_seconds: float = 0.0  # of ``seconds``, those spent waiting for the next batch (the rest: the step itself)
 
     def as_dict(self) -> dict:
         return {
@@ -50,6 +51,7 @@ class EpochMetrics:
             "samples": self.samples,
             "seconds": round(self.seconds, 3),
             "samples_per_s": round(self.samples / self.seconds, 2) if self.seconds > 0 else None,
+            "input_wait_s": round(self.input_seconds, 3),
             **{k: round(v, 5) for k, v in self.losses.items()},
         }
 
@@ -102,6 +104,7 @@ class EpochLoop:
         # between epochs; a mid-epoch checkpoint saves them and a resume goes on from there.
         self.epoch_step = 0
         self._epoch_seconds = 0.0
+        self._epoch_input_seconds = 0.0  # of those, waiting for input (the host's view: a GPU's queued work shows in the step)
         self._epoch_clock: float | None = None
         self.stopped: dict | None = None
         self._accumulating_step = tf.function(self._accumulate)
@@ -152,17 +155,25 @@ class EpochLoop:
                 for total in self._sums.values():
                     total.assign(0.0)
                 self._epoch_seconds = 0.0
+                self._epoch_input_seconds = 0.0
             dist = self.strategy.distribute_datasets_from_function(lambda ctx, e=epoch, k=skip: skipped(dataset_fn(ctx, e), ctx, k))
             steps = skip
             self.epoch_step = skip
             start = self._epoch_clock = time.perf_counter()
-            for batch in dist:
+            batches = iter(dist)
+            while True:
+                asked = time.perf_counter()
+                batch = next(batches, None)
+                self._epoch_input_seconds += time.perf_counter() - asked
+                if batch is None:
+                    break
                 self._accumulating_step(batch)
                 steps += 1
                 self.epoch_step = steps
                 position = {"epoch": epoch + 1, "step": steps, "steps": steps_per_epoch}
                 if on_step is not None:
-                    on_step({**position, "elapsed": self._epoch_seconds + time.perf_counter() - start})
+                    on_step({**position, "elapsed": self._epoch_seconds + time.perf_counter() - start,
+                             "input_wait": round(self._epoch_input_seconds, 4)})
                 checked = steps % stop_check_every == 0
                 if on_checkpoint is not None and steps < steps_per_epoch and (
                         (checkpoint_every and steps % checkpoint_every == 0)
@@ -177,7 +188,7 @@ class EpochLoop:
             self._epoch_seconds = 0.0
             self.epoch.assign(epoch + 1)
             means = {k: float(v.numpy()) / max(steps, 1) for k, v in self._sums.items()}
-            metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, means).as_dict()
+            metrics = EpochMetrics(epoch + 1, steps, steps * self.global_batch, seconds, means, self._epoch_input_seconds).as_dict()
             self.history.append(metrics)
             done.append(metrics)
             for callback in on_epoch_end or []:
@@ -195,7 +206,7 @@ class EpochLoop:
         if not self.epoch_step:
             return None
         running = time.perf_counter() - self._epoch_clock if self._epoch_clock is not None else 0.0
-        return {"step": self.epoch_step, "seconds": round(self._epoch_seconds + running, 3),
+        return {"step": self.epoch_step, "seconds": round(self._epoch_seconds + running, 3), "input_seconds": round(self._epoch_input_seconds, 3),
                 "sums": {k: float(v.numpy()) for k, v in self._sums.items()}}
 
     def _write_checkpoint(self, directory: str | os.PathLike, prefix: str, meta: dict) -> Path:
@@ -231,5 +242,6 @@ class EpochLoop:
         position = meta.get("position") or {}
         self.epoch_step = int(position.get("step", 0))
         self._epoch_seconds = float(position.get("seconds", 0.0))
+        self._epoch_input_seconds = float(position.get("input_seconds", 0.0))
         for name, total in self._sums.items():
             total.assign(float(position.get("sums", {}).get(name, 0.0)))

@@ -1,0 +1,322 @@
+"""Whether the accelerators are busy: every node's utilisation and every worker's throughput while
+a run trains, read from Ray's own metrics.
+
+Each Ray node's metrics agent serves its figures in Prometheus' text format (what Ray's Grafana
+dashboards and a Prometheus read: CPU, memory, GPU and its memory, TPU duty cycle, network), and
+each training worker publishes its samples/s and its time waiting for input there as ``burst_*``
+gauges. The job's driver runs a ``UsageSampler`` beside training: every few seconds it reads every
+node, appends what it read to the run's usage log (``report/usage.jsonl``), and every half minute
+says a summary as a ``usage`` event (the live line of `burst train` and `burst status`). After the
+run, ``summarise`` and ``figure`` make the report's utilisation section: utilisation and throughput
+over time per node, and what the idle accelerator time cost.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable, Optional
+
+from .job import UsageEvent, emit
+
+SAMPLE_EVERY_S = 5.0
+SAY_EVERY_S = 30.0
+SCRAPE_TIMEOUT_S = 3.0
+USAGE_LOG = "usage.jsonl"
+
+# Ray's node gauges (ray.dashboard.modules.reporter.reporter_agent, exported with Ray's "ray_"
+# prefix) -> (burst's field, how a node's several series combine: per GPU, per TPU chip)
+NODE_GAUGES: dict[str, tuple[str, str]] = {
+    "ray_node_cpu_utilization": ("cpu_percent", "mean"),
+    "ray_node_cpu_count": ("cpus", "sum"),
+    "ray_node_mem_used": ("mem_used_bytes", "sum"),
+    "ray_node_mem_total": ("mem_total_bytes", "sum"),
+    "ray_node_gpus_utilization": ("gpu_percent", "mean"),
+    "ray_node_gpus_available": ("gpus", "sum"),
+    "ray_node_gram_used": ("gpu_mem_used_mb", "sum"),
+    "ray_node_gram_available": ("gpu_mem_free_mb", "sum"),
+    "ray_tpu_duty_cycle": ("tpu_percent", "mean"),
+    "ray_tpu_memory_used": ("tpu_mem_used_bytes", "sum"),
+    "ray_node_network_send_speed": ("net_send_bytes_s", "sum"),
+    "ray_node_network_receive_speed": ("net_recv_bytes_s", "sum"),
+}
+# What each training worker publishes (``WorkerGauges``), by run and rank.
+SAMPLES_GAUGE = "burst_samples_per_second"
+INPUT_WAIT_GAUGE = "burst_input_wait_fraction"
+
+
+class WorkerGauges:
+    """A training worker's throughput and input wait, published as Ray metrics (a Prometheus
+    scraping the cluster reads them as ``ray_burst_samples_per_second{run=..., rank=...}``)."""
+
+    def __init__(self, run_id: str, rank: int):
+        from ray.util.metrics import Gauge
+
+        self._tags = {"run": run_id, "rank": str(rank)}
+        self._samples = Gauge(SAMPLES_GAUGE, description="samples a second this training worker processes", tag_keys=("run", "rank"))
+        self._wait = Gauge(INPUT_WAIT_GAUGE, description="fraction of this worker's epoch spent waiting for input", tag_keys=("run", "rank"))
+
+    @classmethod
+    def for_this_worker(cls, run_id: str, rank: int) -> Optional["WorkerGauges"]:
+        """Gauges when this process is a Ray worker (none in a test or a standalone run)."""
+        try:
+            import ray
+
+            return cls(run_id, rank) if ray.is_initialized() else None
+        except ImportError:
+            return None
+
+    def set(self, samples_per_s: float, input_wait_fraction: float) -> None:
+        self._samples.set(samples_per_s, tags=self._tags)
+        self._wait.set(input_wait_fraction, tags=self._tags)
+
+
+def parse_node(text: str, run_id: str) -> tuple[dict, list[dict]]:
+    """One node's metrics page as (its utilisation fields, this run's workers on it)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    series: dict[str, list[float]] = {}
+    workers: dict[str, dict] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in NODE_GAUGES:
+                series.setdefault(sample.name, []).append(float(sample.value))
+            elif sample.name in (f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}") and sample.labels.get("run") == run_id:
+                key = "samples_per_s" if sample.name.endswith(SAMPLES_GAUGE) else "input_wait_fraction"
+                workers.setdefault(sample.labels.get("rank", "?"), {"rank": sample.labels.get("rank", "?")})[key] = float(sample.value)
+    node = {}
+    for name, values in series.items():
+        field, combine = NODE_GAUGES[name]
+        node[field] = sum(values) / len(values) if combine == "mean" else sum(values)
+    return node, list(workers.values())
+
+
+def cluster_nodes() -> list[dict]:
+    """Every live node of the Ray cluster this process is connected to: its address and metrics port."""
+    import ray
+
+    return [{"node": n["NodeManagerAddress"], "port": n["MetricsExportPort"], "head": bool(n.get("Resources", {}).get("node:__internal_head__"))}
+            for n in ray.nodes() if n.get("Alive") and n.get("MetricsExportPort")]
+
+
+def read_page(address: str, port: int) -> str:
+    with urllib.request.urlopen(f"http://{address}:{port}/metrics", timeout=SCRAPE_TIMEOUT_S) as resp:
+        return resp.read().decode()
+
+
+class UsageSampler:
+    """Reads every node of the cluster every ``every_s`` seconds into ``log`` (one JSON line per
+    sample) and says a ``usage`` event every ``say_every_s``; a thread of the job's driver."""
+
+    def __init__(self, run_id: str, log: Path, hourly_usd: float = 0.0, every_s: float = SAMPLE_EVERY_S, say_every_s: float = SAY_EVERY_S,
+                 nodes: Callable[[], list[dict]] = cluster_nodes, read: Callable[[str, int], str] = read_page):
+        self.run_id, self.log, self.hourly_usd = run_id, Path(log), hourly_usd
+        self.every_s, self.say_every_s = every_s, say_every_s
+        self._nodes, self._read = nodes, read
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started = time.time()
+        self._said = 0.0
+
+    def __enter__(self) -> "UsageSampler":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._started = time.time()
+        self._thread = threading.Thread(target=self._loop, name="burst-usage", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=SCRAPE_TIMEOUT_S * 2 + self.every_s)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                row = self.sample()
+            except Exception as exc:  # noqa: BLE001 - a metrics hiccup never ends a training run
+                print(f"burst: usage sample skipped ({exc.__class__.__name__}: {exc})", flush=True)
+                continue
+            if row["time"] - self._said >= self.say_every_s:
+                self._said = row["time"]
+                emit(self.event(row))
+
+    def sample(self) -> dict:
+        """Read every node once; append the row to the log and return it."""
+        nodes, workers = [], []
+        for n in self._nodes():
+            try:
+                fields, on_node = parse_node(self._read(n["node"], n["port"]), self.run_id)
+            except OSError:
+                continue  # a node going away or its agent restarting: the next sample has it again
+            nodes.append({"node": n["node"], "head": n["head"], **fields})
+            workers += [{"node": n["node"], **w} for w in on_node]
+        row = {"time": time.time(), "nodes": nodes, "workers": sorted(workers, key=lambda w: str(w["rank"]))}
+        with self.log.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        return row
+
+    def event(self, row: dict) -> UsageEvent:
+        """What one sample says in a line: the cluster's mean utilisation, its throughput, and money."""
+        busy = busy_fraction(row["nodes"])
+        elapsed_h = (row["time"] - self._started) / 3600
+        waits = [w["input_wait_fraction"] for w in row["workers"] if "input_wait_fraction" in w]
+        return UsageEvent(
+            nodes=len(row["nodes"]), cpu_percent=_mean(n.get("cpu_percent") for n in row["nodes"]),
+            accelerator=accelerator_kind(row["nodes"]), accelerator_percent=round(100 * busy, 1) if busy is not None else None,
+            mem_percent=_mean(100 * n["mem_used_bytes"] / n["mem_total_bytes"] for n in row["nodes"] if n.get("mem_total_bytes")),
+            samples_per_s=round(sum(w.get("samples_per_s", 0.0) for w in row["workers"]), 2) if row["workers"] else None,
+            input_wait_percent=round(100 * sum(waits) / len(waits), 1) if waits else None,
+            spent_usd=round(self.hourly_usd * elapsed_h, 4), hourly_usd=self.hourly_usd,
+            idle_usd_per_h=round(self.hourly_usd * (1 - busy), 4) if busy is not None else None)
+
+
+def _mean(values) -> Optional[float]:
+    values = [float(v) for v in values if v is not None]
+    return round(sum(values) / len(values), 1) if values else None
+
+
+def accelerator_kind(nodes: list[dict]) -> str:
+    """What the cluster pays for: GPUs or TPUs where any node has them, else its CPUs."""
+    if any(n.get("gpus") for n in nodes) or any("gpu_percent" in n for n in nodes):
+        return "GPU"
+    if any("tpu_percent" in n for n in nodes):
+        return "TPU"
+    return "CPU"
+
+
+def busy_fraction(nodes: list[dict]) -> Optional[float]:
+    """How busy the devices the cluster pays for are, 0..1: the mean GPU (or TPU duty cycle, or
+    CPU) utilisation over the nodes that have them."""
+    field = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}[accelerator_kind(nodes)]
+    values = [n[field] for n in nodes if n.get(field) is not None]
+    return min(1.0, max(0.0, sum(values) / len(values) / 100)) if values else None
+
+
+def read_log(path: Path) -> list[dict]:
+    """The samples of a usage log (a line cut short by a killed driver is left out)."""
+    rows = []
+    for line in Path(path).read_text().splitlines() if Path(path).exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def summarise(rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
+    """The report's figures of a run's usage: per node, its mean and peak utilisation; for the run,
+    how busy its accelerators were, the share of step time spent waiting for input, and what the
+    idle accelerator time cost at the cluster's price."""
+    if not rows:
+        return {}
+    per_node: dict[str, dict] = {}
+    for row in rows:
+        for n in row["nodes"]:
+            per_node.setdefault(n["node"], []).append(n)
+    kind = accelerator_kind([n for row in rows for n in row["nodes"]])
+    field = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}[kind]
+    nodes = {}
+    for name, samples in per_node.items():
+        mem = [s["mem_used_bytes"] for s in samples if "mem_used_bytes" in s]
+        nodes[name] = {"samples": len(samples), "cpu_percent_mean": _mean(s.get("cpu_percent") for s in samples),
+                       f"{kind.lower()}_percent_mean": _mean(s.get(field) for s in samples),
+                       "mem_used_gb_peak": round(max(mem) / 1e9, 2) if mem else None}
+    busy = [b for b in (busy_fraction(row["nodes"]) for row in rows) if b is not None]
+    wall_s = rows[-1]["time"] - rows[0]["time"] if len(rows) > 1 else 0.0
+    busy_mean = sum(busy) / len(busy) if busy else None
+    seconds = sum(float(h.get("seconds") or 0) for h in history)
+    waited = sum(float(h.get("input_wait_s") or 0) for h in history)
+    throughput = [sum(w.get("samples_per_s", 0.0) for w in row["workers"]) for row in rows if row["workers"]]
+    idle_h = wall_s / 3600 * (1 - busy_mean) if busy_mean is not None else None
+    return {
+        "accelerator": kind, "nodes": nodes, "sampled_s": round(wall_s, 1), "samples": len(rows),
+        "busy_percent": round(100 * busy_mean, 1) if busy_mean is not None else None,
+        "input_wait_percent": round(100 * waited / seconds, 1) if seconds > 0 else None,
+        "samples_per_s_mean": round(sum(throughput) / len(throughput), 2) if throughput else None,
+        "hourly_usd": hourly_usd,
+        "idle_cluster_hours": round(idle_h, 4) if idle_h is not None else None,
+        "idle_usd": round(hourly_usd * idle_h, 4) if idle_h is not None else None,
+    }
+
+
+def figure(rows: list[dict], out: Path) -> Optional[Path]:
+    """Utilisation (CPU and accelerator, per node), memory and throughput over the run."""
+    if len(rows) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = rows[0]["time"]
+    fig, (util, mem, speed) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    names = sorted({n["node"] for row in rows for n in row["nodes"]})
+    for name in names:
+        points = [((row["time"] - t0) / 60, n) for row in rows for n in row["nodes"] if n["node"] == name]
+        minutes = [p[0] for p in points]
+        util.plot(minutes, [p[1].get("cpu_percent") for p in points], label=f"{name} CPU")
+        for field, label in (("gpu_percent", "GPU"), ("tpu_percent", "TPU duty cycle")):
+            if any(field in p[1] for p in points):
+                util.plot(minutes, [p[1].get(field) for p in points], linestyle="--", label=f"{name} {label}")
+        mem.plot(minutes, [p[1].get("mem_used_bytes", 0) / 1e9 for p in points], label=name)
+    ranks = sorted({str(w["rank"]) for row in rows for w in row["workers"]})
+    for rank in ranks:
+        points = [((row["time"] - t0) / 60, w["samples_per_s"]) for row in rows for w in row["workers"] if str(w["rank"]) == rank and "samples_per_s" in w]
+        speed.plot([p[0] for p in points], [p[1] for p in points], label=f"worker {rank}")
+    util.set_ylabel("utilisation (%)")
+    util.set_ylim(0, 105)
+    mem.set_ylabel("host memory used (GB)")
+    speed.set_ylabel("samples/s")
+    speed.set_xlabel("minutes since training started")
+    for ax in (util, mem, speed):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+    return out
+
+
+def report_section(summary: dict, figure_path: Optional[Path]) -> str:
+    """The report's utilisation section (HTML, the figure inlined as the rest of the report is)."""
+    import base64
+
+    if not summary:
+        return "<h2>Utilisation</h2><p>No utilisation was sampled (the run ended before its first sample).</p>"
+    kind = summary["accelerator"]
+    rows = [("devices paid for", kind), ("busy (mean utilisation)", f"{summary['busy_percent']} %"),
+            ("step time waiting for input", f"{summary['input_wait_percent']} %"),
+            ("samples/s (all workers)", summary["samples_per_s_mean"]), ("sampled", f"{summary['sampled_s']} s, {summary['samples']} samples"),
+            ("cluster price", f"${summary['hourly_usd']:,.2f}/h"),
+            ("idle time, in cluster-hours", summary["idle_cluster_hours"]), ("idle time's cost", f"${summary['idle_usd']:,.4f}" if summary["idle_usd"] is not None else "-")]
+    table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    node_rows = "".join(f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in n.values()) + "</tr>"
+                        for name, n in summary["nodes"].items())
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in next(iter(summary["nodes"].values())).keys())
+    image = ""
+    if figure_path is not None and figure_path.exists():
+        image = f"<img alt='utilisation' src='data:image/png;base64,{base64.b64encode(figure_path.read_bytes()).decode()}'>"
+    return (f"<h2>Utilisation</h2><p>Sampled from Ray's metrics every {SAMPLE_EVERY_S:g} s while the run trained "
+            f"(burst.runtime.usage); idle time is priced at the cluster's hourly price.</p><table>{table}</table>"
+            f"<table><tr><th>node</th>{head}</tr>{node_rows}</table>{image}")
+
+
+def add_to_report(report_dir: Path, log: Path, history: list[dict], hourly_usd: float) -> dict:
+    """Write ``usage.json`` and ``usage.png`` into the report and its utilisation section into
+    ``report.html``; return the summary."""
+    rows = read_log(log)
+    summary = summarise(rows, history, hourly_usd)
+    (report_dir / "usage.json").write_text(json.dumps(summary, indent=1))
+    section = report_section(summary, figure(rows, report_dir / "usage.png"))
+    page = report_dir / "report.html"
+    if page.exists():
+        text = page.read_text()
+        page.write_text(text.replace("</body>", section + "</body>", 1) if "</body>" in text else text + section)
+    return summary
