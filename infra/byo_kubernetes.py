@@ -12,6 +12,10 @@ with ``kubectl apply`` and deleted by name, nothing else of the cluster touched.
 * ``RayCluster`` (KubeRay ``ray.io/v1``): a head on any node, one worker group of ``workers`` pods
   with ``gpus_per_worker`` GPUs each on the nodes the policy selects (node selector, tolerations);
   with a Kueue ``LocalQueue`` it carries the queue label and starts suspended, and Kueue admits it.
+  Every Ray container names its metrics port (KubeRay's default, 8080) ``metrics``.
+* ``PodMonitor`` (Prometheus Operator ``monitoring.coreos.com/v1``), where the site asks for one:
+  the site's Prometheus scrapes every Ray pod of this cluster on that port (KubeRay's own
+  ``config/prometheus/podMonitor.yaml`` does the same for worker pods).
 
 Plain data (no Pulumi): the dry run prints it, the tests validate it against the Kubernetes and
 KubeRay schemas, and the target applies exactly what was rendered.
@@ -30,6 +34,11 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "burst"}  # what burst created and shares between its clusters
 OPERATOR_MARKER = "burst-kuberay-operator"  # a ConfigMap beside the KubeRay operator that burst installed
 STORAGE_VOLUME = "burst-storage"
+# Ray's metrics export port in KubeRay's pods (KubeRay starts Ray with --metrics-export-port=8080);
+# named, so that a PodMonitor selects it by name. KubeRay leaves it out of the head's Service when
+# the container lists ports without it (ray-project/kuberay#963), so it is listed.
+METRICS_PORT = {"containerPort": 8080, "name": "metrics"}
+KUBERAY_CLUSTER_LABEL = "ray.io/cluster"  # KubeRay labels every pod of a RayCluster with its name
 NOTICE_WAIT_S = 20
 TERMINATION_GRACE_S = 25
 
@@ -57,6 +66,7 @@ class ByoSpec:
     storage_class: Optional[str] = None
     expires: Optional[float] = None     # the lease's end: the keeper beside the head deletes the RayCluster then
     idle_minutes: Optional[float] = None  # ... or after this long with no job
+    pod_monitor: bool = False           # a PodMonitor for the site's Prometheus Operator
 
     @property
     def keeper_name(self) -> str:
@@ -118,7 +128,7 @@ def ray_cluster(spec: ByoSpec) -> dict:
         worker_resources["nvidia.com/gpu"] = str(spec.gpus_per_worker)
     head = {"name": "ray-head", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311",
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
-            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}],
+            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}, METRICS_PORT],
             "env": auth_env(spec)}
     head_pod = _pod(spec, head, workers=False)
     if spec.expires is not None:  # the keeper beside the head, with a service account that may delete this RayCluster only
@@ -126,7 +136,8 @@ def ray_cluster(spec: ByoSpec) -> dict:
                                                                  auth_env(spec)))
         head_pod["serviceAccountName"] = spec.keeper_name
     worker = {"name": "ray-worker", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311{'-gpu' if gpu else ''}",
-              "resources": {"limits": dict(worker_resources), "requests": dict(worker_resources)}, "env": auth_env(spec)}
+              "resources": {"limits": dict(worker_resources), "requests": dict(worker_resources)}, "env": auth_env(spec),
+              "ports": [METRICS_PORT]}
     labels = dict(spec.labels)
     if spec.local_queue:
         labels[KUEUE_QUEUE_LABEL] = spec.local_queue
@@ -183,4 +194,13 @@ def manifests(spec: ByoSpec, token: str) -> list[dict]:
              "subjects": [{"kind": "ServiceAccount", "name": spec.keeper_name, "namespace": spec.namespace}]},
         ]
     objects.append(ray_cluster(spec))
+    if spec.pod_monitor:
+        objects.append(pod_monitor(spec))
     return objects
+
+
+def pod_monitor(spec: ByoSpec) -> dict:
+    """The Prometheus Operator's scrape of this cluster's Ray pods (head and workers), every 15 s."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _meta(spec, f"{spec.name}-metrics"),
+            "spec": {"selector": {"matchLabels": {KUBERAY_CLUSTER_LABEL: spec.name}},
+                     "podMetricsEndpoints": [{"port": METRICS_PORT["name"], "path": "/metrics", "interval": "15s"}]}}

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 KUBERAY_CRD = "rayclusters.ray.io"
 KUEUE_CRD = "localqueues.kueue.x-k8s.io"
+POD_MONITOR_CRD = "podmonitors.monitoring.coreos.com"
 OPERATOR_RELEASE = "kuberay-operator"
 POLL_S = 5.0
 UNSCHEDULABLE_GRACE_S = 180.0  # pods no node takes and no autoscaler answers for this long: no node will come
@@ -241,7 +242,7 @@ class KubernetesTarget(Target):
             ray_version=ray_version(), workers=workers, gpus_per_worker=per_worker, image=placement.image,
             node_selector=dict(site.node_selector), tolerations=tuple(t.manifest() for t in site.tolerations),
             local_queue=site.local_queue, bucket=bucket, pvc_size_gi=site.pvc_size_gi, storage_class=site.storage_class,
-            expires=expires, idle_minutes=idle_minutes)
+            expires=expires, idle_minutes=idle_minutes, pod_monitor=site.pod_monitor)
 
     def render(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> dict:
         from infra.byo_kubernetes import manifests, namespace_manifest
@@ -285,6 +286,9 @@ class KubernetesTarget(Target):
             if spec.local_queue and not has_crd(context, KUEUE_CRD):
                 raise BurstError(f"the policy names Kueue LocalQueue {spec.local_queue!r}, but context {context} has no Kueue "
                                  f"(CRD {KUEUE_CRD}); remove onprem.local_queue or install Kueue", exit_code=2)
+            if spec.pod_monitor and not has_crd(context, POD_MONITOR_CRD):
+                raise BurstError(f"the policy asks for a PodMonitor (onprem.pod_monitor), but context {context} has no Prometheus Operator "
+                                 f"(CRD {POD_MONITOR_CRD}); remove onprem.pod_monitor or install the Prometheus Operator", exit_code=2)
             namespace = read(context, "get", "namespace", site.namespace, "-o", "json", what=f"get namespace {site.namespace}")
             if namespace is None:  # NotFound, and only that: burst creates it, labelled as burst's (shared, no lease)
                 report.say(f"creating namespace {site.namespace} on {context} (burst's: the last burst cluster to leave deletes it)")

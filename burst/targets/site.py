@@ -98,6 +98,7 @@ class OnPrem(StrictModel):
     local_queue: Optional[str] = Field(None, description="Kubernetes: Kueue LocalQueue the RayCluster is submitted through (its admission state is the plan's queue wait)")
     pvc_size_gi: int = Field(50, ge=1, le=100_000, description="Kubernetes: size of the PersistentVolumeClaim burst creates for the run's storage when storage is not a bucket")
     storage_class: Optional[str] = Field(None, description="Kubernetes: storage class of that claim (absent: the cluster's default; it must be ReadWriteMany for more than one pod)")
+    pod_monitor: bool = Field(False, description="Kubernetes: also create a PodMonitor (Prometheus Operator, monitoring.coreos.com/v1) that scrapes every Ray pod's metrics port")
 
     @field_validator("login")
     @classmethod

@@ -219,6 +219,48 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     assert not Path(handle["token_path"]).exists()
 
 
+def test_a_site_with_the_prometheus_operator_gets_a_pod_monitor_and_one_without_it_a_line_before_anything_is_created(tmp_path, site, fake):
+    """``onprem.pod_monitor``: the site's Prometheus scrapes every Ray pod of the cluster by the
+    port KubeRay exports Ray's metrics on; a cluster without the Prometheus Operator's CRD is told
+    so before anything is applied (kubectl itself would refuse the PodMonitor half-way)."""
+    policy = site(", pod_monitor: true")
+    out = json.loads(burst("up", "--provider", "kubernetes", "--policy", str(policy), "--dry-run", "--json", home=tmp_path).stdout)
+    (monitor,) = [o for o in out["resources"] if o["kind"] == "PodMonitor"]
+    (rc,) = [o for o in out["resources"] if o["kind"] == "RayCluster"]
+    assert invalid(rc) == []
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == rc["metadata"]["namespace"]
+    assert monitor["spec"]["selector"] == {"matchLabels": {"ray.io/cluster": rc["metadata"]["name"]}}
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
+    pods = [rc["spec"]["headGroupSpec"]["template"]["spec"], *(g["template"]["spec"] for g in rc["spec"]["workerGroupSpecs"])]
+    for pod in pods:  # the port the monitor names, on every Ray container
+        assert {"containerPort": 8080, "name": "metrics"} in pod["containers"][0]["ports"]
+
+    site_operator(fake)
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(policy), "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 2 and "has no Prometheus Operator (CRD podmonitors.monitoring.coreos.com)" in proc.stderr
+    assert "Traceback" not in proc.stderr and left_on(fake) == ["ray-system_deployment_kuberay-operator"]
+    assert not (home / "clusters" / "lab.json").exists()
+
+    crds = json.loads((fake / "crds.json").read_text())
+    (fake / "crds.json").write_text(json.dumps(crds + ["podmonitors.monitoring.coreos.com"]))
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(policy), "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert "physics_podmonitor_burst-lab-metrics" in left_on(fake)
+    assert burst("down", "lab", home=home, fake=fake).returncode == 0
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
+
+
+def test_a_custom_resource_without_its_crd_is_refused_as_kubectl_refuses_it(fake):
+    """The stand-in's unkind part: ``kubectl apply`` of a kind the API server does not serve."""
+    env = {**os.environ, "FAKE_KUBE": str(fake), "PATH": f"{FAKES}:{os.environ['PATH']}"}
+    body = json.dumps({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": {"name": "m", "namespace": "physics"}})
+    proc = subprocess.run(["kubectl", "apply", "-f", "-"], input=body, capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ['resource mapping not found for name: "m" namespace: "physics" from "STDIN": no matches for kind '
+                                        '"PodMonitor" in version "monitoring.coreos.com/v1"', "ensure CRDs are installed first"]
+
+
 def test_an_up_killed_between_two_applies_leaves_down_everything_to_delete(tmp_path, site, fake):
     """`burst up` SIGKILLed the moment it applies the RayCluster (the objects before it exist, the
     operator is installed): every object was recorded before it was applied, so `burst down` deletes
