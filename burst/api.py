@@ -280,9 +280,12 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
     handles = _known_providers(handles, damaged)
     from .watcher import stop_watcher
 
+    from .monitor import stop as stop_monitor
+
     for handle in handles:
         targets.get(handle.provider).down(handle, report)
         stop_watcher(handle)
+        stop_monitor(handle.name)  # a local cluster's went with its processes; any other's goes now
         report.say(f"cluster {handle.name} ({handle.provider}) down; nothing left")
     if damaged:  # the readable ones are down; a damaged record names no cluster burst could stop
         first = damaged[0]
@@ -440,6 +443,24 @@ def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = 
         if raise_errors:
             raise
         report.say(f"error: {exc}")
+
+
+def monitor(name: str, *, port: Optional[int] = None, stop: bool = False):
+    """A Prometheus on this machine's loopback scraping the cluster's Ray metrics (``burst.monitor``):
+    the running one, else one started now; with ``stop``, stopped (None)."""
+    from . import monitor as prometheus
+
+    if stop:
+        prometheus.stop(name)
+        return None
+    handle = runs.cluster(name)
+    running = prometheus.running(name)
+    if running is not None:
+        return running
+    target = targets.get(handle.provider)
+    if not target.is_alive(handle):
+        raise BurstError(target.not_ready(handle), exit_code=1)
+    return prometheus.start(handle, target.metrics_discovery(handle), port)
 
 
 def status() -> Status:

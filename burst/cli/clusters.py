@@ -167,3 +167,26 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         console.print(f"managed run {run_id}: its controller was gone; started again")
     for name in now.revived_watchers:
         console.print(f"cluster {name}: its watcher (idle stop, lease end) was gone; started again")
+
+
+def monitor(
+    name: Annotated[str, typer.Argument(help="cluster name")],
+    port: Annotated[Optional[int], typer.Option(help="Prometheus' port on 127.0.0.1 (default: a free one)")] = None,
+    stop: Annotated[bool, typer.Option("--stop", help="stop the cluster's Prometheus")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """A Prometheus on this machine's loopback scraping the cluster's Ray metrics (every node, and
+    each training worker's samples/s); Grafana dashboards beside it. `burst down` stops it."""
+    from .. import api
+
+    mon = api.monitor(name, port=port, stop=stop)
+    if mon is None:
+        console.print(f"cluster {name}: its Prometheus is stopped")
+        return
+    if as_json:
+        emit_json(mon.model_dump(mode="json"))
+        return
+    out.print(f"Prometheus for cluster {name} at {mon.url} (pid {mon.pid}; loopback only; data in {mon.directory})", highlight=False)
+    out.print("a run's throughput: ray_burst_samples_per_second{run=\"RUN\"}; a node's CPU: ray_node_cpu_utilization", highlight=False)
+    out.print(f"Grafana dashboards (import them, with this Prometheus as the data source): {', '.join(mon.dashboards)}", highlight=False)
+    out.print(f"`burst monitor {name} --stop` or `burst down {name}` stops it", highlight=False)

@@ -257,6 +257,10 @@ class LocalTarget(Target):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)
 
+    def metrics_discovery(self, handle: ClusterHandle) -> Path:
+        """Ray writes it into the cluster's temp dir, on this machine (its metrics ports: this machine's loopback)."""
+        return Path(handle.temp_dir or ray_head.temp_dir_of(handle.cluster_id)) / "prom_metrics_service_discovery.json"
+
     def adopt(self, handle: ClusterHandle, report: Reporter = QUIET) -> ClusterHandle | None:
         """`ray start` runs in a session of its own: a head whose starter died may still come up."""
         deadline = time.time() + READY_TIMEOUT_S
