@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import census
+from tests import census, slurm_site
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +175,13 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json", "job.log"):
         assert (run_dir / name).exists(), name
     assert list((run_dir / "report" / "tensorboard").glob("events.out.tfevents.*"))  # the run's TensorBoard log came home
-    assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2, 3]
+    history = json.loads((run_dir / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert all(0 <= h["input_wait_s"] < h["seconds"] for h in history)  # the step time's split, epoch by epoch
+    used = json.loads((run_dir / "report" / "usage.json").read_text())  # the node's utilisation, sampled from Ray's metrics
+    assert used["accelerator"] == "CPU" and used["samples"] >= 2 and list(used["nodes"]) == ["127.0.0.1"]
+    assert 0 <= used["busy_percent"] <= 100 and used["idle_usd"] is not None
+    assert (run_dir / "report" / "usage.png").exists() and "<h2>Utilisation</h2>" in (run_dir / "report" / "report.html").read_text()
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["target"]["provider"] == "local"
     assert provenance["versions"]["tensorflow"] and provenance["data_hashes"]
@@ -284,8 +290,24 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
         np.testing.assert_array_equal(straight[name], resumed[name], err_msg=name)
 
 
-def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
+def prometheus_missing() -> str | None:
+    return None if shutil.which("prometheus") else "Prometheus is not installed: apt-get install prometheus"
+
+
+@slurm_site.needs(prometheus_missing())
+def test_a_long_run_is_seen_live_in_prometheus_and_status_and_ctrl_c_with_cancel_stops_it(cluster, home):
+    """While a run trains: `burst monitor` runs a real Prometheus (loopback only) that answers the
+    run's samples/s from Ray's metrics, and `burst status` shows its usage line. Then Ctrl-C with
+    --cancel stops the job."""
     handle, cwd = cluster
+    mon = json.loads(burst("monitor", "t", "--json", home=home, cwd=cwd).stdout)
+    import psutil
+
+    listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.pid == mon["pid"]]
+    assert listening and all(c.laddr.ip == "127.0.0.1" for c in listening)  # nothing beyond loopback
+    assert json.loads(burst("monitor", "t", "--json", home=home, cwd=cwd).stdout)["pid"] == mon["pid"]  # one per cluster
+    assert any(p.endswith("burst_grafana_dashboard.json") for p in mon["dashboards"])
+    assert any(p.endswith("train_grafana_dashboard.json") for p in mon["dashboards"])  # Ray's own, from its session
     before = _runs(home)
     # A user who turns oneDNN off explicitly gets it off in the workers (asked from their TensorFlow).
     cli = popen_burst("train", "gan3d", "--cluster", "t", "--epochs", "50", "--cancel", *TRAIN_ARGS, home=home, cwd=cwd,
@@ -294,6 +316,19 @@ def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
     start, _ = _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "start")
     assert start["machine"]["onednn_enabled"] is False and start["machine"]["onednn_requested"] == "0"
     _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "step")
+    from burst.monitor import query
+
+    deadline, answer = time.monotonic() + 90, []
+    while not answer:  # Ray exports a worker's gauge within seconds; Prometheus scrapes every 5 s
+        assert time.monotonic() < deadline, "Prometheus never saw the run's samples/s"
+        time.sleep(2)
+        answer = query(mon["url"], f'sum(ray_burst_samples_per_second{{run="{run_id}"}})')
+    assert float(answer[0]["value"][1]) > 0
+    assert query(mon["url"], "ray_node_cpu_utilization")  # and the node's own figures
+    _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "usage")
+    status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
+    live = next(r for r in status["runs"] if r["run_id"] == run_id)["progress"]["usage"]  # the line `burst status` shows
+    assert re.fullmatch(r"CPU \d+ %, memory \d+ %.* on 1 node\(s\); \$[\d.]+ spent, \$[\d.]+/h idle", live), live
     cli.send_signal(signal.SIGINT)
     _, stderr = cli.communicate(timeout=60)
     assert cli.returncode == 130 and f"run {run_id} cancelled" in stderr
@@ -309,6 +344,8 @@ def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
         assert time.monotonic() < deadline, "the cancelled job did not end"
         time.sleep(0.5)
     assert jobs.job_status(client, run_id) == "STOPPED"
+    assert burst("monitor", "t", "--stop", home=home, cwd=cwd).returncode == 0
+    assert not psutil.pid_exists(mon["pid"]) or psutil.Process(mon["pid"]).status() == psutil.STATUS_ZOMBIE
 
 
 def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_path):

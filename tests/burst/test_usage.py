@@ -1,0 +1,114 @@
+"""Whether the accelerators are busy (``burst.runtime.usage``): a real Ray node's metrics read by the
+sampler while a worker with a deliberately slow input publishes its throughput, the usage line and
+what idle time costs, and the report's utilisation section."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from burst.runtime import usage
+from burst.runtime.job import UsageEvent, parse_events
+
+SCRIPT = r"""
+import json, sys, time
+from pathlib import Path
+import ray
+from burst.runtime.ray_head import free_port
+from burst.runtime.usage import UsageSampler, WorkerGauges
+
+out = Path(sys.argv[1])
+ray.init(num_cpus=2, _metrics_export_port=free_port())
+
+@ray.remote
+class SlowInput:
+    def train(self, seconds):
+        # a training worker whose next batch comes late: 80 ms waiting for input, 20 ms computing
+        gauges = WorkerGauges("slow-run", 0)
+        start, waited, samples = time.perf_counter(), 0.0, 0
+        while time.perf_counter() - start < seconds:
+            asked = time.perf_counter()
+            time.sleep(0.08)
+            waited += time.perf_counter() - asked
+            step = time.perf_counter()
+            while time.perf_counter() - step < 0.02:
+                pass
+            samples += 8
+            elapsed = time.perf_counter() - start
+            gauges.set(samples / elapsed, waited / elapsed)
+        return {"seconds": time.perf_counter() - start, "input_wait_s": waited, "samples": samples}
+
+worker = SlowInput.remote()
+with UsageSampler("slow-run", out / "usage.jsonl", hourly_usd=36.0, every_s=1.0, say_every_s=4.0):
+    epoch = ray.get(worker.train.remote(18))
+(out / "epoch.json").write_text(json.dumps(epoch))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_slow_input_is_seen_in_ray_s_metrics_and_its_idle_time_priced(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = usage.read_log(tmp_path / "usage.jsonl")
+    assert len(rows) >= 10
+    for row in rows:  # the node as Ray's metrics agent reports it
+        (node,) = row["nodes"]
+        assert 0 <= node["cpu_percent"] <= 100 and node["cpus"] >= 1 and 0 < node["mem_used_bytes"] < node["mem_total_bytes"]
+    published = [w for row in rows for w in row["workers"]]
+    assert published and {w["rank"] for w in published} == {"0"}  # the worker's own gauges, this run's only
+    last = published[-1]
+    assert 40 < last["samples_per_s"] < 100  # 8 samples every ~0.1 s
+    assert 0.6 < last["input_wait_fraction"] < 0.95  # 80 ms of every 100 waiting
+
+    events = [e for e in parse_events(proc.stdout) if isinstance(e, UsageEvent)]
+    assert len(events) >= 3  # every 4 s
+    said = events[-1]
+    assert said.accelerator == "CPU" and said.nodes == 1 and said.hourly_usd == 36.0
+    assert 40 < said.samples_per_s < 100 and 60 < said.input_wait_percent < 95
+    assert said.idle_usd_per_h == pytest.approx(36.0 * (1 - said.accelerator_percent / 100), abs=0.01)
+    assert 0 < said.spent_usd < 36.0 * 60 / 3600  # less than a minute at $36/h
+    assert "samples/s, input wait" in said.line() and "/h idle" in said.line()
+
+    epoch = json.loads((tmp_path / "epoch.json").read_text())
+    summary = usage.summarise(rows, [epoch], 36.0)
+    assert summary["accelerator"] == "CPU" and summary["samples"] == len(rows)
+    assert 60 < summary["input_wait_percent"] < 95  # from the epoch's own clock, as the history holds it
+    idle_h = summary["sampled_s"] / 3600 * (1 - summary["busy_percent"] / 100)
+    assert summary["idle_usd"] == pytest.approx(36.0 * idle_h, abs=0.001)
+    assert usage.figure(rows, tmp_path / "usage.png").stat().st_size > 10_000
+
+
+def _row(t: float, gpus: list[float], samples: float) -> dict:
+    nodes = [{"node": f"10.0.0.{i}", "head": i == 0, "cpu_percent": 20.0, "gpus": 8.0, "gpu_percent": g, "mem_used_bytes": 4e9,
+              "mem_total_bytes": 16e9} for i, g in enumerate(gpus)]
+    return {"time": t, "nodes": nodes, "workers": [{"node": "10.0.0.0", "rank": "0", "samples_per_s": samples, "input_wait_fraction": 0.5}]}
+
+
+def test_gpu_clusters_are_judged_by_their_gpus_and_the_report_gains_a_utilisation_section(tmp_path):
+    """On a GPU cluster the idle time is the GPUs' (the CPUs being busy does not make the GPUs earn
+    their price); the section goes into the workload's report, before its end."""
+    rows = [_row(1000.0 + 10 * k, [50.0, 30.0], 100.0) for k in range(37)]  # 6 minutes, GPUs 40 % busy
+    history = [{"seconds": 300.0, "input_wait_s": 150.0}]
+    summary = usage.summarise(rows, history, 300.0)
+    assert summary["accelerator"] == "GPU" and summary["busy_percent"] == 40.0 and summary["input_wait_percent"] == 50.0
+    assert summary["idle_usd"] == pytest.approx(300.0 * 0.1 * 0.6, abs=0.001)  # $300/h, 6 min, 60 % idle
+    assert summary["nodes"]["10.0.0.1"]["gpu_percent_mean"] == 30.0
+    (tmp_path / "report.html").write_text("<html><body><h1>physics</h1></body></html>")
+    log = tmp_path / "usage.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"time": 13')  # the last line cut short by a killed driver
+    assert usage.add_to_report(tmp_path, log, history, 300.0) == summary
+    page = (tmp_path / "report.html").read_text()
+    assert page.index("<h1>physics</h1>") < page.index("<h2>Utilisation</h2>") < page.index("</body>")
+    assert "$18.0000" in page and "data:image/png;base64," in page
+    assert json.loads((tmp_path / "usage.json").read_text())["idle_usd"] == summary["idle_usd"]
+
+
+def test_the_usage_line_says_money_in_a_few_characters():
+    cheap = UsageEvent(nodes=1, cpu_percent=98.6, mem_percent=12, samples_per_s=18.7, input_wait_percent=4, spent_usd=0.00167,
+                       hourly_usd=0.05, idle_usd_per_h=0.0007)
+    assert cheap.line() == "CPU 99 %, memory 12 %, 18.7 samples/s, input wait 4 % on 1 node(s); $0.0017 spent, $0.0007/h idle"
+    big = UsageEvent(nodes=16, cpu_percent=30, accelerator="GPU", accelerator_percent=41.3, samples_per_s=1832.4, spent_usd=412.5,
+                     hourly_usd=300, idle_usd_per_h=176.1)
+    assert big.line() == "CPU 30 %, GPU 41 %, 1,832 samples/s on 16 node(s); $412.50 spent, $176.10/h idle"
