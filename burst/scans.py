@@ -26,7 +26,8 @@ from .state import ClusterHandle, RunRecord
 from .targets.base import QUIET, JobResources, Reporter
 
 DEFAULT_TRIAL_VAL_EVENTS = 300  # held-out events each trial is judged on after every epoch
-SCAN_FILES = ("trials.json", "trials.csv", "scan.json", "metric_vs_epoch.png", "parallel_coordinates.png", "best", "job_provenance.json")
+SCAN_FILES = ("trials.json", "trials.csv", "scan.json", "metric_vs_epoch.png", "parallel_coordinates.png", "best", "job_provenance.json",
+              "usage.jsonl", "usage.png")
 
 
 class TuneRequest(BaseModel):
@@ -155,7 +156,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
                     steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=target.job_storage(handle),
                     data=target.job_path(handle, data) if data else None, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
                     cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads,
-                    notices=notice.root(target.job_storage(handle), handle.cluster_id))
+                    notices=notice.root(target.job_storage(handle), handle.cluster_id), hourly_usd=float(handle.hourly_usd))
     scan = ScanConfig(job=job, space=request.space, trials=request.trials, metric=request.metric, concurrent=concurrent,
                       grace_period=request.grace_period, reduction_factor=request.reduction_factor, search=request.search)
     record = RunRecord(run_id=scan_id, kind="scan", workload=request.workload, cluster=handle.name, provider=handle.provider,
@@ -222,8 +223,10 @@ class ScanTracker:
         self.failure: Optional[str] = None
 
     def record(self, event) -> Optional[str]:
-        from .runtime.job import FailedEvent, StatusEvent
+        from .runtime.job import FailedEvent, StatusEvent, UsageEvent
 
+        if isinstance(event, UsageEvent):
+            return f"usage: {event.line()}"
         if isinstance(event, FailedEvent):
             self.failure = event.message
             return f"failed: {event.message}"

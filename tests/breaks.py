@@ -271,6 +271,15 @@ BREAKS = [
           (("    if cfg.data is not None and storage.is_remote(cfg.data):\n", "    if False:\n"),),
           ("tests/burst/test_stores.py::test_a_job_reads_a_staged_dataset_where_it_is_and_uploads_no_copy_of_it",),
           "every job uploads its training split again after the dataset was staged", fast=True),
+    Break("usage-idle-priced-by-cpus-on-a-gpu-cluster", "burst/runtime/usage.py",
+          (('    field = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}[accelerator_kind(nodes)]\n',
+            '    field = "cpu_percent"\n'),),
+          ("tests/burst/test_usage.py::test_gpu_clusters_are_judged_by_their_gpus_and_the_report_gains_a_utilisation_section",),
+          "a GPU cluster's idle time judged by its busy CPUs", fast=True),
+    Break("pod-monitor-without-its-crd", "burst/targets/kubernetes.py",
+          (("            if spec.pod_monitor and not has_crd(context, POD_MONITOR_CRD):\n", "            if False:\n"),),
+          ("tests/burst/test_kubernetes.py::test_a_site_with_the_prometheus_operator_gets_a_pod_monitor_and_one_without_it_a_line_before_anything_is_created",),
+          "a PodMonitor applied half-way into a cluster without the Prometheus Operator", fast=True),
 
 ]
 

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 from ..records import write_json_atomic
+from . import usage
 from .job import DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
+from .usage import USAGE_LOG, UsageSampler
 
 TRIAL_DRIVER_MEMORY = 64 << 20  # bytes of Ray's "memory" resource a trial's driver actor reserves
 TRIALS_JSON = "trials.json"
@@ -149,16 +151,19 @@ def run(scan: ScanConfig) -> int:
         run_config=tune.RunConfig(name=scan.scan_id, **ray_train_storage(f"{job.storage.rstrip('/')}/ray-tune"),
                                   callbacks=[_trial_events(scan.metric)], verbose=0),
     )
-    grid = tuner.fit()
     out_dir = storage_dir / "runs" / scan.scan_id
     out_dir.mkdir(parents=True, exist_ok=True)
+    with UsageSampler(scan.scan_id, out_dir / USAGE_LOG, job.hourly_usd):  # every node, and every trial's workers
+        grid = tuner.fit()
     stopped = storage.exists(RunFiles(job.storage, scan.scan_id).stop_request)
     rows = trial_rows(grid, scan, stopped)
     best = best_trial(rows)
     summary = {"scan_id": scan.scan_id, "workload": job.workload, "metric": scan.metric, "trials": len(rows), "epochs": job.epochs, "space": scan.space,
                "stopped_early": sum(r["stop_reason"] == "stopped early (ASHA)" for r in rows), "budget_stopped": stopped,
                "best": best, "wall_s": round(time.time() - started, 1),
-               "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search}
+               "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search,
+               "usage": usage.summarise(usage.read_log(out_dir / USAGE_LOG), [], job.hourly_usd)}
+    usage.figure(usage.read_log(out_dir / USAGE_LOG), out_dir / "usage.png")
     if best is not None:
         emit(StatusEvent(message=f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "
                                  "validating its checkpoint against held-out Monte Carlo"))

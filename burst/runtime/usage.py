@@ -76,7 +76,8 @@ class WorkerGauges:
 
 
 def parse_node(text: str, run_id: str) -> tuple[dict, list[dict]]:
-    """One node's metrics page as (its utilisation fields, this run's workers on it)."""
+    """One node's metrics page as (its utilisation fields, this run's workers on it: a scan's
+    trials are runs named after it, ``<scan>-<trial>``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     series: dict[str, list[float]] = {}
@@ -85,14 +86,20 @@ def parse_node(text: str, run_id: str) -> tuple[dict, list[dict]]:
         for sample in family.samples:
             if sample.name in NODE_GAUGES:
                 series.setdefault(sample.name, []).append(float(sample.value))
-            elif sample.name in (f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}") and sample.labels.get("run") == run_id:
+            elif sample.name in (f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}") and _ours(sample.labels.get("run", ""), run_id):
                 key = "samples_per_s" if sample.name.endswith(SAMPLES_GAUGE) else "input_wait_fraction"
-                workers.setdefault(sample.labels.get("rank", "?"), {"rank": sample.labels.get("rank", "?")})[key] = float(sample.value)
+                run, rank = sample.labels["run"], sample.labels.get("rank", "?")
+                name = rank if run == run_id else f"{run[len(run_id) + 1:]}/{rank}"  # a scan's trial: trial/rank
+                workers.setdefault(name, {"rank": name})[key] = float(sample.value)
     node = {}
     for name, values in series.items():
         field, combine = NODE_GAUGES[name]
         node[field] = sum(values) / len(values) if combine == "mean" else sum(values)
     return node, list(workers.values())
+
+
+def _ours(label: str, run_id: str) -> bool:
+    return label == run_id or label.startswith(f"{run_id}-")
 
 
 def cluster_nodes() -> list[dict]:

@@ -129,6 +129,10 @@ def test_a_scan_stops_trials_early_resumes_a_killed_worker_and_reports_the_best(
     assert best["best_metric"] == min(h["metric"] for r in rows for h in r["history"])
     assert summary["best_report"]["epoch"] == best["best_epoch"] and (scan_dir / "best" / "report" / "report.html").exists()
     assert (scan_dir / "metric_vs_epoch.png").stat().st_size > 0 and (scan_dir / "parallel_coordinates.png").stat().st_size > 0
+    # the cluster's utilisation over the scan, every trial's workers told apart (trial/rank)
+    assert summary["usage"]["samples"] >= 2 and (scan_dir / "usage.png").exists() and "usage: CPU" in text
+    trials_seen = {w["rank"].split("/")[0] for line in (scan_dir / "usage.jsonl").read_text().splitlines() for w in json.loads(line)["workers"]}
+    assert trials_seen and trials_seen <= {r["trial"] for r in rows}
     assert f"best trial {best['trial']}" in text and "stopped early (ASHA)" in text
     # The killed worker's trial restarted from its checkpoint and still ran every epoch it was due.
     log = (scan_dir / "job.log").read_text()
