@@ -28,16 +28,12 @@ from typing import Optional
 
 from . import keeper_manifest
 from .notice_hook import hook_command, notice_root
-from .spec import RAY_AUTH_KEY, RAY_AUTH_SECRET
+from .spec import METRICS_PORT, RAY_AUTH_KEY, RAY_AUTH_SECRET
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "burst"}  # what burst created and shares between its clusters
 OPERATOR_MARKER = "burst-kuberay-operator"  # a ConfigMap beside the KubeRay operator that burst installed
 STORAGE_VOLUME = "burst-storage"
-# Ray's metrics export port in KubeRay's pods (KubeRay starts Ray with --metrics-export-port=8080);
-# named, so that a PodMonitor selects it by name. KubeRay leaves it out of the head's Service when
-# the container lists ports without it (ray-project/kuberay#963), so it is listed.
-METRICS_PORT = {"containerPort": 8080, "name": "metrics"}
 KUBERAY_CLUSTER_LABEL = "ray.io/cluster"  # KubeRay labels every pod of a RayCluster with its name
 NOTICE_WAIT_S = 20
 TERMINATION_GRACE_S = 25

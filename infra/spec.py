@@ -13,6 +13,10 @@ KUBERAY_CHART_VERSION = "1.5.1"  # pinned: KubeRay operator Helm chart
 KUBERAY_REPO = "https://ray-project.github.io/kuberay-helm/"
 RAY_NAMESPACE = "burst"
 RAY_CLUSTER_NAME = "burst"
+# Ray's metrics export port in KubeRay's pods (KubeRay starts Ray with --metrics-export-port=8080);
+# named, so that a PodMonitor selects it by name. KubeRay leaves it out of the head's Service when
+# the container lists ports without it (ray-project/kuberay#963), so it is listed.
+METRICS_PORT = {"containerPort": 8080, "name": "metrics"}
 RAY_AUTH_SECRET = "burst-ray-auth"  # the Kubernetes Secret holding the Ray token (key RAY_AUTH_KEY)
 RAY_AUTH_KEY = "auth_token"
 KSA = "burst-ray"  # Kubernetes service account of the Ray pods (workload identity: the bucket, nothing else)

@@ -40,6 +40,8 @@ class RunProgress:
         return self
 
     def __exit__(self, *exc):
+        if not self.console.is_terminal:
+            self._bar.line = ""  # printed as it came; the bar's last frame need not cut it short again
         return self._bar.__exit__(*exc)
 
     def on_event(self, event: JobEvent) -> None:
