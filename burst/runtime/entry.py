@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..records import write_json_atomic
 from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit, failure_line
-from .usage import USAGE_LOG, UsageSampler, add_to_report
+from .usage import USAGE_LOG, UsageSampler, add_to_report, read_log
 
 def _work_dir(run_id: str) -> Path:
     """The job driver's local copy of a bucket-backed run (data, results) before publishing (private to the user)."""
@@ -125,8 +125,8 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     timings["validated"] = time.time()
     from . import tensorboard_log
 
-    tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"])
     add_to_report(out_dir / "report", out_dir / "report" / USAGE_LOG, history, cfg.hourly_usd)
+    tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"], tuple(read_log(out_dir / "report" / USAGE_LOG)))
     provenance = {
         "timings": timings,
         "data_hashes": workload.data_hashes(list(train_files) + list(test_files)),
