@@ -428,7 +428,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
         return run
     tracker = replay_log(run, c.get_job_logs(run.job_id))
     if tracker.last_epoch is not None or tracker.usage is not None:
-        run.progress = tracker.snapshot()
+        run.progress = tracker.snapshot(running=run.state == "RUNNING")
     if run.state == "SUCCEEDED" and tracker.stopped is not None:  # ended early, its checkpoint saved: not a result
         run.state = "LOST" if tracker.stopped.on_notice else "STOPPED_BUDGET"
         run.message = f"stopped at epoch {tracker.stopped.epoch} step {tracker.stopped.step} ({tracker.stopped.reason}); --resume goes on from there"

@@ -142,10 +142,12 @@ class RunTracker:
             return f"worker lost {where}; resumed from the checkpoint of epoch {start.epoch}"
         return f"worker lost {where}; no checkpoint yet, training restarted from the beginning"
 
-    def snapshot(self) -> dict:
+    def snapshot(self, running: bool = False) -> dict:
+        """The run's progress for its record; ``running``: with the cluster's last usage line (what
+        `burst status` shows while the run goes on; a finished run's record keeps none)."""
         last = self.last_epoch
         snap = {"epoch": last.epoch if last else None, "epochs": self.epochs, "samples_per_s": last.samples_per_s if last else None}
-        if self.usage is not None:
+        if running and self.usage is not None:
             snap["usage"] = self.usage.line()
         return snap
 
