@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
+from .errors import BurstError
 from .records import read_json, write_json_atomic, write_text_atomic
 from .state import ClusterHandle, RunRecord
 
@@ -104,11 +105,24 @@ class RunDirectory:
 
         jobs.collect(handle, run, self.path.parent)
 
+    def _usage(self) -> dict:
+        """The job's utilisation summary (``report/usage.json``); empty when there is none or it cannot
+        be read (it adds to the cost; a damaged one never stops a run's results from being written)."""
+        path = self.path / "report" / "usage.json"
+        try:
+            summary = read_json(path, "the run's utilisation summary") if path.exists() else {}
+        except BurstError:
+            return {}
+        return summary if isinstance(summary, dict) else {}
+
     def write_summary(self, run: RunRecord, handle: ClusterHandle, tracker, submitted: float) -> None:
         """cost.json, metrics.json and provenance.json, from the run, its cluster and its events."""
         hours = (run.finished - submitted) / 3600
         cost = {"provider": handle.provider, "hourly_usd": handle.hourly_usd, "hours": round(hours, 5),
                 "cost_usd": round(handle.hourly_usd * hours, 4), **predicted_vs_measured(handle.plan, run.config, self.history(), hours)}
+        summary = self._usage()
+        if summary.get("idle_usd") is not None:
+            cost.update(busy_percent=summary.get("busy_percent"), idle_usd_while_training=summary["idle_usd"])
         write_json_atomic(self.path / "cost.json", cost, indent=1)
         metrics = self.path / "report" / "metrics.json"
         if metrics.exists():

@@ -181,6 +181,8 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     used = json.loads((run_dir / "report" / "usage.json").read_text())  # the node's utilisation, sampled from Ray's metrics
     assert used["accelerator"] == "CPU" and used["samples"] >= 2 and list(used["nodes"]) == ["127.0.0.1"]
     assert 0 <= used["busy_percent"] <= 100 and used["idle_usd"] is not None
+    cost = json.loads((run_dir / "cost.json").read_text())  # what of the cost paid for idle devices, beside the cost
+    assert (cost["busy_percent"], cost["idle_usd_while_training"]) == (used["busy_percent"], used["idle_usd"])
     assert (run_dir / "report" / "usage.png").exists() and "<h2>Utilisation</h2>" in (run_dir / "report" / "report.html").read_text()
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["target"]["provider"] == "local"
