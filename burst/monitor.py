@@ -3,7 +3,10 @@ Prometheus and Grafana.
 
 Ray keeps a Prometheus service-discovery file on its head listing every node's metrics endpoint
 (Ray's "Collecting and monitoring metrics" guide: ``prom_metrics_service_discovery.json`` in its
-temp dir); the target says where that file is readable from this machine. Prometheus (Debian's
+temp dir); the target says where that file is readable from this machine, or that the cluster's
+dashboard, which answers here, is to be asked for its nodes instead (an on-prem Ray cluster, a
+Slurm head on the site's network): then burst writes the file from the dashboard's node list, once
+(``burst monitor`` again renews it after the cluster changed). Prometheus (Debian's
 ``prometheus`` package, or any 2.x binary on PATH) is started with that file as its only scrape
 source, listening on this machine's loopback only, its data under ``~/.burst/monitor/<cluster>``.
 It runs with the cluster's process marker in its environment, so whatever takes the cluster down
@@ -83,16 +86,39 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def start(handle: ClusterHandle, discovery: Path, port: Optional[int] = None) -> Monitor:
-    """Start Prometheus on 127.0.0.1 scraping the nodes ``discovery`` lists; wait until it is ready."""
+def discovery_from_dashboard(handle: ClusterHandle, out: Path) -> Path:
+    """Every live node's metrics endpoint, asked of the cluster's dashboard (its node summary: each
+    raylet's address and metrics export port), written as a Prometheus ``file_sd`` file."""
+    from .runtime.ray_head import auth_headers
+
+    req = urllib.request.Request(f"{handle.dashboard_url}/nodes?view=summary", headers=auth_headers(handle))
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            nodes = json.loads(resp.read())["data"]["summary"]
+    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise BurstError(f"cannot list the nodes of cluster {handle.name!r} from its dashboard {handle.dashboard_url} ({exc}); "
+                         f"check `burst status`", exit_code=1) from None
+    targets = sorted({f"{n['raylet']['nodeManagerAddress']}:{n['raylet']['metricsExportPort']}" for n in nodes
+                      if isinstance(n, dict) and n.get("raylet", {}).get("state") == "ALIVE" and n["raylet"].get("metricsExportPort")})
+    if not targets:
+        raise BurstError(f"cluster {handle.name!r}'s dashboard lists no live node with a metrics port", exit_code=1)
+    out.write_text(json.dumps([{"labels": {"job": "ray"}, "targets": targets}]))
+    return out
+
+
+def start(handle: ClusterHandle, discovery: Optional[Path], port: Optional[int] = None) -> Monitor:
+    """Start Prometheus on 127.0.0.1 scraping the nodes ``discovery`` lists (None: those the
+    cluster's dashboard lists now); wait until it is ready."""
     from .runtime.ray_head import MARKER, free_port
 
     binary = prometheus_binary()
+    here = directory(handle.name)
+    here.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if discovery is None:
+        discovery = discovery_from_dashboard(handle, here / "nodes.json")
     if not discovery.exists():
         raise BurstError(f"cluster {handle.name!r} has no metrics discovery file at {discovery} (is its Ray head running? see `burst status`)",
                          exit_code=1)
-    here = directory(handle.name)
-    here.mkdir(parents=True, exist_ok=True, mode=0o700)
     (here / "prometheus.yml").write_text(config_text(discovery))
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"

@@ -171,9 +171,13 @@ class Target(ABC):
         """The handle with a dashboard URL reachable from here, for the length of a command."""
         yield handle
 
-    def metrics_discovery(self, handle: ClusterHandle) -> Path:
-        """Ray's Prometheus service-discovery file of the cluster (every node's metrics endpoint),
-        readable and scrapeable from this machine (`burst monitor`); a one-line error where it is not."""
+    def metrics_discovery(self, handle: ClusterHandle) -> Optional[Path]:
+        """Where `burst monitor` finds every node's metrics endpoint: Ray's own service-discovery file
+        where it is readable here, None to ask the cluster's dashboard for its nodes (a head that
+        answers here: its nodes are on a network this machine reaches); a one-line error where
+        neither holds."""
+        if self.answers_here(handle):
+            return None
         raise BurstError(f"cluster {handle.name!r} ({self.provider}) runs its nodes where this machine cannot scrape them; scrape them "
                          f"from inside (a Kubernetes site: onprem.pod_monitor renders a PodMonitor), and every run's report "
                          f"already holds its nodes' utilisation", exit_code=2)

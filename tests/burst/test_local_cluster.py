@@ -616,6 +616,36 @@ def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home
     assert proc.returncode == 1 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@slurm_site.needs(prometheus_missing())
+def test_an_attached_cluster_is_monitored_through_its_dashboard_s_node_list_and_forgetting_it_stops_prometheus(cluster, home, tmp_path):
+    """An on-prem Ray cluster (here the module's, attached as a site): its Ray service-discovery file
+    is on its head, not here, so `burst monitor` asks the dashboard (with the site's token) for its
+    nodes and scrapes their metrics ports; `burst down` of the site stops Prometheus and leaves the
+    cluster running."""
+    handle, _ = cluster
+    policy = tmp_path / "site.yaml"
+    policy.write_text(f"onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: {handle['dashboard_url']}\n"
+                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n")
+    burst("up", "--provider", "ray", "--name", "site", "--policy", str(policy), home=home, cwd=tmp_path)
+    mon = json.loads(burst("monitor", "site", "--json", home=home, cwd=tmp_path).stdout)
+    (listed,) = json.loads((Path(mon["directory"]) / "nodes.json").read_text())
+    ray_own = json.loads((Path(handle["temp_dir"]) / "prom_metrics_service_discovery.json").read_text())
+    assert set(listed["targets"]) <= {t for group in ray_own for t in group["targets"]}  # the node's own metrics agent
+    from burst.monitor import query
+
+    deadline, up = time.monotonic() + 60, []
+    while not up:
+        assert time.monotonic() < deadline, "Prometheus never scraped the attached cluster's node"
+        time.sleep(1)
+        up = [r for r in query(mon["url"], 'up{job="ray"}') if r["value"][1] == "1"]
+    assert {r["metric"]["instance"] for r in up} == set(listed["targets"])
+    burst("down", "site", home=home, cwd=tmp_path)
+    import psutil
+
+    assert not psutil.pid_exists(mon["pid"]) or psutil.Process(mon["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert marked(handle["cluster_id"])  # the on-prem cluster keeps running
+
+
 def test_the_plan_hands_its_batch_to_the_job_and_the_run_records_predicted_against_measured(cluster, home, tmp_path):
     # `burst up --batch-per-replica 2` plans the paper preset at batch 2; `burst train --preset paper`
     # without a batch trains at the plan's batch; cost.json compares the plan's epoch (scaled to the
