@@ -197,10 +197,13 @@ class UsageEvent(_Event):
             parts.append(f"{self.samples_per_s:,.0f} samples/s" if self.samples_per_s >= 100 else f"{self.samples_per_s:.3g} samples/s")
         if self.input_wait_percent is not None:
             parts.append(f"input wait {self.input_wait_percent:.0f} %")
+        where = f"{', '.join(parts)} on {self.nodes} node(s)"
+        if not self.hourly_usd:
+            return where  # a cluster with no price (this machine, unpriced): no money to speak of
         money = f"{_usd(self.spent_usd)} spent"
         if self.idle_usd_per_h is not None:
             money += f", {_usd(self.idle_usd_per_h)}/h idle"
-        return f"{', '.join(parts)} on {self.nodes} node(s); {money}"
+        return f"{where}; {money}"
 
 
 def _usd(amount: float) -> str:

@@ -330,7 +330,7 @@ def test_a_long_run_is_seen_live_in_prometheus_and_status_and_ctrl_c_with_cancel
     _wait_for_event(home, cwd, run_id, lambda e: e["type"] == "usage")
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
     live = next(r for r in status["runs"] if r["run_id"] == run_id)["progress"]["usage"]  # the line `burst status` shows
-    assert re.fullmatch(r"CPU \d+ %, memory \d+ %.* on 1 node\(s\); \$[\d.]+ spent, \$[\d.]+/h idle", live), live
+    assert re.fullmatch(r"CPU \d+ %, memory \d+ %.* on 1 node\(s\)", live), live  # the module's cluster has no price: no money said
     cli.send_signal(signal.SIGINT)
     _, stderr = cli.communicate(timeout=60)
     assert cli.returncode == 130 and f"run {run_id} cancelled" in stderr

@@ -112,3 +112,5 @@ def test_the_usage_line_says_money_in_a_few_characters():
     big = UsageEvent(nodes=16, cpu_percent=30, accelerator="GPU", accelerator_percent=41.3, samples_per_s=1832.4, spent_usd=412.5,
                      hourly_usd=300, idle_usd_per_h=176.1)
     assert big.line() == "CPU 30 %, GPU 41 %, 1,832 samples/s on 16 node(s); $412.50 spent, $176.10/h idle"
+    free = UsageEvent(nodes=1, cpu_percent=88.0, samples_per_s=42.5, input_wait_percent=0.0, idle_usd_per_h=0.0)
+    assert free.line() == "CPU 88 %, 42.5 samples/s, input wait 0 % on 1 node(s)"  # no price set: no money said
