@@ -125,8 +125,9 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     timings["validated"] = time.time()
     from . import tensorboard_log
 
-    add_to_report(out_dir / "report", out_dir / "report" / USAGE_LOG, history, cfg.hourly_usd)
-    tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"], tuple(read_log(out_dir / "report" / USAGE_LOG)))
+    usage_rows = read_log(out_dir / "report" / USAGE_LOG)
+    add_to_report(out_dir / "report", usage_rows, history, cfg.hourly_usd)
+    tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"], tuple(usage_rows))
     provenance = {
         "timings": timings,
         "data_hashes": workload.data_hashes(list(train_files) + list(test_files)),

@@ -94,7 +94,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
     try:
         # A scan's trials keep their best checkpoint by a metric only whole epochs report: no mid-epoch ones there.
-        notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=rank == 0, resumed=resume_dir is not None,
+        notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=rank, resumed=resume_dir is not None,
                                   replicas=strategy.num_replicas_in_sync, save_position=None if held_out is not None or cfg.validate_each_epoch else save_position)
     except Exception as exc:
         line = failure_line(exc)

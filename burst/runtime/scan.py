@@ -157,13 +157,14 @@ def run(scan: ScanConfig) -> int:
         grid = tuner.fit()
     stopped = storage.exists(RunFiles(job.storage, scan.scan_id).stop_request)
     rows = trial_rows(grid, scan, stopped)
+    usage_rows = usage.read_log(out_dir / USAGE_LOG)
     best = best_trial(rows)
     summary = {"scan_id": scan.scan_id, "workload": job.workload, "metric": scan.metric, "trials": len(rows), "epochs": job.epochs, "space": scan.space,
                "stopped_early": sum(r["stop_reason"] == "stopped early (ASHA)" for r in rows), "budget_stopped": stopped,
                "best": best, "wall_s": round(time.time() - started, 1),
                "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search,
-               "usage": usage.summarise(usage.read_log(out_dir / USAGE_LOG), [], job.hourly_usd)}
-    usage.figure(usage.read_log(out_dir / USAGE_LOG), out_dir / "usage.png")
+               "usage": usage.summarise(usage_rows, [], job.hourly_usd)}
+    usage.figure(usage_rows, out_dir / "usage.png")
     if best is not None:
         emit(StatusEvent(message=f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "
                                  "validating its checkpoint against held-out Monte Carlo"))

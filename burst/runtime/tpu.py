@@ -84,7 +84,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
         trainer.save(local)
         storage.copy_dir(str(local), storage.join(ckpt_root, local.name))
 
-    notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, speaks=True, resumed=resume is not None,
+    notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=0, resumed=resume is not None,
                               replicas=strategy.num_replicas_in_sync, save_position=save_position)
     trainer.save(final_dir)
     if trainer.stopped:

@@ -100,13 +100,14 @@ def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
     return [local / f.rsplit("/", 1)[1] for f in files]
 
 
-def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch: Callable[[dict], None], *, speaks: bool,
+def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch: Callable[[dict], None], *, rank: int,
                     resumed: bool, replicas: int, save_position: Callable[[dict], None] | None = None) -> NoticeWatch:
     """Train the remaining epochs, saying what happens; ``save_epoch`` keeps each epoch's checkpoint
     and ``save_position`` one taken inside an epoch (every ``cfg.checkpoint_every_steps`` steps, and
     when a ``checkpoint`` notice comes).
 
-    ``speaks`` is true on the one worker that talks for the job (rank 0). Training ends early when
+    ``rank`` is this worker's (Ray Train's; the TPU client is 0): rank 0 talks for the job, and every
+    worker publishes its own throughput (``WorkerGauges``). Training ends early when
     the run's stop request or a ``stop`` notice appears on storage (``trainer.stopped`` says where
     and why); the caller then writes a final checkpoint and calls ``announce_stop`` with the
     returned watch.
@@ -117,6 +118,7 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     from . import storage
 
     workload = workloads.get(cfg.workload)
+    speaks = rank == 0
     if speaks:
         emit(StartEvent(epoch=int(trainer.epoch.numpy()), epochs=cfg.epochs, steps=steps, replicas=replicas,
                         global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts(),
@@ -126,7 +128,7 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
         for metrics in trainer.history:
             emit(EpochEvent(epochs=cfg.epochs, replayed=True, **metrics))
     every = max(1, steps // STEP_EVENTS_PER_EPOCH)
-    gauges = WorkerGauges.for_this_worker(cfg.run_id, _rank())
+    gauges = WorkerGauges.for_this_worker(cfg.run_id, rank)
     per_worker_batch = trainer.global_batch / max(1, cfg.workers)
     last = {"step": 0, "elapsed": 0.0, "input_wait": 0.0}  # where the gauges were last set: they show the rate since
 
@@ -167,16 +169,6 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     if trainer.stopped:
         trainer.stopped["reason"] = f"notice: {notices.acting.source}" if notices.acting is not None else "request"
     return notices
-
-
-def _rank() -> int:
-    """This worker's rank in Ray Train (0 outside it: the TPU client, a test)."""
-    try:
-        import ray.train
-
-        return ray.train.get_context().get_world_rank()
-    except Exception:  # noqa: BLE001 - no Ray Train session here
-        return 0
 
 
 def announce_stop(trainer, notices: NoticeWatch | None = None) -> None:

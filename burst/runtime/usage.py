@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from .job import UsageEvent, emit
 
@@ -44,6 +44,8 @@ NODE_GAUGES: dict[str, tuple[str, str]] = {
     "ray_node_network_send_speed": ("net_send_bytes_s", "sum"),
     "ray_node_network_receive_speed": ("net_recv_bytes_s", "sum"),
 }
+# Which field says how busy the devices a cluster pays for are, by what it pays for (``accelerator_kind``).
+BUSY_FIELD = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}
 # What each training worker publishes (``WorkerGauges``), by run and rank.
 SAMPLES_GAUGE = "burst_samples_per_second"
 INPUT_WAIT_GAUGE = "burst_input_wait_fraction"
@@ -119,11 +121,9 @@ class UsageSampler:
     """Reads every node of the cluster every ``every_s`` seconds into ``log`` (one JSON line per
     sample) and says a ``usage`` event every ``say_every_s``; a thread of the job's driver."""
 
-    def __init__(self, run_id: str, log: Path, hourly_usd: float = 0.0, every_s: float = SAMPLE_EVERY_S, say_every_s: float = SAY_EVERY_S,
-                 nodes: Callable[[], list[dict]] = cluster_nodes, read: Callable[[str, int], str] = read_page):
+    def __init__(self, run_id: str, log: Path, hourly_usd: float = 0.0, every_s: float = SAMPLE_EVERY_S, say_every_s: float = SAY_EVERY_S):
         self.run_id, self.log, self.hourly_usd = run_id, Path(log), hourly_usd
         self.every_s, self.say_every_s = every_s, say_every_s
-        self._nodes, self._read = nodes, read
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = time.time()
@@ -155,9 +155,9 @@ class UsageSampler:
     def sample(self) -> dict:
         """Read every node once; append the row to the log and return it."""
         nodes, workers = [], []
-        for n in self._nodes():
+        for n in cluster_nodes():
             try:
-                fields, on_node = parse_node(self._read(n["node"], n["port"]), self.run_id)
+                fields, on_node = parse_node(read_page(n["node"], n["port"]), self.run_id)
             except OSError:
                 continue  # a node going away or its agent restarting: the next sample has it again
             nodes.append({"node": n["node"], "head": n["head"], **fields})
@@ -196,10 +196,11 @@ def accelerator_kind(nodes: list[dict]) -> str:
     return "CPU"
 
 
-def busy_fraction(nodes: list[dict]) -> Optional[float]:
+def busy_fraction(nodes: list[dict], kind: Optional[str] = None) -> Optional[float]:
     """How busy the devices the cluster pays for are, 0..1: the mean GPU (or TPU duty cycle, or
-    CPU) utilisation over the nodes that have them."""
-    field = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}[accelerator_kind(nodes)]
+    CPU) utilisation over the nodes that have them. ``kind``: what the cluster pays for, where the
+    caller knows it from more than these nodes (a whole run's samples)."""
+    field = BUSY_FIELD[kind or accelerator_kind(nodes)]
     values = [n[field] for n in nodes if n.get(field) is not None]
     return min(1.0, max(0.0, sum(values) / len(values) / 100)) if values else None
 
@@ -226,14 +227,14 @@ def summarise(rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
         for n in row["nodes"]:
             per_node.setdefault(n["node"], []).append(n)
     kind = accelerator_kind([n for row in rows for n in row["nodes"]])
-    field = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}[kind]
+    field = BUSY_FIELD[kind]
     nodes = {}
     for name, samples in per_node.items():
         mem = [s["mem_used_bytes"] for s in samples if "mem_used_bytes" in s]
         nodes[name] = {"samples": len(samples), "cpu_percent_mean": _mean(s.get("cpu_percent") for s in samples),
                        f"{kind.lower()}_percent_mean": _mean(s.get(field) for s in samples),
                        "mem_used_gb_peak": round(max(mem) / 1e9, 2) if mem else None}
-    busy = [b for b in (busy_fraction(row["nodes"]) for row in rows) if b is not None]
+    busy = [b for b in (busy_fraction(row["nodes"], kind) for row in rows) if b is not None]
     wall_s = rows[-1]["time"] - rows[0]["time"] if len(rows) > 1 else 0.0
     busy_mean = sum(busy) / len(busy) if busy else None
     seconds = sum(float(h.get("seconds") or 0) for h in history)
@@ -315,10 +316,9 @@ def report_section(summary: dict, figure_path: Optional[Path]) -> str:
             f"<table><tr><th>node</th>{head}</tr>{node_rows}</table>{image}")
 
 
-def add_to_report(report_dir: Path, log: Path, history: list[dict], hourly_usd: float) -> dict:
-    """Write ``usage.json`` and ``usage.png`` into the report and its utilisation section into
-    ``report.html``; return the summary."""
-    rows = read_log(log)
+def add_to_report(report_dir: Path, rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
+    """Write ``usage.json`` and ``usage.png`` of the run's samples (``read_log``) into the report and
+    its utilisation section into ``report.html``; return the summary."""
     summary = summarise(rows, history, hourly_usd)
     (report_dir / "usage.json").write_text(json.dumps(summary, indent=1))
     section = report_section(summary, figure(rows, report_dir / "usage.png"))

@@ -98,7 +98,7 @@ def test_gpu_clusters_are_judged_by_their_gpus_and_the_report_gains_a_utilisatio
     (tmp_path / "report.html").write_text("<html><body><h1>physics</h1></body></html>")
     log = tmp_path / "usage.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"time": 13')  # the last line cut short by a killed driver
-    assert usage.add_to_report(tmp_path, log, history, 300.0) == summary
+    assert usage.add_to_report(tmp_path, usage.read_log(log), history, 300.0) == summary
     page = (tmp_path / "report.html").read_text()
     assert page.index("<h1>physics</h1>") < page.index("<h2>Utilisation</h2>") < page.index("</body>")
     assert "$18.0000" in page and "data:image/png;base64," in page
