@@ -584,6 +584,10 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monk
         assert list((bucket / "ray-train" / run["run_id"]).glob("checkpoint_*"))
         local = Path(run["run_dir"])
         assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1
+        # the utilisation sampled on the job's side travels through the bucket, and the cost says its idle part
+        used = json.loads((local / "report" / "usage.json").read_text())
+        assert used["samples"] >= 1 and (published / "report" / "usage.jsonl").exists()
+        assert json.loads((local / "cost.json").read_text())["idle_usd_while_training"] == used["idle_usd"]
         assert (local / "checkpoint_uri.txt").read_text().strip() == f"{bucket.as_uri()}/runs/{run['run_id']}/checkpoint"
         scratch = job_tmp / f"burst-{os.getuid()}"  # private to the user (0700)
         assert scratch.stat().st_mode & 0o777 == 0o700
