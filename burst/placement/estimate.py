@@ -77,19 +77,28 @@ def _data_gb(profile: Profile, policy: Policy, events: Optional[int]) -> float:
 
 
 def _staging(cloud: Optional[str], region: Optional[str], profile: Profile, policy: Policy, events: Optional[int]) -> tuple[float, float, str]:
-    """(hours, egress USD, note) to bring the dataset to a cloud's region (``cloud`` None: on-prem or this machine)."""
+    """(hours, egress USD, note) to bring the dataset to a cloud's region (``cloud`` None: on-prem or
+    this machine). Priced by where the data goes: within a region free, between two regions of one
+    cloud at its inter-region rate for the two continents, out of a cloud (to another cloud or the
+    site) at its internet rate, out of the site at the site's own rate."""
     where = policy.data.location
     size = _data_gb(profile, policy, events)
     src_cloud, _, src_region = where.partition(":")
+    hours = size * 8 / policy.data.uplink_gbps / 3600
     if not src_region:  # the data is on-prem or on this machine
         if cloud is None:
             return 0.0, 0.0, ""
-        return size * 8 / policy.data.uplink_gbps / 3600, size * policy.data.egress_usd_per_gb, f"copy {size:.0f} GB from on-prem at {policy.data.uplink_gbps:g} Gb/s"
+        rate = policy.data.egress_usd_per_gb
+        return hours, size * rate, f"copy {size:.0f} GB from on-prem to {cloud}:{region} at {policy.data.uplink_gbps:g} Gb/s (out of the site: {rate:g} $/GB)"
     facts = provider_facts()[src_cloud]
-    if cloud == src_cloud and region == src_region:
-        return 0.0, 0.0, ""
-    return (size * 8 / policy.data.uplink_gbps / 3600, size * facts.egress_usd_per_gb,
-            f"copy {size:.0f} GB out of {where} (egress {facts.egress_usd_per_gb} $/GB)")
+    if cloud == src_cloud:
+        if region == src_region:
+            return 0.0, 0.0, ""
+        rate, how = facts.between_regions(src_region, region)
+        return hours, size * rate, f"copy {size:.0f} GB from {where} to {region} (between {src_cloud} regions, {how})"
+    dest = "this site" if cloud is None else f"{cloud}:{region}"
+    return (hours, size * facts.egress_usd_per_gb,
+            f"copy {size:.0f} GB out of {where} to {dest} (internet egress of {src_cloud}: {facts.egress_usd_per_gb:g} $/GB)")
 
 
 def store_of(provider: str, region: str, policy: Policy) -> str:

@@ -84,6 +84,25 @@ class AfterLease(_Row):
     what: str = Field(min_length=3)
 
 
+class InterRegion(BaseModel):
+    """What moving a GB between two regions of one cloud costs, by the continents of the two (the
+    clouds price inter-region transfer by continent, not by the pair's distance)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    same_continent_usd_per_gb: float = Field(ge=0)
+    other_continent_usd_per_gb: float = Field(ge=0)
+    continents: dict[str, tuple[str, ...]] = Field(min_length=1)  # continent -> its regions (a name ending in '-' is a prefix)
+    source: str = Field(min_length=3)
+    checked: dt.date
+
+    def continent(self, region: str) -> Optional[str]:
+        """The continent a region is on; None when this file does not say."""
+        for continent, names in self.continents.items():
+            if any(region == n or (n.endswith("-") and region.startswith(n)) for n in names):
+                return continent
+        return None
+
+
 class CostModel(BaseModel):
     """The time and cost model's figures for a cloud (from its public documentation; latencies are
     defaults derived from issue reports about provisioning times: override them in your copy)."""
@@ -94,9 +113,24 @@ class CostModel(BaseModel):
     teardown_minutes: float = Field(ge=0)
     preemption_rate_per_hour: float = Field(ge=0)
     max_preemptible_hours: Optional[float] = Field(default=None, gt=0)
-    egress_usd_per_gb: float = Field(ge=0)
+    egress_usd_per_gb: float = Field(ge=0)  # out of the cloud: to the internet, a site, another cloud
+    inter_region: InterRegion
     storage_usd_per_gb_month: float = Field(ge=0)
     pue: float = Field(ge=1)
+
+    def between_regions(self, src: str, dst: str) -> tuple[float, str]:
+        """($/GB, how it is priced) for moving data from region ``src`` to ``dst`` of this cloud."""
+        if src == dst:
+            return 0.0, f"within {src}: free"
+        rates = self.inter_region
+        a, b = rates.continent(src), rates.continent(dst)
+        if a is None or b is None:
+            unknown = src if a is None else dst
+            return rates.other_continent_usd_per_gb, (f"{src} -> {dst}: continent of {unknown} unknown, priced as between "
+                                                      f"continents, {rates.other_continent_usd_per_gb:g} $/GB")
+        if a == b:
+            return rates.same_continent_usd_per_gb, f"{src} -> {dst}, within {a}: {rates.same_continent_usd_per_gb:g} $/GB"
+        return rates.other_continent_usd_per_gb, f"{src} -> {dst}, {a} to {b}: {rates.other_continent_usd_per_gb:g} $/GB"
 
 
 class ProviderFacts(BaseModel):

@@ -456,3 +456,52 @@ def test_tpu_pod_slices_are_priced_per_chip_and_timed_as_the_paper_measured(monk
     monkeypatch.setattr(TpuVmTarget, "tpu_hosts_driven", 1)  # a target that drove host 0 only (before issue 41)
     plan = placement.plan(pol, PROFILE, OFFERS, ask)
     assert plan.choice is None and any("more than 1 host(s)" in why for why in plan.excluded)
+
+
+# ---------------------------------------------------------------------- egress by where the data goes
+
+
+def _staging_of(data: dict, provider: str, region: str) -> tuple[float, list[str]]:
+    """The staging egress and notes of the plan's on-demand candidate on ``provider`` in ``region``."""
+    pol = make(providers=[provider], regions=[region], preemptible="never", data=data)
+    cands = [c for c in placement.plan(pol, PROFILE, OFFERS, PlacementRequest(epochs=2)).candidates
+             if c.provider == provider and c.region == region]
+    assert cands, (provider, region)
+    c = cands[0]
+    home = PROFILE.checkpoint_gb * facts.load(provider).model.egress_usd_per_gb  # the final checkpoint comes home
+    return round(c.estimate.egress_usd - home, 6), [str(n) for n in c.estimate.notes]
+
+
+def test_egress_is_priced_by_the_pair_of_places_the_data_moves_between():
+    gcp, azure = facts.load("gcp").model, facts.load("azure").model
+    size = 500
+    # within one region: nothing to copy, nothing to pay
+    usd, notes = _staging_of({"location": "gcp:us-central1", "size_gb": size}, "gcp", "us-central1")
+    assert usd == 0 and not any("copy" in n for n in notes)
+    # two regions of one continent: the cloud's same-continent rate, far below its internet rate
+    usd, notes = _staging_of({"location": "gcp:us-central1", "size_gb": size}, "gcp-tpu", "us-central2")
+    assert usd == pytest.approx(size * gcp.inter_region.same_continent_usd_per_gb) and usd < size * gcp.egress_usd_per_gb
+    assert any("between gcp regions, us-central1 -> us-central2, within north-america" in n for n in notes), notes
+    # two continents of one cloud: its inter-continental rate
+    usd, notes = _staging_of({"location": "gcp:europe-west4", "size_gb": size}, "gcp", "us-central1")
+    assert usd == pytest.approx(size * gcp.inter_region.other_continent_usd_per_gb)
+    assert any("europe to north-america" in n for n in notes), notes
+    usd, _ = _staging_of({"location": "azure:westeurope", "size_gb": size}, "azure", "eastus")
+    assert usd == pytest.approx(size * azure.inter_region.other_continent_usd_per_gb)
+    # another cloud: the source cloud's internet rate, whoever runs the job
+    usd, notes = _staging_of({"location": "azure:eastus", "size_gb": size}, "gcp", "us-central1")
+    assert usd == pytest.approx(size * azure.egress_usd_per_gb)
+    assert any("out of azure:eastus to gcp:us-central1 (internet egress of azure" in n for n in notes), notes
+    # from the site: the site's own rate (ingress to a cloud is free); to the site: the cloud's internet rate
+    usd, notes = _staging_of({"location": "onprem", "size_gb": size, "egress_usd_per_gb": 0.03}, "azure", "westeurope")
+    assert usd == pytest.approx(size * 0.03) and any("from on-prem to azure:westeurope" in n for n in notes)
+    pol = make(providers=["local"], data={"location": "gcp:europe-west4", "size_gb": size})
+    (local,) = [c for c in placement.plan(pol, PROFILE, OFFERS, PlacementRequest(epochs=2)).candidates if c.provider == "local"]
+    assert local.estimate.egress_usd == pytest.approx(size * gcp.egress_usd_per_gb)
+    assert any("out of gcp:europe-west4 to this site" in str(n) for n in local.estimate.notes)
+
+
+def test_a_region_whose_continent_is_unknown_is_priced_as_between_continents():
+    rate, how = facts.load("azure").model.between_regions("eastus", "japaneast")
+    assert rate == facts.load("azure").model.inter_region.other_continent_usd_per_gb and "continent of japaneast unknown" in how
+    assert facts.load("gcp").model.between_regions("europe-west4", "europe-west4") == (0.0, "within europe-west4: free")
