@@ -196,7 +196,7 @@ def catalog(
 
 @catalog_app.command("refresh")
 def catalog_refresh(
-    provider: Annotated[Optional[str], typer.Option(help="whose rows to renew (default: every provider with a public price list: Azure's Retail Prices API, no account needed)")] = None,
+    provider: Annotated[Optional[str], typer.Option(help="whose rows to renew (default: every provider whose price list needs no account: Azure's Retail Prices API; gcp and gcp-tpu read Google's Cloud Billing Catalog with your credentials)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="catalog to start from (default: the refreshed one, else the packaged one)")] = None,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the refreshed catalog every command reads)")] = None,
 ) -> None:
@@ -209,7 +209,7 @@ def catalog_refresh(
     from ..records import write_text_atomic
     from ..userfile import read_text
 
-    providers = [targets.check_provider(provider)] if provider else list(refresh.renewable())
+    providers = [targets.check_provider(provider)] if provider else list(refresh.renewed_by_default())
     source = catalog_file or cat.default_path()
     dest = out_file or cat.refreshed_path()
     today = datetime.date.today().isoformat()
@@ -219,6 +219,9 @@ def catalog_refresh(
         text, changes, missing = refresh.refresh(text, name, today)
         said += [f"  {c.describe()}" for c in changes] + [f"  kept: {line}" for line in missing]
         said.append(f"{name}: {len(changes)} row(s) renewed from its price list, {len(missing)} kept")
+    if provider is None and (asked := [p for p in refresh.renewable() if p not in providers]):
+        said.append(f"not renewed: {', '.join(asked)} (their price list needs your credentials: "
+                    f"`burst catalog refresh --provider {asked[0]}`)")
     stamp = "# Rows refreshed by `burst catalog refresh`"
     text = f"{stamp} ({', '.join(providers)}) on {today} from {source}.\n" + "".join(
         line for line in text.splitlines(keepends=True) if not line.startswith(stamp))

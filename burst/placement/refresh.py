@@ -1,12 +1,10 @@
 """``burst catalog refresh``: renew a provider's catalog rows from its public price list.
 
-A target that has one says so (``Target.price_list``: today Azure's Retail Prices API). A renewed
-row carries the price list's name, the date it was read, and quality ``catalog``; a row the list
-does not price stays as it was and is said. Nothing is written unless every query was answered.
-
-GCP and TPU rows are bundles of GPU and host prices from Google's Cloud Billing Catalog, which
-needs the user's credentials and a mapping of SKUs to machine shapes that burst does not have yet:
-they stay as the catalog header says they were made.
+A target that has one says so (``Target.price_list``: Azure's Retail Prices API, which needs no
+account; Google's Cloud Billing Catalog for the GKE and TPU rows, which needs the user's
+credentials and is read only when named with ``--provider``). A renewed row carries the price
+list's name, the date it was read, and quality ``catalog``; a row the list does not price stays as
+it was and is said. Nothing is written unless every query was answered.
 """
 
 from __future__ import annotations
@@ -47,6 +45,11 @@ def renewable() -> tuple[str, ...]:
     return tuple(t.provider for t in targets.all_targets() if t.price_list is not None)
 
 
+def renewed_by_default() -> tuple[str, ...]:
+    """Providers a plain ``burst catalog refresh`` renews: those whose price list needs no account."""
+    return tuple(p for p in renewable() if not targets.get(p).price_list.needs_account)
+
+
 def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], list[str]]:
     """The catalog ``text`` with ``provider``'s rows renewed from its price list: (new text, rows
     renewed, rows the list does not price). Comment lines and every other row are kept as they are."""
@@ -62,17 +65,19 @@ def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], li
     columns = reader.fieldnames or []
     rows = list(reader)
     mine = [row for row in rows if row.get("provider") == provider]
-    answers = {}
+    def shape(row: dict) -> tuple[str, ...]:  # one GCP machine type carries several GPU models
+        return row["region"], row["instance_type"], row["accelerator"], row["accelerator_count"]
+
+    lookup, answers = price_list.reader(), {}
     for row in mine:
-        key = (row["region"], row["instance_type"])
-        if key not in answers:
-            answers[key] = price_list.lookup(*key)
+        if shape(row) not in answers:
+            answers[shape(row)] = lookup(row)
     source = price_list.source(today)
     changes, missing = [], []
     for row in mine:
-        found = answers[(row["region"], row["instance_type"])]
+        found = answers[shape(row)]
         if found is None:
-            missing.append(f"{row['instance_type']} in {row['region']}: no Linux pay-as-you-go price listed; row kept as read {row['fetched_at']}")
+            missing.append(f"{row['instance_type']} in {row['region']}: {price_list.unlisted}; row kept as read {row['fetched_at']}")
             continue
         od, spot = found
         old_spot = float(row["price_spot"]) if row["price_spot"] else None

@@ -12,23 +12,18 @@ pay-as-you-go meter is the on-demand price, its Spot meter the spot price (SkyPi
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from ..errors import BurstError
+from . import price_fetch
 
 AZURE_PRICES_URL = "https://prices.azure.com/api/retail/prices"
 AZURE_API_VERSION = "2023-01-01-preview"
 #: tests point the refresh at a local server answering with recorded responses
 URL_ENV = "BURST_AZURE_PRICES_URL"
 MAX_PAGES = 50  # one VM size in one region is one page; a loop of NextPageLinks is an error, not a hang
-
-Fetch = Callable[[str], dict]
-
 
 def query_url(region: str, instance_type: str, base: Optional[str] = None) -> str:
     """The Retail Prices API query for one VM size in one region."""
@@ -38,30 +33,19 @@ def query_url(region: str, instance_type: str, base: Optional[str] = None) -> st
     return f"{base}?{urllib.parse.urlencode({'api-version': AZURE_API_VERSION, '$filter': filters})}"
 
 
-def fetch_json(url: str, timeout: float = 30) -> dict:
-    """GET ``url`` and parse its JSON; any failure is one line naming the host."""
-    host = urllib.parse.urlsplit(url).netloc
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": "application/json"}), timeout=timeout) as answer:
-            return json.loads(answer.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        raise BurstError(f"{host} answered HTTP {exc.code} ({exc.reason}); the catalog is unchanged: try again later") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BurstError(f"could not reach {host} ({reason}); the catalog is unchanged: check the network or proxy "
-                         f"(the Retail Prices API needs no account)") from None
-    except (ValueError, UnicodeDecodeError):
-        raise BurstError(f"{host} did not answer with JSON; the catalog is unchanged: try again later") from None
+def fetch_json(url: str) -> dict:
+    """GET one page of the Retail Prices API."""
+    return price_fetch.fetch_json(url, hint="the Retail Prices API needs no account")
 
 
-def items(region: str, instance_type: str, fetch: Fetch = fetch_json) -> list[dict]:
+def items(region: str, instance_type: str) -> list[dict]:
     """Every meter the API lists for a VM size in a region, all pages."""
     url: Optional[str] = query_url(region, instance_type)
     found: list[dict] = []
     for _ in range(MAX_PAGES):
         if not url:
             return found
-        page = fetch(url)
+        page = fetch_json(url)
         if not isinstance(page, dict) or not isinstance(page.get("Items", []), list):
             raise BurstError(f"the Retail Prices API's answer for {instance_type} in {region} has no Items list; the catalog is unchanged")
         found += [i for i in page.get("Items", []) if isinstance(i, dict)]
@@ -99,9 +83,12 @@ def prices(meters: list[dict], region: str, instance_type: str) -> Optional[tupl
 class AzureRetailPrices:
     """The price list ``burst catalog refresh`` reads for Azure's catalog rows."""
 
+    needs_account = False
+    unlisted = "no Linux pay-as-you-go price listed"
+
     def source(self, today: str) -> str:
         return f"Azure Retail Prices API (prices.azure.com, api-version {AZURE_API_VERSION}), read {today}"
 
-    def lookup(self, region: str, instance_type: str, fetch: Fetch = fetch_json) -> Optional[tuple[float, Optional[float]]]:
-        """(on-demand, spot or None) per hour of a VM size in a region; None when the API lists no price."""
-        return prices(items(region, instance_type, fetch=fetch), region, instance_type)
+    def reader(self) -> Callable[[Mapping[str, str]], Optional[tuple[float, Optional[float]]]]:
+        """(on-demand, spot or None) per hour of a catalog row's VM size in its region; None when unlisted."""
+        return lambda row: prices(items(row["region"], row["instance_type"]), row["region"], row["instance_type"])

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Protocol
 
 from ..errors import BurstError
 from ..state import ClusterHandle
@@ -102,11 +102,15 @@ class JobRuntime:
 class PriceList(Protocol):
     """A provider's public price list (``burst catalog refresh``)."""
 
+    needs_account: bool  # asked only when named (`--provider`): reading it needs the user's credentials
+    unlisted: str        # what is said of a row the list does not price
+
     def source(self, today: str) -> str:
         """What a renewed catalog row names as its source."""
 
-    def lookup(self, region: str, instance_type: str) -> Optional[tuple[float, Optional[float]]]:
-        """(on-demand, spot or None) per hour of one node shape in one region; None when unlisted."""
+    def reader(self) -> Callable[[Mapping[str, str]], Optional[tuple[float, Optional[float]]]]:
+        """A lookup for one refresh: a catalog row (its columns by name) -> (on-demand, spot or
+        None) per hour of that node shape in that region; None when the list does not price it."""
 
 
 class Target(ABC):

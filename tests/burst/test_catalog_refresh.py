@@ -136,6 +136,8 @@ def test_refresh_renews_every_azure_row_from_the_linux_meters_and_the_plan_reads
     assert "Standard_NC4as_T4_v3 in westeurope: on-demand 0.526 -> 0.601, spot 0.0627 -> 0.0711" in result.output
     assert "kept: Standard_ND96isr_H100_v5 in westeurope: no Linux pay-as-you-go price listed" in result.output
     assert written.read_text().startswith("# Rows refreshed by `burst catalog refresh` (azure) on ")
+    # Google's list needs credentials: a plain refresh leaves it alone and says how to ask for it
+    assert "not renewed: gcp, gcp-tpu (their price list needs your credentials: `burst catalog refresh --provider gcp`)" in result.output
 
     # `burst plan` reads the refreshed catalog with no --catalog: westeurope is priced, not estimated
     policy = tmp_path / "eu.yaml"
@@ -171,8 +173,8 @@ def test_an_unreachable_api_and_another_provider_are_one_line_each(monkeypatch, 
     damaged = CliRunner().invoke(app, ["catalog", "refresh", "--catalog", str(broken)])
     assert damaged.exit_code == 2 and "column price_od is 'cheap', not a number" in damaged.stderr
     assert len(damaged.stderr.strip().splitlines()) == 1
-    other = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp"])
-    assert other.exit_code == 2 and "gcp has no public price list burst can read (those that have: azure)" in other.stderr
+    other = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "slurm"])
+    assert other.exit_code == 2 and "slurm has no public price list burst can read (those that have: gcp, gcp-tpu, azure)" in other.stderr
     assert not (tmp_path / "home" / "catalog.csv").exists()
 
 
