@@ -279,6 +279,14 @@ BREAKS = [
           (("            if spec.pod_monitor and not has_crd(context, POD_MONITOR_CRD):\n", "            if False:\n"),),
           ("tests/burst/test_kubernetes.py::test_a_site_with_the_prometheus_operator_gets_a_pod_monitor_and_one_without_it_a_line_before_anything_is_created",),
           "a PodMonitor applied half-way into a cluster without the Prometheus Operator", fast=True),
+    Break("egress-across-continents-at-the-same-continent-rate", "burst/targets/facts.py",
+          (('        return rates.other_continent_usd_per_gb, f"{src} -> {dst}, {a} to {b}:', '        return rates.same_continent_usd_per_gb, f"{src} -> {dst}, {a} to {b}:'),),
+          ("tests/burst/test_placement.py::test_egress_is_priced_by_the_pair_of_places_the_data_moves_between",),
+          "data copied from Europe to a US cluster priced as if it stayed on one continent", fast=True),
+    Break("gcp-price-from-reserved-skus", "burst/targets/gcp_prices.py",
+          (('            and not any(w in words for w in ("custom", "premium", "reserved", "sole tenancy", "commitment")))', '            and True)'),),
+          ("tests/burst/test_catalog_refresh_gcp.py::test_gke_rows_are_renewed_from_google_s_skus_bundled_into_nodes",),
+          "a GKE node priced from a reserved GPU's SKU instead of its on-demand one", fast=True),
 
 ]
 

@@ -40,6 +40,7 @@ COMPUTE = [
     # listed first and cheaper: a reader that kept commitments or custom shapes would take them
     _sku("Commitment v1: Nvidia Tesla T4 GPU in Americas for 1 Year", "GPU", "Commit1Yr", 0.01, US),
     _sku("Custom Instance Core running in Americas", "N1Standard", "OnDemand", 0.001, US),
+    _sku("Reserved Nvidia Tesla T4 GPU running in Americas", "GPU", "OnDemand", 0.02, US),
     _sku("N1 Predefined Instance Core running in Americas", "N1Standard", "OnDemand", 0.031611, US),
     _sku("N1 Predefined Instance Ram running in Americas", "N1Standard", "OnDemand", 0.004237, US),
     _sku("Spot Preemptible N1 Predefined Instance Core running in Americas", "N1Standard", "Preemptible", 0.00698, US),  # TEST
@@ -138,7 +139,7 @@ def test_gke_rows_are_renewed_from_google_s_skus_bundled_into_nodes(billing, mon
     before = _rows(catalog.DEFAULT_PATH)
     result = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp"])
     assert result.exit_code == 0, result.output
-    assert set(billing.auth) == {"AIza-test-key"} and len(billing.auth) == 6 + 2  # every page of both services, the key on each
+    assert set(billing.auth) == {"AIza-test-key"} and len(billing.auth) == 7 + 2  # every page of both services, the key on each
     after = _rows(catalog.refreshed_path())
     renewed = 0
     for key, row in after.items():
