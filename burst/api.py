@@ -455,11 +455,15 @@ def monitor(name: str, *, port: Optional[int] = None, stop: bool = False):
         return None
     handle = runs.cluster(name)
     running = prometheus.running(name)
-    if running is not None:
+    if running is not None and prometheus.tunnel_holds(running):
         return running
+    if running is not None:
+        prometheus.stop(name)  # its tunnel to the head broke (a laptop's network changed): started again, tunnel and all
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
         raise BurstError(target.not_ready(handle), exit_code=1)
+    if not target.answers_here(handle):
+        return prometheus.start_relayed(handle, target, port)
     return prometheus.start(handle, target.metrics_discovery(handle), port)
 
 

@@ -6,7 +6,12 @@ Ray keeps a Prometheus service-discovery file on its head listing every node's m
 temp dir); the target says where that file is readable from this machine, or that the cluster's
 dashboard, which answers here, is to be asked for its nodes instead (an on-prem Ray cluster, a
 Slurm head on the site's network): then burst writes the file from the dashboard's node list, once
-(``burst monitor`` again renews it after the cluster changed). Prometheus (Debian's
+(``burst monitor`` again renews it after the cluster changed). A cluster reached only through a
+tunnel (a Kubernetes head through `kubectl port-forward`, a TPU host or a Slurm node through ssh)
+gets the same node list through the tunnel burst opens for one command, a metrics relay on its
+head (``burst.runtime.metrics_relay``, a forward proxy for its nodes' metrics pages only) and a
+tunnel of its own to that relay, held beside Prometheus, which scrapes every node through it
+(``proxy_url``). Prometheus (Debian's
 ``prometheus`` package, or any 2.x binary on PATH) is started with that file as its only scrape
 source, listening on this machine's loopback only, its data under ``~/.burst/monitor/<cluster>``.
 It runs with the cluster's process marker in its environment, so whatever takes the cluster down
@@ -24,12 +29,15 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel
 
 from .errors import BurstError
 from .state import ClusterHandle
+
+if TYPE_CHECKING:
+    from .targets.base import Target
 
 SCRAPE_INTERVAL_S = 5
 READY_TIMEOUT_S = 60.0
@@ -44,6 +52,8 @@ class Monitor(BaseModel):
     url: str
     directory: str
     dashboards: list[str] = []
+    forward_pid: Optional[int] = None  # the tunnel to the head's metrics relay, for a cluster reached through one
+    relay_url: Optional[str] = None    # that relay, as Prometheus reaches it (its scrapes' proxy)
 
 
 def directory(cluster: str) -> Path:
@@ -60,10 +70,12 @@ def prometheus_binary() -> str:
     return found
 
 
-def config_text(discovery: Path, interval_s: int = SCRAPE_INTERVAL_S) -> str:
-    """prometheus.yml: Ray's nodes, from Ray's own service-discovery file (re-read as Ray updates it)."""
+def config_text(discovery: Path, interval_s: int = SCRAPE_INTERVAL_S, proxy_url: Optional[str] = None) -> str:
+    """prometheus.yml: Ray's nodes, from Ray's own service-discovery file (re-read as Ray updates it);
+    with ``proxy_url``, every scrape goes through the head's metrics relay at that address."""
+    proxy = f"    proxy_url: {json.dumps(proxy_url)}\n" if proxy_url else ""
     return (f"global:\n  scrape_interval: {interval_s}s\n  evaluation_interval: {interval_s}s\n"
-            f"scrape_configs:\n  - job_name: ray\n    file_sd_configs:\n      - files: [{json.dumps(str(discovery))}]\n")
+            f"scrape_configs:\n  - job_name: ray\n{proxy}    file_sd_configs:\n      - files: [{json.dumps(str(discovery))}]\n")
 
 
 def running(cluster: str) -> Optional[Monitor]:
@@ -74,6 +86,19 @@ def running(cluster: str) -> Optional[Monitor]:
     except (OSError, ValueError):
         return None
     return mon if _alive(mon.pid) else None
+
+
+def tunnel_holds(mon: Monitor) -> bool:
+    """True when the monitor needs no tunnel, or its tunnel to the head's relay still runs."""
+    import psutil
+
+    if mon.forward_pid is None:
+        return True
+    try:
+        proc = psutil.Process(mon.forward_pid)
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -109,20 +134,86 @@ def discovery_from_dashboard(handle: ClusterHandle, out: Path) -> Path:
 def start(handle: ClusterHandle, discovery: Optional[Path], port: Optional[int] = None) -> Monitor:
     """Start Prometheus on 127.0.0.1 scraping the nodes ``discovery`` lists (None: those the
     cluster's dashboard lists now); wait until it is ready."""
-    from .runtime.ray_head import MARKER, free_port
-
-    binary = prometheus_binary()
-    here = directory(handle.name)
-    here.mkdir(parents=True, exist_ok=True, mode=0o700)
+    here = _workdir(handle)
     if discovery is None:
         discovery = discovery_from_dashboard(handle, here / "nodes.json")
     if not discovery.exists():
         raise BurstError(f"cluster {handle.name!r} has no metrics discovery file at {discovery} (is its Ray head running? see `burst status`)",
                          exit_code=1)
-    (here / "prometheus.yml").write_text(config_text(discovery))
+    return _launch(handle, here, discovery, port)
+
+
+def start_relayed(handle: ClusterHandle, target: "Target", port: Optional[int] = None) -> Monitor:
+    """For a cluster reached only through a tunnel: list its nodes and start the metrics relay on
+    its head (a Ray job, through the tunnel burst opens for one command), hold a tunnel of its own
+    to the relay (with the cluster's process marker: it goes when the cluster goes), and start
+    Prometheus scraping every node through it."""
+    from .runtime.metrics_relay import RELAY_PORT
+    from .runtime.ray_head import MARKER, free_port
+
+    here = _workdir(handle)
+    local_port = free_port()
+    command = target.forward_command(handle, local_port, RELAY_PORT, here)
+    if command is None:
+        raise BurstError(f"cluster {handle.name!r} ({handle.provider}) runs its nodes where this machine cannot scrape them and through "
+                         f"no tunnel burst holds; every run's report already holds its nodes' utilisation", exit_code=2)
+    with target.reach(handle) as reached:
+        discovery = discovery_from_dashboard(reached, here / "nodes.json")
+        _start_relay(reached, target)
+    log = (here / "forward.log").open("ab")
+    forward = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, MARKER: handle.cluster_id},
+                               start_new_session=True)
+    log.close()
+    relay = f"http://127.0.0.1:{local_port}"
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not _ready(relay, "/healthz"):
+        if forward.poll() is not None or time.monotonic() > deadline:
+            _end(forward)
+            tail = (here / "forward.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise BurstError(f"the tunnel to the metrics relay of cluster {handle.name!r} did not open: {tail[0][:300]}", exit_code=1)
+        time.sleep(0.3)
+    try:
+        return _launch(handle, here, discovery, port, proxy_url=relay, forward_pid=forward.pid)
+    except BurstError:
+        _end(forward)
+        raise
+
+
+def _start_relay(reached: ClusterHandle, target: "Target") -> None:
+    """Run ``python -m burst.runtime.metrics_relay`` as a Ray job on the cluster and wait for it."""
+    import shlex
+
+    from .runtime import jobs
+
+    runtime = target.job_runtime(reached)
+    client = jobs.client(reached)
+    job = client.submit_job(entrypoint=f"{shlex.quote(runtime.python)} -m burst.runtime.metrics_relay", runtime_env=runtime.runtime_env or None)
+    deadline = time.monotonic() + READY_TIMEOUT_S * 2
+    while (status := jobs.job_status(client, job)) not in jobs.TERMINAL:
+        if time.monotonic() > deadline:
+            client.stop_job(job)
+            raise BurstError(f"the metrics relay did not start on cluster {reached.name!r} within {READY_TIMEOUT_S * 2:.0f} s", exit_code=1)
+        time.sleep(0.5)
+    if status != "SUCCEEDED":
+        said = [line for line in client.get_job_logs(job).splitlines() if line.strip()][-1:] or [status]
+        raise BurstError(f"the metrics relay did not start on cluster {reached.name!r}: {said[0][:300]}", exit_code=1)
+
+
+def _workdir(handle: ClusterHandle) -> Path:
+    prometheus_binary()  # a missing Prometheus is said before anything else is done
+    here = directory(handle.name)
+    here.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return here
+
+
+def _launch(handle: ClusterHandle, here: Path, discovery: Path, port: Optional[int], proxy_url: Optional[str] = None,
+            forward_pid: Optional[int] = None) -> Monitor:
+    from .runtime.ray_head import MARKER, free_port
+
+    (here / "prometheus.yml").write_text(config_text(discovery, proxy_url=proxy_url))
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [binary, f"--config.file={here / 'prometheus.yml'}", f"--storage.tsdb.path={here / 'data'}",
+    cmd = [prometheus_binary(), f"--config.file={here / 'prometheus.yml'}", f"--storage.tsdb.path={here / 'data'}",
            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=15d"]
     log = (here / "prometheus.log").open("ab")
     env = {**os.environ, MARKER: handle.cluster_id}  # the cluster's own processes: taken down with it
@@ -131,20 +222,25 @@ def start(handle: ClusterHandle, discovery: Optional[Path], port: Optional[int] 
     deadline = time.monotonic() + READY_TIMEOUT_S
     while not _ready(url):
         if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
+            _end(proc)
             tail = (here / "prometheus.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
             raise BurstError(f"Prometheus did not start for cluster {handle.name!r}: {tail[0][:300]}; its log: {here / 'prometheus.log'}", exit_code=1)
         time.sleep(0.3)
-    mon = Monitor(cluster=handle.name, pid=proc.pid, url=url, directory=str(here), dashboards=_dashboards(handle, here))
+    mon = Monitor(cluster=handle.name, pid=proc.pid, url=url, directory=str(here), dashboards=_dashboards(handle, here), forward_pid=forward_pid,
+                  relay_url=proxy_url)
     (here / "monitor.json").write_text(mon.model_dump_json(indent=1))
     return mon
 
 
-def _ready(url: str) -> bool:
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+
+
+def _ready(url: str, path: str = "/-/ready") -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
+        with urllib.request.urlopen(f"{url}{path}", timeout=2) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -162,20 +258,24 @@ def _dashboards(handle: ClusterHandle, here: Path) -> list[str]:
 
 
 def stop(cluster: str) -> bool:
-    """Stop the cluster's Prometheus; True when one was running."""
+    """Stop the cluster's Prometheus and the tunnel it scrapes through; True when one was running."""
     import psutil
 
     mon = running(cluster)
     if mon is None:
         return False
-    try:
-        proc = psutil.Process(mon.pid)
-        proc.terminate()
-        proc.wait(timeout=20)
-    except psutil.TimeoutExpired:
-        proc.kill()
-    except psutil.Error:
-        pass
+    for pid in (mon.pid, mon.forward_pid):
+        if pid is None:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            proc.terminate()
+            proc.wait(timeout=20)
+        except psutil.TimeoutExpired:
+            proc.kill()
+        except psutil.Error:
+            pass
+    (Path(mon.directory) / "kubeconfig").unlink(missing_ok=True)
     return True
 
 

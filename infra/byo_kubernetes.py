@@ -28,7 +28,7 @@ from typing import Optional
 
 from . import keeper_manifest
 from .notice_hook import hook_command, notice_root
-from .spec import METRICS_PORT, RAY_AUTH_KEY, RAY_AUTH_SECRET
+from .spec import METRICS_PORT, METRICS_RELAY_PORT, RAY_AUTH_KEY, RAY_AUTH_SECRET
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "burst"}  # what burst created and shares between its clusters
@@ -124,7 +124,7 @@ def ray_cluster(spec: ByoSpec) -> dict:
         worker_resources["nvidia.com/gpu"] = str(spec.gpus_per_worker)
     head = {"name": "ray-head", "image": spec.image or f"rayproject/ray:{spec.ray_version}-py311",
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
-            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}, METRICS_PORT],
+            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}, METRICS_PORT, METRICS_RELAY_PORT],
             "env": auth_env(spec)}
     head_pod = _pod(spec, head, workers=False)
     if spec.expires is not None:  # the keeper beside the head, with a service account that may delete this RayCluster only

@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 
 from . import keeper_manifest
 from .notice_hook import hook_command, notice_root
-from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, METRICS_PORT, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
+from .spec import KSA, KUBERAY_CHART_VERSION, KUBERAY_REPO, METRICS_PORT, METRICS_RELAY_PORT, RAY_AUTH_KEY, RAY_AUTH_SECRET, RAY_CLUSTER_NAME, RAY_NAMESPACE, PoolSpec, StackSpec
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AKS_SPOT_TOLERATION = {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
@@ -69,7 +69,7 @@ def ray_cluster_spec(spec: StackSpec, system_selector: dict, groups: list[dict],
         "containers": [{
             "name": "ray-head", "image": image,
             "resources": {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
-            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}, METRICS_PORT],
+            "ports": [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"}, METRICS_PORT, METRICS_RELAY_PORT],
             "env": AUTH_ENV + env,
         }, keeper_manifest.container(image, RAY_NAMESPACE, RAY_CLUSTER_NAME, spec.expires, spec.idle_minutes, AUTH_ENV)],
     }

@@ -17,6 +17,9 @@ RAY_CLUSTER_NAME = "burst"
 # named, so that a PodMonitor selects it by name. KubeRay leaves it out of the head's Service when
 # the container lists ports without it (ray-project/kuberay#963), so it is listed.
 METRICS_PORT = {"containerPort": 8080, "name": "metrics"}
+# burst's metrics relay on the head (burst.runtime.metrics_relay, `burst monitor`): listed on the head
+# container so that its Service carries it and `kubectl port-forward service/...` reaches it.
+METRICS_RELAY_PORT = {"containerPort": 8266, "name": "metrics-relay"}
 RAY_AUTH_SECRET = "burst-ray-auth"  # the Kubernetes Secret holding the Ray token (key RAY_AUTH_KEY)
 RAY_AUTH_KEY = "auth_token"
 KSA = "burst-ray"  # Kubernetes service account of the Ray pods (workload identity: the bucket, nothing else)

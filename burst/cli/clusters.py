@@ -187,6 +187,9 @@ def monitor(
         emit_json(mon.model_dump(mode="json"))
         return
     out.print(f"Prometheus for cluster {name} at {mon.url} (pid {mon.pid}; loopback only; data in {mon.directory})", highlight=False)
+    if mon.relay_url:
+        out.print(f"it scrapes the cluster's nodes through the metrics relay on its head, tunnelled to {mon.relay_url} (pid {mon.forward_pid})",
+                  highlight=False)
     out.print("a run's throughput: ray_burst_samples_per_second{run=\"RUN\"}; a node's CPU: ray_node_cpu_utilization", highlight=False)
     out.print(f"Grafana dashboards (import them, with this Prometheus as the data source): {', '.join(mon.dashboards)}", highlight=False)
     out.print(f"`burst monitor {name} --stop` or `burst down {name}` stops it", highlight=False)

@@ -176,15 +176,18 @@ class Target(ABC):
         yield handle
 
     def metrics_discovery(self, handle: ClusterHandle) -> Optional[Path]:
-        """Where `burst monitor` finds every node's metrics endpoint: Ray's own service-discovery file
-        where it is readable here, None to ask the cluster's dashboard for its nodes (a head that
-        answers here: its nodes are on a network this machine reaches); a one-line error where
-        neither holds."""
-        if self.answers_here(handle):
-            return None
-        raise BurstError(f"cluster {handle.name!r} ({self.provider}) runs its nodes where this machine cannot scrape them; scrape them "
-                         f"from inside (a Kubernetes site: onprem.pod_monitor renders a PodMonitor), and every run's report "
-                         f"already holds its nodes' utilisation", exit_code=2)
+        """Where `burst monitor` finds every node's metrics endpoint, for a cluster that answers
+        here: Ray's own service-discovery file where it is readable here, None to ask the cluster's
+        dashboard for its nodes (its nodes are on a network this machine reaches). A cluster reached
+        through a tunnel is scraped through the head's metrics relay instead (``forward_command``)."""
+        return None
+
+    def forward_command(self, handle: ClusterHandle, local_port: int, remote_port: int, workdir: Path) -> Optional[list[str]]:
+        """A command that forwards 127.0.0.1:``local_port`` to ``remote_port`` on the head's loopback
+        until it is stopped, through the tunnel burst reaches the cluster by (``burst monitor`` holds
+        one to the head's metrics relay; files it needs go in ``workdir``); None for a cluster that
+        answers here."""
+        return None
 
     def serves(self, site) -> bool:
         """True when this target runs jobs on the policy's on-prem ``site`` (on-prem targets only)."""

@@ -52,9 +52,9 @@ class KubeRayTarget(PulumiTarget):
         with stack_errors():
             return self._driver(handle.stack).outputs().get("kubeconfig") or ""
 
-    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
         return ["kubectl", f"--kubeconfig={kubeconfig}", "port-forward", "-n", handle.outputs.get("ray_namespace", "burst"),
-                f"service/{handle.outputs.get('ray_head_service', 'burst-head-svc')}", f"{port}:8265", "--address=127.0.0.1"]
+                f"service/{handle.outputs.get('ray_head_service', 'burst-head-svc')}", f"{port}:{remote_port}", "--address=127.0.0.1"]
 
 
 class GkeTarget(KubeRayTarget, GoogleCloudStack):

@@ -569,11 +569,16 @@ class KubernetesTarget(Target):
     @contextmanager
     def reach(self, handle: ClusterHandle) -> Iterator[ClusterHandle]:
         self.check_prerequisites("reach the cluster")
-        context, ns, svc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["head_service"]
-        command = lambda port: ["kubectl", f"--context={context}", "port-forward", "-n", ns, f"service/{svc}", f"{port}:8265",  # noqa: E731
-                                "--address=127.0.0.1"]
-        with tunnel(command, handle.name, self.head_hint) as url:
+        with tunnel(lambda port: self._port_forward(handle, port, 8265), handle.name, self.head_hint) as url:
             yield handle.model_copy(update={"dashboard_url": url})
+
+    def _port_forward(self, handle: ClusterHandle, local_port: int, remote_port: int) -> list[str]:
+        context, ns, svc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["head_service"]
+        return ["kubectl", f"--context={context}", "port-forward", "-n", ns, f"service/{svc}", f"{local_port}:{remote_port}", "--address=127.0.0.1"]
+
+    def forward_command(self, handle: ClusterHandle, local_port: int, remote_port: int, workdir: Path) -> Optional[list[str]]:
+        self.check_prerequisites("reach the cluster")
+        return self._port_forward(handle, local_port, remote_port)
 
     # ------------------------------------------------------------------ jobs
 

@@ -130,8 +130,19 @@ class PulumiTarget(Target):
         return []
 
     @abstractmethod
-    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
-        """A command that forwards 127.0.0.1:``port`` to the head's dashboard until it is stopped."""
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
+        """A command that forwards 127.0.0.1:``port`` to the head's ``remote_port`` (its dashboard) until it is stopped."""
+
+    def forward_command(self, handle: ClusterHandle, local_port: int, remote_port: int, workdir: Path) -> Optional[list[str]]:
+        self.check_prerequisites("reach the cluster")
+        config, kubeconfig_file = self.kubeconfig(handle), None
+        if config is not None:
+            kubeconfig_file = workdir / "kubeconfig"
+            kubeconfig_file.unlink(missing_ok=True)
+            fd = os.open(kubeconfig_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(config)
+        return self.tunnel_command(handle, local_port, str(kubeconfig_file) if kubeconfig_file else None, remote_port)
 
     def project(self) -> Optional[str]:
         return None

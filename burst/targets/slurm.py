@@ -447,12 +447,16 @@ class SlurmTarget(Target):
         if handle.dashboard_url:
             yield handle
             return
-        site = self._site(handle)
-        host, port = handle.outputs["head_host"], handle.outputs["dashboard_port"]
-        jump = ["-J", site.login] if site.login else []
-
-        def command(local_port: int) -> list[str]:
-            return ["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", *jump, "-L", f"{local_port}:127.0.0.1:{port}", host]
-
+        site, host = self._site(handle), handle.outputs["head_host"]
+        command = lambda local_port: self._ssh_forward(handle, local_port, int(handle.outputs["dashboard_port"]))  # noqa: E731
         with tunnel(command, handle.name, f"check that ssh reaches {host}" + (f" through {site.login}" if site.login else "")) as url:
             yield handle.model_copy(update={"dashboard_url": url})
+
+    def _ssh_forward(self, handle: ClusterHandle, local_port: int, remote_port: int) -> list[str]:
+        site = self._site(handle)
+        jump = ["-J", site.login] if site.login else []
+        return ["ssh", "-N", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes", *jump, "-L", f"{local_port}:127.0.0.1:{remote_port}",
+                handle.outputs["head_host"]]
+
+    def forward_command(self, handle: ClusterHandle, local_port: int, remote_port: int, workdir: Path) -> Optional[list[str]]:
+        return None if handle.dashboard_url else self._ssh_forward(handle, local_port, remote_port)

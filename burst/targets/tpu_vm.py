@@ -59,10 +59,10 @@ class TpuVmTarget(GoogleCloudStack):
             raise BurstError(f"building the burst wheel failed: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}", exit_code=1)
         return str(wheels[0])
 
-    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str]) -> list[str]:
+    def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
         return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", handle.outputs.get("tpu_name", ""), f"--zone={handle.outputs.get('zone', '')}",
                 f"--project={handle.outputs.get('project', '')}", "--worker=0", "--tunnel-through-iap", "--",
-                "-N", "-L", f"{port}:127.0.0.1:8265"]
+                "-N", "-L", f"{port}:127.0.0.1:{remote_port}"]
 
     def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
         from .facts import tpu_hosts

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import jsonschema
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -430,6 +431,12 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         refused = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
         assert refused.returncode != 0  # the token up generated is not the head's: the Jobs API refuses it
         Path(handle["token_path"]).write_text(Path(head["token_path"]).read_text())  # the Secret's token is the head's
+        # `burst monitor`: the nodes are scraped through a relay on the head and a port-forward of its own
+        shown = subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True, timeout=240,
+                               cwd=tmp_path, env=env)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        mon = json.loads(shown.stdout)
+        assert mon["relay_url"].startswith("http://127.0.0.1:") and psutil.pid_exists(mon["forward_pid"])
         proc = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         (record,) = [r for p in (home / "runs").glob("*.json") if (r := json.loads(p.read_text()))["state"] == "SUCCEEDED"]
@@ -437,9 +444,58 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()
         forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
         assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
+        assert any(f"{mon['relay_url'].rsplit(':', 1)[1]}:8266" in a for a in forwards)  # the relay's port, which the head Service lists
+        _scraped_through_the_relay(mon)
+        # the tunnel breaks: the node is no longer scraped (every scrape goes through it); `burst monitor` again opens a new one
+        psutil.Process(mon["forward_pid"]).kill()
+        assert _wait_for_up(mon["url"], "0"), "scrapes still answered with the tunnel gone"
+        again = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True,
+                                          timeout=240, cwd=tmp_path, env=env).stdout)
+        assert again["forward_pid"] != mon["forward_pid"] and not psutil.pid_exists(mon["pid"])  # the old Prometheus was stopped
+        assert _wait_for_up(again["url"], "1")
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
+        assert not psutil.pid_exists(again["pid"]) and not psutil.pid_exists(again["forward_pid"])  # down stops Prometheus and its tunnel
         assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
     census.assert_none_left(before)
+
+
+def _wait_for_up(url: str, value: str, within_s: float = 60) -> bool:
+    """Wait until every node's ``up`` sample in the Prometheus at ``url`` reads ``value``."""
+    from burst.monitor import query
+
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        up = query(url, 'up{job="ray"}')
+        if up and all(r["value"][1] == value for r in up):
+            return True
+        time.sleep(2)
+    return False
+
+
+def _scraped_through_the_relay(mon: dict) -> None:
+    """Prometheus scrapes the head's node through the relay; the relay refuses what is not a node's
+    metrics page; Prometheus and the tunnel listen on loopback only."""
+    import urllib.error
+    import urllib.request
+
+    from burst.monitor import query
+
+    deadline, up, cpu = time.time() + 90, [], []
+    while time.time() < deadline:
+        up, cpu = query(mon["url"], 'up{job="ray"}'), query(mon["url"], "ray_node_cpu_utilization")
+        if up and all(r["value"][1] == "1" for r in up) and cpu:
+            break
+        time.sleep(2)
+    assert up and all(r["value"][1] == "1" for r in up) and cpu, (up, cpu)
+    nodes = json.loads((Path(mon["directory"]) / "nodes.json").read_text())[0]["targets"]
+    assert {r["metric"]["instance"] for r in up} == set(nodes)  # each node under its own address, not the relay's
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": mon["relay_url"]}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open("http://127.0.0.1:9/metrics", timeout=10)  # not a node of the cluster: no open proxy
+    assert refused.value.code == 403
+    for pid in (mon["pid"], mon["forward_pid"]):
+        listening = [c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        assert listening and set(listening) == {"127.0.0.1"}, (pid, listening)
 
 
 @pytest.mark.slow

@@ -294,6 +294,10 @@ def test_every_ray_container_requires_the_token_from_the_secret(provider, accele
         assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "burst-ray-auth", "key": "auth_token"}}
     (cluster,) = of_type(resources, "RayCluster")
     assert "ray-auth" in cluster["dependsOn"]  # the pods never start before their token exists
+    # the head lists burst's metrics relay port, so that its Service carries it for `burst monitor`'s port-forward
+    from burst.runtime.metrics_relay import RELAY_PORT
+
+    assert {"containerPort": RELAY_PORT, "name": "metrics-relay"} in rc["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]
 
 
 @pytest.mark.parametrize("provider, region", [("gcp", "us-central1"), ("gcp-tpu", "europe-west4"), ("azure", "eastus")])
