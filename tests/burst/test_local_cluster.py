@@ -724,6 +724,18 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
     assert not config.exists()  # the kubeconfig never outlives the command
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(reachable.dashboard_url + "/api/version", timeout=3)  # the tunnel is closed
+    # the tunnel `burst monitor` holds to the head's metrics relay: the same port-forward, to the relay's port, with a
+    # kubeconfig of its own in the monitor's directory (user-only); a TPU slice's is the same ssh as its dashboard's
+    workdir = tmp_path / "monitor"
+    workdir.mkdir()
+    held = gke.forward_command(handle, 4321, 8266, workdir)
+    assert "4321:8266" in held and "service/burst-head-svc" in held and f"--kubeconfig={workdir / 'kubeconfig'}" in held
+    assert oct((workdir / "kubeconfig").stat().st_mode & 0o777) == "0o600"
+    tpu = targets.get("gcp-tpu")
+    monkeypatch.setattr(tpu, "missing_prerequisites", lambda: [])
+    tpu_handle = handle.model_copy(update={"provider": "gcp-tpu", "outputs": {"tpu_name": "slice", "zone": "us-central1-a", "project": "p"}})
+    held = tpu.forward_command(tpu_handle, 4321, 8266, workdir)
+    assert held[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and held[-2:] == ["-L", "4321:127.0.0.1:8266"] and "--worker=0" in held
 
 
 def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, home, tmp_path, monkeypatch):
@@ -748,6 +760,27 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
             assert resp.status == 200
     (call,) = log.read_text().splitlines()
     assert "-J login.example.org" in call and call.endswith(" node17") and f":127.0.0.1:{urlparse(local['dashboard_url']).port}" in call
+
+    # `burst monitor` of such a cluster: its nodes scraped through the relay on its head, over an ssh forward held beside Prometheus
+    import psutil
+
+    from burst import monitor
+    from burst.runtime.metrics_relay import RELAY_PORT
+
+    monkeypatch.setenv("BURST_HOME", str(home))
+    mon = monitor.start_relayed(handle, targets.get("slurm"))
+    try:
+        assert mon.relay_url and psutil.pid_exists(mon.forward_pid)
+        relay_call = log.read_text().splitlines()[-1]
+        assert "-J login.example.org" in relay_call and f"{mon.relay_url.rsplit(':', 1)[1]}:127.0.0.1:{RELAY_PORT}" in relay_call
+        deadline, up = time.monotonic() + 90, []
+        while time.monotonic() < deadline and not (up and all(r["value"][1] == "1" for r in up)):
+            time.sleep(2)
+            up = monitor.query(mon.url, 'up{job="ray"}')
+        assert up and all(r["value"][1] == "1" for r in up), up
+    finally:
+        assert monitor.stop("far")
+    assert not psutil.pid_exists(mon.pid) and not psutil.pid_exists(mon.forward_pid)
 
 
 def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhere(cluster, home, tmp_path):
