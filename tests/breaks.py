@@ -287,6 +287,16 @@ BREAKS = [
           (('            and not any(w in words for w in ("custom", "premium", "reserved", "sole tenancy", "commitment")))', '            and True)'),),
           ("tests/burst/test_catalog_refresh_gcp.py::test_gke_rows_are_renewed_from_google_s_skus_bundled_into_nodes",),
           "a GKE node priced from a reserved GPU's SKU instead of its on-demand one", fast=True),
+    Break("metrics-relay-open-proxy", "burst/runtime/metrics_relay.py",
+          (("        if url.scheme != \"http\" or url.path != \"/metrics\" or not url.netloc or not type(self).allowed(url.netloc):\n",
+            "        if url.scheme != \"http\" or not url.netloc:\n"),),
+          ("tests/burst/test_metrics_relay.py::test_the_relay_serves_a_node_s_metrics_page_and_refuses_everything_else",),
+          "the head's metrics relay forwards any request to any address: an open proxy into the cluster", fast=True),
+    Break("monitor-scrapes-around-the-tunnel", "burst/monitor.py",
+          (('    (here / "prometheus.yml").write_text(config_text(discovery, proxy_url=proxy_url))\n',
+            '    (here / "prometheus.yml").write_text(config_text(discovery))\n'),),
+          ("tests/burst/test_kubernetes.py::test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token",),
+          "a tunnelled cluster's nodes scraped at addresses this machine cannot reach, not through the head's relay"),
 
 ]
 
