@@ -10,9 +10,7 @@ machine that can reach the API.
 """
 
 import csv
-import http.server
 import json
-import threading
 import urllib.parse
 
 import pytest
@@ -21,6 +19,7 @@ from typer.testing import CliRunner
 from burst.cli import app
 from burst.placement import catalog
 from burst.targets import azure_prices
+from tests.http_stub import Answering, serve
 
 # (region, VM size) -> (Linux on-demand, Spot or None); eastus: SkyPilot v6; westeurope: test values
 LINUX = {
@@ -67,7 +66,7 @@ def _meters(region: str, size: str) -> list[dict]:
     return out
 
 
-class _Api(http.server.BaseHTTPRequestHandler):
+class _Api(Answering):
     fail_with = 0
     queries: list = []
 
@@ -86,21 +85,13 @@ class _Api(http.server.BaseHTTPRequestHandler):
         nxt = f"{self.server.base}?{urllib.parse.urlencode({'api-version': query['api-version'][0], '$filter': query['$filter'][0], '$skip': skip + 3})}" if rest else None
         body = json.dumps({"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail", "Items": page,
                            "NextPageLink": nxt, "Count": len(page)}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(200, body)
 
 
 @pytest.fixture
 def api(monkeypatch, tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server = serve(_Api)
     server.base = f"http://127.0.0.1:{server.server_address[1]}/api/retail/prices"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     _Api.fail_with, _Api.queries = 0, []
     monkeypatch.setenv(azure_prices.URL_ENV, server.base)
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))

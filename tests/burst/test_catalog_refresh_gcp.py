@@ -11,9 +11,7 @@ test values, not Google's.
 """
 
 import csv
-import http.server
 import json
-import threading
 import urllib.parse
 
 import pytest
@@ -22,6 +20,7 @@ from typer.testing import CliRunner
 from burst.cli import app
 from burst.placement import catalog
 from burst.targets import gcp_prices
+from tests.http_stub import Answering, serve
 
 US = ["us-central1", "us-east1"]
 EU = ["europe-west4"]
@@ -75,7 +74,7 @@ TPU = [
 ]
 
 
-class _Billing(http.server.BaseHTTPRequestHandler):
+class _Billing(Answering):
     auth: list = []
     fail_with = 0
 
@@ -85,29 +84,19 @@ class _Billing(http.server.BaseHTTPRequestHandler):
         type(self).auth.append(query.get("key") or self.headers.get("Authorization"))
         if self.fail_with or not type(self).auth[-1]:
             status = self.fail_with or 403
-            body = json.dumps({"error": {"code": status, "message": "The caller does not have permission", "status": "PERMISSION_DENIED"}}).encode()
-            self.send_response(status)
-        else:
-            service = url.path.split("/")[-2]
-            skus = {gcp_prices.COMPUTE_SERVICE: COMPUTE, gcp_prices.TPU_SERVICE: TPU}[service]
-            assert query["currencyCode"] == "USD"
-            start = int(query.get("pageToken", "0"))
-            page = skus[start:start + 4]  # four a page: every list takes several
-            body = json.dumps({"skus": page, "nextPageToken": str(start + 4) if start + 4 < len(skus) else ""}).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+            self.reply(status, json.dumps({"error": {"code": status, "message": "The caller does not have permission",
+                                                     "status": "PERMISSION_DENIED"}}).encode())
+            return
+        skus = {gcp_prices.COMPUTE_SERVICE: COMPUTE, gcp_prices.TPU_SERVICE: TPU}[url.path.split("/")[-2]]
+        assert query["currencyCode"] == "USD"
+        start = int(query.get("pageToken", "0"))
+        page = skus[start:start + 4]  # four a page: every list takes several
+        self.reply(200, json.dumps({"skus": page, "nextPageToken": str(start + 4) if start + 4 < len(skus) else ""}).encode())
 
 
 @pytest.fixture
 def billing(monkeypatch, tmp_path):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Billing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve(_Billing)
     _Billing.auth, _Billing.fail_with = [], 0
     monkeypatch.setenv(gcp_prices.URL_ENV, f"http://127.0.0.1:{server.server_address[1]}/v1")
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))

@@ -2,33 +2,24 @@
 nodes' metrics pages and nothing else. Run here against a real HTTP server standing for a node's
 metrics agent; the end-to-end scrape through a port-forward is in test_kubernetes.py."""
 
-import http.server
-import threading
 import urllib.error
 import urllib.request
 
 import pytest
 
 from burst.runtime import metrics_relay
+from tests.http_stub import Answering, serve
 
 
-class _Node(http.server.BaseHTTPRequestHandler):
+class _Node(Answering):
     def do_GET(self):  # noqa: N802 (http.server's name)
         body = b'# TYPE ray_node_cpu_utilization gauge\nray_node_cpu_utilization{instance="n"} 42.0\n'
-        self.send_response(200 if self.path == "/metrics" else 404)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.reply(200 if self.path == "/metrics" else 404, body, "text/plain; version=0.0.4")
 
 
 @pytest.fixture
 def relay():
-    node = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Node)
-    threading.Thread(target=node.serve_forever, daemon=True).start()
+    node = serve(_Node)
     endpoint = f"127.0.0.1:{node.server_address[1]}"
     reads = []
 
