@@ -435,24 +435,29 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         shown = subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True, timeout=240,
                                cwd=tmp_path, env=env)
         assert shown.returncode == 0, shown.stderr[-3000:]
-        mon = json.loads(shown.stdout)
-        assert mon["relay_url"].startswith("http://127.0.0.1:") and psutil.pid_exists(mon["forward_pid"])
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        (record,) = [r for p in (home / "runs").glob("*.json") if (r := json.loads(p.read_text()))["state"] == "SUCCEEDED"]
-        assert record["cluster"] == "k8s" and record["provider"] == "kubernetes"
-        assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()
-        forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
-        assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
-        assert any(f"{mon['relay_url'].rsplit(':', 1)[1]}:8266" in a for a in forwards)  # the relay's port, which the head Service lists
-        _scraped_through_the_relay(mon)
-        # the tunnel breaks: the node is no longer scraped (every scrape goes through it); `burst monitor` again opens a new one
-        psutil.Process(mon["forward_pid"]).kill()
-        assert _wait_for_up(mon["url"], "0"), "scrapes still answered with the tunnel gone"
-        again = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True,
-                                          timeout=240, cwd=tmp_path, env=env).stdout)
-        assert again["forward_pid"] != mon["forward_pid"] and not psutil.pid_exists(mon["pid"])  # the old Prometheus was stopped
-        assert _wait_for_up(again["url"], "1")
+        mon, checked = json.loads(shown.stdout), False
+        try:
+            assert mon["relay_url"].startswith("http://127.0.0.1:") and psutil.pid_exists(mon["forward_pid"])
+            proc = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            (record,) = [r for p in (home / "runs").glob("*.json") if (r := json.loads(p.read_text()))["state"] == "SUCCEEDED"]
+            assert record["cluster"] == "k8s" and record["provider"] == "kubernetes"
+            assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()
+            forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
+            assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
+            assert any(f"{mon['relay_url'].rsplit(':', 1)[1]}:8266" in a for a in forwards)  # the relay's port, which the head Service lists
+            _scraped_through_the_relay(mon)
+            # the tunnel breaks: the node is no longer scraped (every scrape goes through it); `burst monitor` again opens a new one
+            psutil.Process(mon["forward_pid"]).kill()
+            assert _wait_for_up(mon["url"], "0"), "scrapes still answered with the tunnel gone"
+            again = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True,
+                                              timeout=240, cwd=tmp_path, env=env).stdout)
+            assert again["forward_pid"] != mon["forward_pid"] and not psutil.pid_exists(mon["pid"])  # the old Prometheus was stopped
+            assert _wait_for_up(again["url"], "1")
+            checked = True
+        finally:
+            if not checked:
+                burst("monitor", "k8s", "--stop", home=home, fake=fake)  # whatever failed above, no Prometheus outlives the test
         assert burst("down", "k8s", home=home, fake=fake).returncode == 0
         assert not psutil.pid_exists(again["pid"]) and not psutil.pid_exists(again["forward_pid"])  # down stops Prometheus and its tunnel
         assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
