@@ -23,7 +23,7 @@ class Change:
     """One catalog row the refresh renewed: what it said and what the price list says now."""
 
     region: str
-    instance_type: str
+    instance_type: str  # with its GPUs where its name does not say them (one GCP machine type carries several models)
     old_od: float
     new_od: float
     old_spot: Optional[float]
@@ -38,6 +38,12 @@ class Change:
         return (f"{self.instance_type} in {self.region}: on-demand {money(self.old_od)} -> {money(self.new_od)}, "
                 f"spot {money(self.old_spot)} -> {money(self.new_spot)}" + (" (unchanged; dated afresh)" if same else "")
                 + f" (was read {self.old_date})")
+
+
+def shape_label(row: dict) -> str:
+    """A row's node shape as said: its machine type, and its GPUs where the type's name does not say them."""
+    accelerator = row["accelerator"]
+    return row["instance_type"] if accelerator in row["instance_type"] else f"{row['instance_type']} + {row['accelerator_count']} {accelerator}"
 
 
 def renewable() -> tuple[str, ...]:
@@ -77,11 +83,11 @@ def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], li
     for row in mine:
         found = answers[shape(row)]
         if found is None:
-            missing.append(f"{row['instance_type']} in {row['region']}: {price_list.unlisted}; row kept as read {row['fetched_at']}")
+            missing.append(f"{shape_label(row)} in {row['region']}: {price_list.unlisted}; row kept as read {row['fetched_at']}")
             continue
         od, spot = found
         old_spot = float(row["price_spot"]) if row["price_spot"] else None
-        changes.append(Change(row["region"], row["instance_type"], float(row["price_od"]), od, old_spot, spot, row["fetched_at"]))
+        changes.append(Change(row["region"], shape_label(row), float(row["price_od"]), od, old_spot, spot, row["fetched_at"]))
         row.update(price_od=f"{od:g}", price_spot="" if spot is None else f"{spot:g}", quality="catalog", source=source, fetched_at=today)
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")

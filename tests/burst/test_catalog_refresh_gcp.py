@@ -151,8 +151,9 @@ def test_gke_rows_are_renewed_from_google_s_skus_bundled_into_nodes(billing, mon
     assert float(a100_80["price_od"]) == _node(a100_80, 3.0, 0.031611, 0.004237)  # its own GPU SKU, not the 40 GB one
     eu = after[("gcp", "europe-west4", "n1-standard-8", "T4", "1")]
     assert float(eu["price_od"]) == _node(eu, 0.40, 0.034806, 0.004664)
-    assert "n1-standard-8 in europe-west4: on-demand " in result.output
-    assert "kept: a2-highgpu-1g in europe-west4: no SKU prices all its parts in this region" in result.output
+    assert "n1-standard-8 + 1 T4 in europe-west4: on-demand 0.7858 -> " in result.output
+    assert "kept: a2-highgpu-1g + 1 A100-40GB in europe-west4: no SKU prices all its parts in this region" in result.output
+    assert "kept: n1-standard-8 + 1 V100 in europe-west4" in result.output  # the same machine type with another GPU: said apart
     assert "gcp: 22 row(s) renewed from its price list" in result.output
 
 
