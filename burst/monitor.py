@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from pydantic import BaseModel
 
@@ -90,23 +90,16 @@ def running(cluster: str) -> Optional[Monitor]:
 
 def tunnel_holds(mon: Monitor) -> bool:
     """True when the monitor needs no tunnel, or its tunnel to the head's relay still runs."""
-    import psutil
-
-    if mon.forward_pid is None:
-        return True
-    try:
-        proc = psutil.Process(mon.forward_pid)
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return mon.forward_pid is None or _alive(mon.forward_pid, named=None)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, named: Optional[str] = "prometheus") -> bool:
+    """``pid`` runs (not a zombie) and, with ``named``, is that program (a pid reused by another is not)."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and "prometheus" in proc.name()
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and (named is None or named in proc.name())
     except psutil.Error:
         return False
 
@@ -149,7 +142,7 @@ def start_relayed(handle: ClusterHandle, target: "Target", port: Optional[int] =
     to the relay (with the cluster's process marker: it goes when the cluster goes), and start
     Prometheus scraping every node through it."""
     from .runtime.metrics_relay import RELAY_PORT
-    from .runtime.ray_head import MARKER, free_port
+    from .runtime.ray_head import free_port
 
     here = _workdir(handle)
     local_port = free_port()
@@ -160,18 +153,9 @@ def start_relayed(handle: ClusterHandle, target: "Target", port: Optional[int] =
     with target.reach(handle) as reached:
         discovery = discovery_from_dashboard(reached, here / "nodes.json")
         _start_relay(reached, target)
-    log = (here / "forward.log").open("ab")
-    forward = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, MARKER: handle.cluster_id},
-                               start_new_session=True)
-    log.close()
     relay = f"http://127.0.0.1:{local_port}"
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not _ready(relay, "/healthz"):
-        if forward.poll() is not None or time.monotonic() > deadline:
-            _end(forward)
-            tail = (here / "forward.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise BurstError(f"the tunnel to the metrics relay of cluster {handle.name!r} did not open: {tail[0][:300]}", exit_code=1)
-        time.sleep(0.3)
+    forward = _start_until_ready(command, handle, here / "forward.log", f"{relay}/healthz",
+                                 lambda last: f"the tunnel to the metrics relay of cluster {handle.name!r} did not open: {last}")
     try:
         return _launch(handle, here, discovery, port, proxy_url=relay, forward_pid=forward.pid)
     except BurstError:
@@ -208,28 +192,38 @@ def _workdir(handle: ClusterHandle) -> Path:
 
 def _launch(handle: ClusterHandle, here: Path, discovery: Path, port: Optional[int], proxy_url: Optional[str] = None,
             forward_pid: Optional[int] = None) -> Monitor:
-    from .runtime.ray_head import MARKER, free_port
+    from .runtime.ray_head import free_port
 
     (here / "prometheus.yml").write_text(config_text(discovery, proxy_url=proxy_url))
     port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [prometheus_binary(), f"--config.file={here / 'prometheus.yml'}", f"--storage.tsdb.path={here / 'data'}",
            f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=15d"]
-    log = (here / "prometheus.log").open("ab")
-    env = {**os.environ, MARKER: handle.cluster_id}  # the cluster's own processes: taken down with it
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=str(here))
-    log.close()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while not _ready(url):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _end(proc)
-            tail = (here / "prometheus.log").read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise BurstError(f"Prometheus did not start for cluster {handle.name!r}: {tail[0][:300]}; its log: {here / 'prometheus.log'}", exit_code=1)
-        time.sleep(0.3)
+    proc = _start_until_ready(cmd, handle, here / "prometheus.log", f"{url}/-/ready",
+                              lambda last: f"Prometheus did not start for cluster {handle.name!r}: {last}; its log: {here / 'prometheus.log'}")
     mon = Monitor(cluster=handle.name, pid=proc.pid, url=url, directory=str(here), dashboards=_dashboards(handle, here), forward_pid=forward_pid,
                   relay_url=proxy_url)
     (here / "monitor.json").write_text(mon.model_dump_json(indent=1))
     return mon
+
+
+def _start_until_ready(cmd: list[str], handle: ClusterHandle, log_path: Path, ready_url: str, failed: Callable[[str], str]) -> subprocess.Popen:
+    """Start ``cmd`` (logging to ``log_path``, with the cluster's process marker: taken down with
+    the cluster) and wait until ``ready_url`` answers 200; on exit or timeout, kill it and raise
+    ``failed(its log's last line)``."""
+    from .runtime.ray_head import MARKER
+
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env={**os.environ, MARKER: handle.cluster_id},
+                                start_new_session=True, cwd=str(log_path.parent))
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not _ready(ready_url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _end(proc)
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise BurstError(failed(tail[0][:300]), exit_code=1)
+        time.sleep(0.3)
+    return proc
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -238,9 +232,9 @@ def _end(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def _ready(url: str, path: str = "/-/ready") -> bool:
+def _ready(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=2) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError):
         return False

@@ -63,3 +63,25 @@ def test_a_node_that_does_not_answer_is_a_bad_gateway_not_a_hang(relay):
         assert err.value.code == 502
     finally:
         server.shutdown()
+
+
+def test_a_prometheus_or_tunnel_that_exits_at_once_is_one_line_with_its_last_words(tmp_path, monkeypatch):
+    """What `burst monitor` starts here (Prometheus, the tunnel to the relay) and that dies before it
+    answers: killed, and said in one line with the last line it logged; nothing left running."""
+    from burst import monitor
+    from burst.errors import BurstError
+    from burst.state import ClusterHandle
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "prometheus").write_text("#!/bin/sh\necho 'err=\"opening storage failed: lock DB directory: resource temporarily unavailable\"'\nexit 1\n")
+    (bin_dir / "prometheus").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    discovery = tmp_path / "nodes.json"
+    discovery.write_text('[{"labels": {"job": "ray"}, "targets": ["127.0.0.1:9"]}]')
+    handle = ClusterHandle(name="c", provider="local", cluster_id="x", state="running", storage_uri=str(tmp_path))
+    with pytest.raises(BurstError) as err:
+        monitor.start(handle, discovery)
+    assert "Prometheus did not start for cluster 'c': err=\"opening storage failed: lock DB directory" in str(err.value)
+    assert monitor.running("c") is None
