@@ -39,6 +39,9 @@ SERIES = {"n1": "N1 Predefined Instance", "g2": "G2 Instance", "a2": "A2 Instanc
 GPU_WORDS = {"T4": "T4 GPU", "V100": "V100 GPU", "L4": "L4 GPU", "A100-40GB": "A100 GPU", "A100-80GB": "A100 80GB GPU",
              "H100": "H100 80GB GPU"}
 
+#: generations priced per chip (in Compute Engine's SKUs): the size units one chip SKU covers
+CORES_PER_CHIP_SKU = {"v5p": 2, "v5litepod": 1, "v6e": 1}
+
 Price = Optional[tuple[float, Optional[float]]]
 
 
@@ -132,10 +135,9 @@ def node_price(found: list[dict], row: Mapping[str, str], spot: bool) -> Optiona
 def slice_price(found: list[dict], row: Mapping[str, str], spot: bool) -> Optional[float]:
     """A Cloud TPU slice's hourly price from its generation's device, pod or chip SKU."""
     _, version, size = row["instance_type"].split("-", 2)
-    cores = int(size)
+    cores = int(size)  # chips for v5e and v6e
     words = {"v5p": "TpuV5p", "v5litepod": "TpuV5e", "v6e": "TpuV6e"}.get(version, f"Tpu-{version}")
-    per_chip = version in ("v5p", "v5litepod", "v6e")
-    pod = not per_chip and (cores > 8 or version == "v4")
+    pod = version not in CORES_PER_CHIP_SKU and (cores > 8 or version == "v4")
     for sku in found:
         text = str(sku.get("description", ""))
         if (row["region"] in sku.get("serviceRegions", ()) and words in text and ("Preemptible" in text) == spot
@@ -143,8 +145,7 @@ def slice_price(found: list[dict], row: Mapping[str, str], spot: bool) -> Option
             price = unit_price(sku)
             if price is None:
                 return None
-            cores_per_unit = {"v5litepod": 1, "v6e": 1, "v5p": 2}.get(version, 8)  # the size counts chips for v5e/v6e
-            return round(cores * price / cores_per_unit, 5)
+            return round(cores * price / CORES_PER_CHIP_SKU.get(version, 8), 5)  # v2, v3, v4: a SKU unit is 8 cores
     return None
 
 
