@@ -46,7 +46,3 @@ def intensity(provider: str, region: str) -> Optional[tuple[float, str]]:
     if entry is None or region not in entry.regions:
         return None
     return entry.regions[region], f"{entry.source}, checked {entry.checked}"
-
-
-def kg_co2e(kwh: float, g_per_kwh: float) -> float:
-    return kwh * g_per_kwh / 1000.0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -20,6 +19,7 @@ from .. import targets
 from ..targets import facts
 from ..errors import BurstError
 from ..userfile import read_text
+from ..values.placement import Offer
 
 DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
 COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accelerator_count", "vcpus", "memory_gib",
@@ -30,47 +30,7 @@ PLACEHOLDER_PRICES = (700.0,)  # SkyPilot's TPU_V6E_MAX_PRICE stands for "no pri
 LIMITS = {"price_od": 1e6, "price_spot": 1e6, "accelerator_count": 100_000, "vcpus": 100_000, "memory_gib": 1e7}
 
 
-@dataclass(frozen=True)
-class Offer:
-    """One node shape in one region, with its on-demand and (optional) spot price per hour."""
 
-    provider: str
-    region: str
-    zone: str
-    instance_type: str
-    accelerator: str
-    accelerator_count: int
-    vcpus: Optional[int]
-    memory_gib: Optional[float]
-    price_od: float
-    price_spot: Optional[float]
-    unit: str
-    quality: str
-    source: str
-    fetched_at: str
-    note: str = ""
-    line: int = 0
-    zones: tuple[str, ...] = ()  # zones of the region offering the accelerator (provider facts)
-    on_demand: bool = True  # False: sold as spot/flex-start only (provider facts)
-
-    @property
-    def is_tpu(self) -> bool:
-        return self.unit == "tpu-slice"
-
-    def price(self, preemptible: bool) -> float:
-        if not preemptible and not self.on_demand:
-            raise BurstError(f"{self.instance_type} is not sold on demand (spot or flex-start only)")
-        if preemptible:
-            if self.price_spot is None:
-                raise BurstError(f"{self.instance_type} in {self.region} has no spot price")
-            return self.price_spot
-        return self.price_od
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("line")
-        d["zones"] = list(self.zones)
-        return d
 
 
 def _number(text: str, where: str, field: str, kind=float, required: bool = True):

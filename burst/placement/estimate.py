@@ -12,7 +12,6 @@ time to get a node back. Losses stretch the run, which raises the exposure, henc
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
 
@@ -21,7 +20,7 @@ from .. import targets
 from ..targets import facts as facts_mod
 from . import carbon
 from ..errors import BurstError
-from .layout import Layout
+from ..values.placement import Estimate, Layout
 from .reasons import Code, Reason
 from .policy import Policy
 from .scan import ScanShape
@@ -34,41 +33,6 @@ HOURS_PER_MONTH = 730.0
 def provider_facts() -> dict[str, facts_mod.CostModel]:
     """Each cloud's time and cost figures (the ``model`` of its facts file)."""
     return {p: f.model for p in targets.PROVIDERS if (f := facts_mod.load(p)).model is not None}
-
-
-@dataclass
-class Estimate:
-    """The breakdown behind one candidate's hours and dollars."""
-
-    epoch_s: float
-    provision_h: float = 0.0
-    queue_h: float = 0.0
-    queue_source: str = "policy"  # where queue_h comes from: the policy, or the site's scheduler asked now
-    staging_h: float = 0.0
-    training_h: float = 0.0
-    preemption_h: float = 0.0
-    hourly_usd: float = 0.0
-    compute_usd: float = 0.0
-    storage_usd: float = 0.0
-    egress_usd: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    feasible: bool = True
-    batch: int = 0                      # batch per replica the estimate is for
-    energy_kwh: float = 0.0             # accelerators x PUE over the training (and re-training) hours
-    grid_g_per_kwh: Optional[float] = None  # None: no figure for where the run draws its power
-    price_basis: str = ""               # where the hourly price comes from (local/on-prem)
-
-    @property
-    def kgco2e(self) -> Optional[float]:
-        return None if self.grid_g_per_kwh is None else carbon.kg_co2e(self.energy_kwh, self.grid_g_per_kwh)
-
-    @property
-    def hours(self) -> float:
-        return self.queue_h + self.provision_h + self.staging_h + self.training_h + self.preemption_h
-
-    @property
-    def cost_usd(self) -> float:
-        return self.compute_usd + self.storage_usd + self.egress_usd
 
 
 def _data_gb(profile: Profile, policy: Policy, events: Optional[int]) -> float:

@@ -12,99 +12,12 @@ on-demand layout never uses a shape that is sold as spot only.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from functools import reduce
 from typing import Iterable, Optional
 
 from ..targets import facts
-from .catalog import Offer
+from ..values.placement import Layout, Offer, Pool, spread, zones_of
 from .names import canonical
 from ..errors import BurstError
-
-
-@dataclass(frozen=True)
-class Pool:
-    offer: Offer
-    nodes: int
-    zone: str = ""
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.offer.accelerator_count
-
-    def to_dict(self) -> dict:
-        return {"instance_type": self.offer.instance_type, "accelerator": self.offer.accelerator,
-                "gpus_per_node": self.gpus_per_node, "nodes": self.nodes, "zone": self.zone}
-
-
-@dataclass(frozen=True)
-class Layout:
-    provider: str
-    region: str
-    accelerator: str
-    pools: tuple[Pool, ...] = field(default_factory=tuple)
-    max_gpus_per_zone: Optional[int] = None  # the spreading limit it was laid out under
-
-    def without_zones(self, avoid: Iterable[str]) -> Optional["Layout"]:
-        """The same nodes laid out again over the zones offering them minus ``avoid`` (a zone out of
-        capacity); None when no zone is left. Prices are regional: cost and time do not change."""
-        avoid = set(avoid)
-        zones = [z for z in self.pools[0].offer.zones if z not in avoid]
-        if not zones:
-            return None
-        nodes: dict[str, list] = {}
-        for p in self.pools:
-            nodes.setdefault(p.offer.instance_type, [p.offer, 0])[1] += p.nodes
-        pools = spread([(o, n) for o, n in nodes.values()], self.count, self.max_gpus_per_zone, zones=tuple(zones))
-        return Layout(self.provider, self.region, self.accelerator, pools, self.max_gpus_per_zone)
-
-    @property
-    def count(self) -> int:
-        return sum(p.nodes * p.gpus_per_node for p in self.pools)
-
-    @property
-    def nodes(self) -> int:
-        return sum(p.nodes for p in self.pools)
-
-    @property
-    def is_tpu(self) -> bool:
-        return self.pools[0].offer.is_tpu
-
-    @property
-    def gpus_per_worker(self) -> int:
-        """Ray Train gives every worker the same GPUs: the largest count that divides every node."""
-        return reduce(math.gcd, (p.gpus_per_node for p in self.pools))
-
-    @property
-    def has_spot(self) -> bool:
-        return all(p.offer.price_spot is not None for p in self.pools)
-
-    @property
-    def has_on_demand(self) -> bool:
-        return all(p.offer.on_demand for p in self.pools)
-
-    @property
-    def zones(self) -> list[str]:
-        return list(dict.fromkeys(p.zone for p in self.pools if p.zone))
-
-    @property
-    def quality(self) -> str:
-        order = ("catalog", "derived", "estimate")
-        return max((p.offer.quality for p in self.pools), key=lambda q: order.index(q) if q in order else 3)
-
-    def hourly_usd(self, preemptible: bool) -> float:
-        return sum(p.nodes * p.offer.price(preemptible) for p in self.pools)
-
-    def describe(self) -> str:
-        spread = len(self.zones) > 1
-        return " + ".join(f"{p.nodes}x {p.offer.instance_type}" + ("" if p.offer.is_tpu else f" ({p.gpus_per_node} {p.offer.accelerator})")
-                          + (f" in {p.zone}" if spread else "") for p in self.pools)
-
-    def to_dict(self) -> dict:
-        return {"provider": self.provider, "region": self.region, "accelerator": self.accelerator, "count": self.count,
-                "nodes": self.nodes, "gpus_per_worker": self.gpus_per_worker, "zones": self.zones, "pools": [p.to_dict() for p in self.pools],
-                "description": self.describe()}
 
 
 class MixedInterconnect(BurstError):
@@ -161,7 +74,7 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
         slice_size = shapes[0].accelerator_count
         if gpus is not None and gpus not in (1, slice_size, int(accelerator.rsplit("-", 1)[1])):
             raise BurstError(f"{accelerator} is one slice of {slice_size} chips; a TPU request names a slice size, not {gpus}")
-        return Layout(provider, region, accelerator, (Pool(shapes[0], 1, _zones(shapes[0])[0]),))
+        return Layout(provider, region, accelerator, (Pool(shapes[0], 1, zones_of(shapes[0])[0]),))
 
     if gpus is None:
         raise BurstError("say how many accelerators with --gpus N")
@@ -196,26 +109,3 @@ def resolve(offers: Iterable[Offer], provider: str, accelerator: str, gpus: Opti
     if max_gpus_per_zone is None:
         max_gpus_per_zone = known.max_gpus_per_zone
     return Layout(provider, region, accelerator, spread(pools, gpus, max_gpus_per_zone), max_gpus_per_zone)
-
-
-def _zones(offer: Offer) -> tuple[str, ...]:
-    return offer.zones or (offer.zone,)
-
-
-def spread(pools: list[tuple[Offer, int]], gpus: int, max_gpus_per_zone: Optional[int],
-           zones: Optional[tuple[str, ...]] = None) -> tuple[Pool, ...]:
-    """Place pools in zones: all in the first zone that offers them, or, above the per-zone limit,
-    the nodes of each shape dealt over as few zones as the limit needs (one pool per zone)."""
-    zones = zones or _zones(pools[0][0])
-    wanted = 1 if not max_gpus_per_zone or gpus <= max_gpus_per_zone else min(len(zones), math.ceil(gpus / max_gpus_per_zone))
-    use = zones[:wanted]
-    load = dict.fromkeys(use, 0)  # GPUs placed per zone
-    out: list[Pool] = []
-    for offer, nodes in pools:
-        share = dict.fromkeys(use, 0)
-        for _ in range(nodes):  # each node to the zone holding the fewest GPUs so far
-            zone = min(use, key=lambda z: (load[z], use.index(z)))
-            share[zone] += 1
-            load[zone] += offer.accelerator_count
-        out.extend(Pool(offer, n, zone) for zone, n in share.items() if n)
-    return tuple(out)

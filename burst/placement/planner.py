@@ -17,12 +17,13 @@ from . import names
 from .. import command_values, targets
 from ..targets import facts
 from ..errors import BurstError
+from ..values.placement import Placement
 from .catalog import Offer
 from .layout import Layout, MixedInterconnect, resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest
 from .scan import ScanShape
-from .policy import OnPrem, Policy, Stores
+from .policy import Policy
 from .profile import Profile, local_throughput
 
 
@@ -393,33 +394,6 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRe
 
 
 # --------------------------------------------------------------------------- the hand-off to a target
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a cluster goes: what a target's ``up`` receives, chosen by the plan or pinned by flags."""
-
-    provider: str
-    region: str
-    accelerator: str
-    count: int                          # GPUs, TPU chips, or (local) CPUs
-    preemptible: bool
-    hourly_usd: float
-    layout: Optional[Layout] = None     # cloud node pools
-    gpus: Optional[int] = None          # local: GPUs of this machine to offer; on-prem: GPUs one run may use
-    nodes: Optional[int] = None         # on-prem scheduler: nodes to allocate
-    storage: Optional[str] = None       # local, clouds: the store for checkpoints, datasets and results (None: the target's default)
-    stores: Optional["Stores"] = None   # the policy's stores (a cloud's own region store takes its lifecycle)
-    site: Optional[OnPrem] = None       # on-prem: the policy's description of the site
-    estimate: Optional[est_mod.Estimate] = None
-    notes: tuple[str, ...] = ()         # what the user should know (a pinned choice the plan would not make)
-    image: Optional[str] = None         # cloud: a prebuilt runtime image the nodes run (None: stock Ray image)
-    bundle: Optional[str] = None        # on-prem: a `burst pack` bundle on shared storage the nodes install from
-
-    def describe(self) -> str:
-        e = self.estimate
-        when = f" ({e.hours:.1f} h, ${e.cost_usd:,.2f})" if e is not None else f" (${self.hourly_usd:,.2f}/h)"
-        return f"{self.provider} {self.region} {self.accelerator} x{self.count}{' preemptible' if self.preemptible else ''}{when}"
 
 
 def from_candidate(c: Candidate, policy: Optional[Policy], notes: tuple[str, ...] = ()) -> Placement:

@@ -15,7 +15,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from .. import targets
-from ..targets.site import OnPrem, StrictModel as _Strict, amortised_basis, amortised_hourly_usd  # the site is the targets' data; the policy holds one
+from ..values.site import OnPrem, StrictModel as _Strict, amortised_basis, amortised_hourly_usd  # the site a policy describes, handed to targets
 from ..errors import BurstError
 from ..userfile import compose_yaml, key_lines, key_path, read_text
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 from .. import state
 from ..errors import BurstError
@@ -15,14 +17,21 @@ from ..records import write_text_atomic
 from ..state import ClusterHandle, RunRecord
 from .ray_head import auth_headers
 
-if TYPE_CHECKING:
-    from ..targets.base import JobRuntime
 from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent,
                   StoppedEvent, UsageEvent, event_key, parse_event, parse_events)
 
-__all__ = ["client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
+__all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+@dataclass(frozen=True)
+class JobRuntime:
+    """How the job's entry point is started on the cluster: the Python to run and Ray's runtime env
+    (each target says which: ``Target.job_runtime``)."""
+
+    python: str = sys.executable
+    runtime_env: dict = field(default_factory=dict)
 
 
 def client(handle: ClusterHandle):

@@ -14,7 +14,7 @@ from . import facts, preflight
 if TYPE_CHECKING:
     import requests
 
-    from ..placement.layout import Layout
+    from ..values.placement import Layout
 
 ARM = "https://management.azure.com"
 AZURE_QUOTA_PAGE = "https://portal.azure.com/#view/Microsoft_Azure_Capacity/QuotaMenuBlade/~/myQuotas"

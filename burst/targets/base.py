@@ -8,18 +8,18 @@ the cluster's head (``reach``), and how to take everything down again (``down``)
 
 from __future__ import annotations
 
-import sys
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Protocol
 
 from ..errors import BurstError
+from ..runtime.jobs import JobRuntime
 from ..state import ClusterHandle
 
 if TYPE_CHECKING:
-    from ..placement.planner import Placement
+    from ..values.placement import Placement
 
 class Reporter:
     """How a long operation tells its user what is happening. This base says nothing (the Python
@@ -89,14 +89,6 @@ class JobResources:
     tpu: bool = False              # the job runs as one Ray task on a TPU host, not under Ray Train
     tpu_hosts: int = 1             # hosts of the TPU slice
     tpu_name: Optional[str] = None  # the slice's name (what TPUClusterResolver resolves on a multi-host slice)
-
-
-@dataclass(frozen=True)
-class JobRuntime:
-    """How the job's entry point is started on the cluster: the Python to run and Ray's runtime env."""
-
-    python: str = sys.executable
-    runtime_env: dict = field(default_factory=dict)
 
 
 class PriceList(Protocol):

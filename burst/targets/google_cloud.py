@@ -16,7 +16,7 @@ from .pulumi_stack import PulumiTarget
 if TYPE_CHECKING:
     import requests
 
-    from ..placement.layout import Layout
+    from ..values.placement import Layout
 
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 TPU_API = "https://tpu.googleapis.com/v2"

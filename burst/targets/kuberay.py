@@ -16,7 +16,8 @@ from typing import Callable, Optional
 from ..errors import BurstError
 from ..state import ClusterHandle
 from .azure_prices import AzureRetailPrices
-from .base import JobResources, JobRuntime
+from ..runtime.jobs import JobRuntime
+from .base import JobResources
 from . import azure_cloud, google_cloud
 from .google_cloud import GoogleCloudStack
 from .pulumi_stack import PulumiTarget, missing_tools, stack_errors

@@ -45,12 +45,13 @@ from .. import state
 from ..errors import BurstError
 from ..runtime import ray_head
 from ..state import ClusterHandle
-from .base import QUIET, JobResources, JobRuntime, Lease, QueueWait, Reporter, Target
+from ..runtime.jobs import JobRuntime
+from .base import QUIET, JobResources, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
-    from ..placement.planner import Placement
-    from .site import OnPrem
+    from ..values.placement import Placement
+    from ..values.site import OnPrem
 
 KUBERAY_CRD = "rayclusters.ray.io"
 KUEUE_CRD = "localqueues.kueue.x-k8s.io"

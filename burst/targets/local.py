@@ -27,7 +27,7 @@ from ..runtime.ray_head import (check_socket_room, choose_ports, cluster_process
 from .base import QUIET, Lease, Reporter, Target
 
 if TYPE_CHECKING:
-    from ..placement.planner import Placement
+    from ..values.placement import Placement
 
 READY_TIMEOUT_S = 90.0
 

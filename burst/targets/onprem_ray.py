@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from .base import QUIET, JobRuntime, Lease, Reporter, Target
+from ..runtime.jobs import JobRuntime
+from .base import QUIET, Lease, Reporter, Target
 from ..runtime.ray_head import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
 
 if TYPE_CHECKING:
-    from ..placement.planner import Placement
+    from ..values.placement import Placement
 
 
 def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:

@@ -27,8 +27,7 @@ from .base import QUIET, Lease, Reporter, Target
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
-    from ..placement.layout import Layout
-    from ..placement.planner import Placement
+    from ..values.placement import Layout, Placement
 
 DEFAULT_LEASE_HOURS = 24.0
 SECRET_OUTPUTS = ("kubeconfig",)

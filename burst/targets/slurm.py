@@ -36,12 +36,13 @@ from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
 from ..runtime import ray_head
-from .base import QUIET, JobRuntime, Lease, QueueWait, Reporter, Target
+from ..runtime.jobs import JobRuntime
+from .base import QUIET, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
-    from ..placement.planner import Placement
-    from .site import OnPrem
+    from ..values.placement import Placement
+    from ..values.site import OnPrem
 
 COMMAND_TIMEOUT_S = 15.0
 HEAD_TIMEOUT_S = 120.0      # from the job running to its Ray head answering
@@ -152,7 +153,7 @@ class SlurmTarget(Target):
     # ------------------------------------------------------------------ asking Slurm
 
     def _site(self, handle: ClusterHandle) -> "OnPrem":
-        from .site import OnPrem
+        from ..values.site import OnPrem
 
         return OnPrem.model_validate(handle.outputs["site"])
 

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from .. import state
 from ..errors import BurstError
 from ..state import ClusterHandle
-from .base import JobResources, JobRuntime
+from ..runtime.jobs import JobRuntime
+from .base import JobResources
 from . import google_cloud
 from .google_cloud import GoogleCloudStack
 from .pulumi_stack import missing_tools

@@ -52,7 +52,7 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     and returns; the revived watcher ends by itself once its cluster is gone."""
     from burst import api
     from burst.state import ClusterHandle
-    from burst.targets.site import OnPrem
+    from burst.values.site import OnPrem
 
     hanging = tmp_path / "bin"
     hanging.mkdir()

@@ -29,7 +29,7 @@ def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
     from burst.runtime import jobs
     from burst.runtime.job import JobConfig
     from burst.state import ClusterHandle, RunRecord
-    from burst.targets.base import JobRuntime
+    from burst.runtime.jobs import JobRuntime
 
     sent = {}
 
