@@ -11,8 +11,8 @@ def burst(*a, **kw):
     return subprocess.run([sys.executable, "-m", "burst.cli", *a], capture_output=True, text=True, env=env, cwd="/tmp", **kw)
 assert burst("up", "--provider", "local", "--name", "g", "--cpus", "2").returncode == 0
 os.environ["BURST_HOME"] = str(home)
-from burst import state
-from burst.state import ClusterHandle
+from burst.home import state
+from burst.home.state import ClusterHandle
 from burst.runtime.ray_head import is_alive
 handle = state.load(ClusterHandle, "g")
 train = subprocess.Popen([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "g", "--epochs", "3", "--steps", "16",

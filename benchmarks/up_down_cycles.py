@@ -43,8 +43,8 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
 
 def _cluster_pids(name: str) -> list:
     """Processes of a starting cluster, found through its recorded id (the record exists before Ray starts)."""
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
     from burst.runtime.ray_head import cluster_processes
 
     handle = state.load(ClusterHandle, name)

@@ -20,12 +20,15 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel
 
-from . import command_values, runs, state, targets
+from .values import command_values
+from .lifecycle import runs
+from .home import state
+from . import targets
 from .errors import BurstError
-from .records import Damaged
+from .home.records import Damaged
 from .placement.request import PlacementRequest
-from .runs import TrainRequest
-from .state import ClusterHandle, RunRecord
+from .lifecycle.runs import TrainRequest
+from .home.state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
 
 __all__ = ["plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
@@ -93,7 +96,7 @@ def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = 
 
     data = narrow.pop("data", None)
     if data is not None:
-        from . import staged
+        from .home import staged
 
         if "://" not in str(data) and not Path(data).is_dir():
             raise BurstError(f"--data {data}: no such directory; give the dataset directory the run trains on")
@@ -208,7 +211,7 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
         handle = handle.model_copy(update={"plan": prediction(placement, ask.workload_name)})
         state.save(handle)
     if created and (idle_minutes is not None or handle.expires is not None):
-        from . import watcher
+        from .unattended import watcher
 
         handle = watcher.watch_cluster(handle, idle_minutes, report)  # a lease alone is watched on clouds only
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
@@ -278,7 +281,7 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
     else:
         handles = [runs.cluster(name or "local")]
     handles = _known_providers(handles, damaged)
-    from .watcher import stop_watcher
+    from .unattended.watcher import stop_watcher
 
     from .monitor import stop as stop_monitor
 
@@ -309,7 +312,7 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
         raise BurstError(target.not_ready(handle), exit_code=1)
-    from . import managed
+    from .unattended import managed
 
     budget = request.budget_usd if request.budget_usd is not None else handle.budget_usd
     record = managed.hand_over(request, {"provider": handle.provider, "workload": request.workload}, policy, own_first=False,
@@ -330,7 +333,7 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
     if policy is not None:
         policy = _policy(policy)  # loaded once: its checkpoint interval, and the placement below
         request = with_policy_checkpoints(request, policy)
-    from . import staged
+    from .home import staged
 
     staged_on = staged.holding(request.data)  # a store already holding the data costs the plan no staging
     if request.managed:
@@ -352,7 +355,7 @@ def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
 def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, **placement) -> RunRecord:
     """Check the placement here (a bad flag is one line now, not in a detached process), then hand
     the run to its controller."""
-    from . import managed
+    from .unattended import managed
 
     hours = placement.pop("hours", None)
     _lease(None, hours)
@@ -368,7 +371,8 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
 
 def _follow_managed(run_id: str, report: Reporter) -> RunRecord:
     """Follow a managed run to its end; its final state as the CLI's exit (Ctrl-C leaves it running)."""
-    from . import managed, quality
+    from .unattended import managed
+    from .lifecycle import quality
 
     try:
         record = managed.follow(run_id, report)
@@ -408,7 +412,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
     """A hyper-parameter scan (``scans.TuneRequest``) on the running cluster ``request.cluster``, or,
     with ``start``, on a cluster started for it (``provider``, else the plan's choice for the scan
     under the policy) and taken down after (success, failure and Ctrl-C alike)."""
-    from . import scans
+    from .lifecycle import scans
 
     if not start:
         return scans.tune(request, report)
@@ -433,7 +437,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:
     if state.load(ClusterHandle, handle.name) is None:
         return  # already torn down (the budget guard does that)
-    from .watcher import stop_watcher
+    from .unattended.watcher import stop_watcher
 
     try:
         targets.get(handle.provider).down(handle, report)
@@ -469,7 +473,8 @@ def monitor(name: str, *, port: Optional[int] = None, stop: bool = False):
 
 def status() -> Status:
     """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
-    from . import managed, tracking, watcher
+    from .unattended import managed, watcher
+    from .lifecycle import tracking
 
     damaged: list[Damaged] = []
     # first what must not wait for any cluster: a killed controller or watcher picks up again
@@ -572,7 +577,7 @@ def remove_dataset(store: str, key: str) -> StagedDataset:
     if not found:
         raise BurstError(f"no dataset {key[:40]!r} on {store}; `burst datasets --store {store}` lists them")
     staged.remove(store, key)
-    from . import staged as index
+    from .home import staged as index
 
     index.forget(store, key)
     return found[0]
@@ -611,14 +616,14 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
 
 
 def _saved_log_path(record: RunRecord) -> Path:
-    from .rundir import RunDirectory
+    from .lifecycle.rundir import RunDirectory
 
     return Path(record.run_dir) / "job.log" if record.run_dir else RunDirectory(record.run_id).job_log
 
 
 def _saved_log(record: RunRecord) -> Optional[str]:
     """The job log saved with the run (None: there is none); a damaged one is one line."""
-    from .records import read_file
+    from .home.records import read_file
 
     path = _saved_log_path(record)
     try:
@@ -633,7 +638,7 @@ def prediction_lines(run_id: str) -> list[str]:
     cost_file = Path(record.run_dir) / "cost.json" if record.run_dir else None
     if cost_file is None or not cost_file.exists():
         return []
-    from .rundir import read_cost
+    from .lifecycle.rundir import read_cost
 
     cost = read_cost(cost_file, run_id)
     measured, predicted = cost.measured, cost.predicted
@@ -649,7 +654,7 @@ def prediction_lines(run_id: str) -> list[str]:
 
 def report(run_id: str) -> Path:
     """The path of a run's HTML report (its results are collected first if nothing did yet)."""
-    from . import tracking
+    from .lifecycle import tracking
 
     record = runs.load_run(run_id)
     if not record.run_dir:

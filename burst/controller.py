@@ -1,5 +1,5 @@
 """Processes that act while no CLI is attached: a managed run's controller (here) and a cluster's
-watcher (``burst.watcher``); a managed run's records and how it is handed over are ``burst.managed``'s.
+watcher (``burst.unattended.watcher``); a managed run's records and how it is handed over are ``burst.unattended.managed``'s.
 
 ``burst run --managed`` and ``burst train --managed`` hand a run to a controller, a process of its
 own (detached from the terminal; ``burst status`` starts it again if it died) that
@@ -30,12 +30,13 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from . import state, targets
-from .backoff import Backoff, reason_of
+from .home import state
+from . import targets
+from .unattended.backoff import Backoff, reason_of
 from .errors import BurstError
-from .records import read_json, write_json_atomic
-from .state import ClusterHandle, RunRecord
-from .managed import FINAL_STATES, Attempt, ManagedRun, managed_file, say_move, take_lock, load, save
+from .home.records import read_json, write_json_atomic
+from .home.state import ClusterHandle, RunRecord
+from .unattended.managed import FINAL_STATES, Attempt, ManagedRun, managed_file, say_move, take_lock, load, save
 from .targets.base import Reporter
 
 if TYPE_CHECKING:
@@ -104,7 +105,8 @@ class Controller:
     # ------------------------------------------------------------------ starting an attempt
 
     def start_attempt(self) -> None:
-        from . import api, runs
+        from . import api
+        from .lifecycle import runs
 
         n = len(self.m.attempts) + 1
         name = self.m.cluster if n == 1 else f"{self.m.cluster[:36]}-{n}"
@@ -145,7 +147,7 @@ class Controller:
 
     def submit(self, attempt: Attempt, handle: ClusterHandle) -> None:
         """The run's job on the attempt's cluster: from the start, or from the newest checkpoint after a move."""
-        from . import runs
+        from .lifecycle import runs
 
         n, name = attempt.number, attempt.cluster
         request = runs.TrainRequest(**self.m.request).model_copy(update={"cluster": name, "detach": True,
@@ -183,7 +185,7 @@ class Controller:
         first = self.m.placement
         sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs")}
         sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
-        from . import staged
+        from .home import staged
 
         chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), staged_on=staged.holding(self.m.request.get("data")), **sizing),
                                    policy, _Said())
@@ -195,9 +197,9 @@ class Controller:
     # ------------------------------------------------------------------ following an attempt
 
     def follow_attempt(self, attempt: Attempt) -> None:
-        from .runs import load_run
+        from .lifecycle.runs import load_run
         from .runtime import jobs
-        from .budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
+        from .lifecycle.budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
 
         handle = state.load(ClusterHandle, attempt.cluster)
         record = load_run(self.m.run_id)
@@ -320,7 +322,7 @@ class Controller:
         return False
 
     def track(self, attempt: Attempt, record: RunRecord, log: str):
-        from .runs import replay_log
+        from .lifecycle.runs import replay_log
 
         tracker = replay_log(record, log)
         progress = tracker.snapshot() if tracker.last_epoch is not None else record.progress
@@ -336,7 +338,7 @@ class Controller:
 
     def job_ended(self, attempt: Attempt, handle: ClusterHandle, reachable: ClusterHandle, record: RunRecord, status: str, tracker, *,
                   budget: bool, lease: bool) -> None:
-        from . import runs
+        from .lifecycle import runs
 
         stopped = tracker.stopped
         how = ending(status, stopped, budget=budget, lease=lease)
@@ -377,7 +379,7 @@ class Controller:
         self.save()
 
     def lost(self, attempt: Attempt, why: str) -> None:
-        from .runs import last_checkpoint, load_run
+        from .lifecycle.runs import last_checkpoint, load_run
 
         self.end_attempt(attempt, f"lost: {why}")
         record = load_run(self.m.run_id)
@@ -406,7 +408,7 @@ class Controller:
 
     def keep_checkpoint(self, handle: ClusterHandle, record: RunRecord) -> None:
         """Copy the run's newest checkpoint to this machine when ``handle``'s storage goes with it."""
-        from .runs import keep_checkpoint
+        from .lifecycle.runs import keep_checkpoint
 
         if targets.get(handle.provider).storage_outlives(handle):
             return
@@ -467,7 +469,7 @@ class Controller:
         write_json_atomic(path, cost, indent=1)
 
     def finish(self, final: str, message: str) -> None:
-        from .runs import load_run
+        from .lifecycle.runs import load_run
 
         record = load_run(self.m.run_id)
         record.state = final if final in FINAL_STATES else "FAILED"
@@ -531,7 +533,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("usage: python -m burst.controller run RUN_ID | cluster NAME", file=sys.stderr)
         return 2
     if argv[0] == "cluster":
-        from .watcher import watch
+        from .unattended.watcher import watch
 
         return watch(argv[1])
     return control(argv[1])

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from pydantic import BaseModel
 
 from .errors import BurstError
-from .state import ClusterHandle
+from .home.state import ClusterHandle
 
 if TYPE_CHECKING:
     from .targets.base import Target
@@ -57,7 +57,7 @@ class Monitor(BaseModel):
 
 
 def directory(cluster: str) -> Path:
-    from . import state
+    from .home import state
 
     return state.home_path() / "monitor" / cluster
 

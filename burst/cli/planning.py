@@ -206,8 +206,8 @@ def catalog_refresh(
     from .. import targets
     from ..placement import catalog as cat
     from ..placement import refresh
-    from ..records import write_text_atomic
-    from ..userfile import read_text
+    from ..home.records import write_text_atomic
+    from ..home.userfile import read_text
 
     providers = [targets.check_provider(provider)] if provider else list(refresh.renewed_by_default())
     source = catalog_file or cat.default_path()

@@ -36,8 +36,9 @@ GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: 
 def _request(flags: dict):
     """The request made of a command's parameters that are ``TrainRequest`` fields (the gate file
     read into the gate it holds)."""
-    from .. import quality, workloads
-    from ..runs import TrainRequest
+    from ..lifecycle import quality
+    from .. import workloads
+    from ..lifecycle.runs import TrainRequest
 
     fields = {k: v for k, v in flags.items() if k in TrainRequest.model_fields}
     if flags.get("gate_file") is not None:
@@ -124,7 +125,7 @@ def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer
     """Print a run's job log (from its cluster), optionally following it until the job ends."""
     from .. import api
 
-    from ..managed import moves
+    from ..unattended.managed import moves
 
     for line in moves(run_id):  # a managed run: where it ran and why it moved
         typer.echo(f"managed: {line}")
@@ -141,7 +142,7 @@ def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[boo
 
     path = api.report(run_id)
     if path.name == "report.html" and (path.parent / "trials.json").exists():  # a scan: its trials, best first
-        from ..scans import table_lines
+        from ..lifecycle.scans import table_lines
 
         for line in table_lines(path.parent):
             console.print(line, highlight=False)
@@ -156,7 +157,7 @@ def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[boo
 
 def calibrate(run_ids: Annotated[list[str], typer.Argument(help="finished runs on one accelerator")]) -> None:
     """Refit an accelerator's speed from measured runs; later plans use it and say "measured here"."""
-    from ..calibrate import calibrate as run_calibration
+    from ..lifecycle.calibrate import calibrate as run_calibration
 
     c = run_calibration(run_ids)
     console.print(f"{c.accelerator}: {c.per_event_s * 1000:.2f} ms per event per replica (profile said {c.before_s * 1000:.2f}; "

@@ -50,7 +50,7 @@ def tune(
     """Scan a workload's knobs with Ray Tune (ASHA early stopping), each trial a Ray Train run judged on physics."""
     from .. import api
     from ..errors import BurstError
-    from ..scans import TuneRequest
+    from ..lifecycle.scans import TuneRequest
 
     workloads.check(workload)
     if search not in ("random", "optuna"):
@@ -66,7 +66,7 @@ def tune(
     record = api.tune(request, provider, start=start, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
                       nodes=nodes, hours=hours, region=region, gpus_per_node=gpus_per_node, report=ConsoleReporter())
     if record.run_dir:
-        from ..scans import table_lines
+        from ..lifecycle.scans import table_lines
 
         for line in table_lines(Path(record.run_dir)):
             console.print(line, highlight=False)

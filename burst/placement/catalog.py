@@ -18,7 +18,7 @@ from typing import Iterable, Optional
 from .. import targets
 from ..targets import facts
 from ..errors import BurstError
-from ..userfile import read_text
+from ..home.userfile import read_text
 from ..values.placement import Offer
 
 DEFAULT_PATH = Path(__file__).with_name("data") / "catalog.csv"
@@ -95,7 +95,7 @@ def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
 
 def refreshed_path() -> Path:
     """Where `burst catalog refresh` writes: the catalog every command reads once it exists."""
-    from ..state import home_path
+    from ..home.state import home_path
 
     return home_path() / "catalog.csv"
 

@@ -14,7 +14,8 @@ from typing import Optional
 
 from . import estimate as est_mod
 from . import names
-from .. import command_values, targets
+from ..values import command_values
+from .. import targets
 from ..targets import facts
 from ..errors import BurstError
 from ..values.placement import Placement

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from .. import targets
 from ..values.site import OnPrem, StrictModel as _Strict, amortised_basis, amortised_hourly_usd  # the site a policy describes, handed to targets
 from ..errors import BurstError
-from ..userfile import compose_yaml, key_lines, key_path, read_text
+from ..home.userfile import compose_yaml, key_lines, key_path, read_text
 
 DATA_SITES = ("onprem", "local")  # where data lives outside any cloud: the site, or this machine
 Provider = Literal[targets.PROVIDERS]  # type: ignore[valid-type]  # the registry's names, in the JSON Schema too

@@ -24,9 +24,9 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..records import read_record
+from ..home.records import read_record
 from .names import canonical
 
 _SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3

@@ -42,12 +42,13 @@ class PlacementRequest:
     events: Optional[int] = None            # training events the plan estimates (default: the profile's dataset)
     scan: Optional[ScanShape] = None        # a hyper-parameter scan's trials side by side
     avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
-    staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.staged``)
+    staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.home.staged``)
     live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
 
     def checked(self) -> "PlacementRequest":
         """This request, or one line naming the flag whose value cannot be placed."""
-        from .. import command_values, targets, workloads
+        from ..values import command_values
+        from .. import targets, workloads
 
         for name, flag in _POSITIVE.items():
             value = getattr(self, name)

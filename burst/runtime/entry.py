@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..records import write_json_atomic
+from ..home.records import write_json_atomic
 from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit, failure_line
 from .usage import USAGE_LOG, UsageSampler, add_to_report, read_log
 

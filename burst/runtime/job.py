@@ -34,7 +34,7 @@ class TrainSettings(BaseModel):
     seed: int = 0
     steps_per_epoch: Optional[int] = Field(None, gt=0, description="steps per epoch (default: events // global batch)")
     val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
-    gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.quality)")
+    gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.lifecycle.quality)")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps")
 
     @model_validator(mode="after")
@@ -320,7 +320,7 @@ class RunFiles:
 
 class ScanConfig(BaseModel):
     """What the scan job is told: the trials' common job (its ``run_id`` is the scan's), the search
-    space (``burst.scan_space`` data), how many trials, what to minimise and how to stop early."""
+    space (``burst.runtime.scan_space`` data), how many trials, what to minimise and how to stop early."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 

@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..records import write_text_atomic
-from ..state import ClusterHandle, RunRecord
+from ..home.records import write_text_atomic
+from ..home.state import ClusterHandle, RunRecord
 from .ray_head import auth_headers
 
-from .job import (EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent,
-                  StoppedEvent, UsageEvent, event_key, parse_event, parse_events)
+from .job import EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
 
 __all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 

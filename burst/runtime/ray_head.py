@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 
 MARKER = "BURST_CLUSTER_ID"
 SOCKET_PATH_MAX = 107  # bytes in a Unix socket path (sun_path holds 108 with the terminating NUL)

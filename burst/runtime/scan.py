@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..records import write_json_atomic
+from ..home.records import write_json_atomic
 from . import usage
 from .job import DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
 from .usage import USAGE_LOG, UsageSampler
@@ -125,7 +125,7 @@ def run(scan: ScanConfig) -> int:
     import ray
     from ray import tune
 
-    from burst.scan_space import Grid, SearchSpace
+    from burst.runtime.scan_space import Grid, SearchSpace
 
     from . import storage
     from .entry import publish, stage_inputs

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Literal, Mapping
 
 from ..errors import BurstError
 from ..runtime.jobs import JobRuntime
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 
 if TYPE_CHECKING:
     from ..values.placement import Placement
@@ -238,7 +238,7 @@ class Target(ABC):
 
         report.say(f"staging {data} on {handle.storage_uri} (once per store: a dataset is kept under its content hash)")
         staged = datasets.stage(Path(data), handle.storage_uri)
-        from .. import staged as index
+        from ..home import staged as index
 
         index.remember(Path(data), staged.key, handle.storage_uri, staged.bytes_total)  # the plan prices staging here at 0 next time
         report.say(f"dataset {staged.key}: {staged.bytes_copied:,} of {staged.bytes_total:,} bytes copied"

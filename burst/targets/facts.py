@@ -20,7 +20,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import BurstError
-from ..userfile import compose_yaml, key_lines, key_path, read_text
+from ..home.userfile import compose_yaml, key_lines, key_path, read_text
 
 FACTS_DIR = Path(__file__).with_name("data") / "facts"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from .azure_prices import AzureRetailPrices
 from ..runtime.jobs import JobRuntime
 from .base import JobResources

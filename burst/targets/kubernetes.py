@@ -41,10 +41,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
 from ..runtime import ray_head
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime.jobs import JobRuntime
 from .base import QUIET, JobResources, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel

@@ -18,12 +18,11 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime import ray_head
-from ..runtime.ray_head import (check_socket_room, choose_ports, cluster_processes, head_command, head_env, is_alive, new_token,
-                                 stop_processes)
+from ..runtime.ray_head import check_socket_room, choose_ports, cluster_processes, head_command, head_env, is_alive, new_token, stop_processes
 from .base import QUIET, Lease, Reporter, Target
 
 if TYPE_CHECKING:

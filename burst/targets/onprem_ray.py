@@ -14,9 +14,9 @@ from typing import Optional
 
 from typing import TYPE_CHECKING
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime.jobs import JobRuntime
 from .base import QUIET, Lease, Reporter, Target
 from ..runtime.ray_head import auth_headers, is_alive  # the same Ray dashboard check as a local cluster

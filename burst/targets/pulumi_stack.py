@@ -19,9 +19,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime import ray_head
 from .base import QUIET, Lease, Reporter, Target
 from .tunnel import tunnel

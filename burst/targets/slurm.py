@@ -32,9 +32,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime import ray_head
 from ..runtime.jobs import JobRuntime
 from .base import QUIET, Lease, QueueWait, Reporter, Target

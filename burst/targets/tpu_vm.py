@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import state
+from ..home import state
 from ..errors import BurstError
-from ..state import ClusterHandle
+from ..home.state import ClusterHandle
 from ..runtime.jobs import JobRuntime
 from .base import JobResources
 from . import google_cloud

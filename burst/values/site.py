@@ -10,7 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import command_values
+from . import command_values
 from ..errors import BurstError
 
 

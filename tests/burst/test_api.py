@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_full_local_run_through_the_python_api(tmp_path, monkeypatch, capfd):
     from burst import api
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

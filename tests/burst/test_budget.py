@@ -3,11 +3,11 @@
 import pytest
 
 
-from burst import budget
-from burst.budget import CHECKPOINT_RESERVE_S, BudgetGuard
+from burst.lifecycle import budget
+from burst.lifecycle.budget import CHECKPOINT_RESERVE_S, BudgetGuard
 from burst.errors import BurstError
 from burst.runtime.job import RunFiles
-from burst.state import ClusterHandle
+from burst.home.state import ClusterHandle
 
 CREATED = 1_000_000.0
 

@@ -9,7 +9,7 @@ import pytest
 
 from burst import api
 from burst.errors import BurstError
-from burst.state import ClusterHandle
+from burst.home.state import ClusterHandle
 from burst import targets
 from burst.pack import check_bundle
 from burst.targets.slurm import CONTAINER_PYTHON, job_script

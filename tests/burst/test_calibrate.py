@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from burst import state
-from burst.calibrate import calibrate
+from burst.home import state
+from burst.lifecycle.calibrate import calibrate
 from burst.errors import BurstError
 from burst.placement import profile
-from burst.rundir import predicted_vs_measured
-from burst.state import RunRecord
+from burst.lifecycle.rundir import predicted_vs_measured
+from burst.home.state import RunRecord
 
 PROFILE = profile.load("gan3d")
 

@@ -97,7 +97,7 @@ def test_bad_names_are_one_line_naming_the_rule_and_touch_nothing(tmp_path, monk
 
 def test_name_rule_refuses_nul_and_takes_ordinary_names():
     from burst.errors import BurstError
-    from burst.state import check_name
+    from burst.home.state import check_name
 
     for good in ("local", "run-local", "gcp-tpu", "a", "x" * 40, "gan3d-20261123-021420-d496"):
         assert check_name(good) == good
@@ -107,8 +107,8 @@ def test_name_rule_refuses_nul_and_takes_ordinary_names():
 
 
 def test_losing_a_same_name_race_says_who_is_starting_it_and_never_suggests_down(tmp_path, monkeypatch):
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path))
     with state.locked():  # the winner (this test process, alive) is still starting the cluster

@@ -678,8 +678,8 @@ def test_staging_into_a_claim_twice_replaces_instead_of_nesting(tmp_path, fake, 
 
 def _rc_handle(fake: Path, local_queue=None):
     """A handle and its RayCluster on the stand-in cluster (as `up` leaves them before waiting)."""
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
 
     site_operator(fake)
     (fake / "objects" / "physics_raycluster_burst-lab.json").write_text(json.dumps({
@@ -704,8 +704,8 @@ class _Said:
 def test_a_cluster_whose_nodes_are_being_added_waits_and_comes_up(tmp_path, fake, monkeypatch):
     """Worker pods Pending while the cluster autoscaler adds GPU nodes (TriggeredScaleUp) are a wait,
     not a failure (before: failed after a hard 900 s, everything deleted); `burst status` says what it waits for."""
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
     from burst.targets import kubernetes
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))

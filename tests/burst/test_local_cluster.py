@@ -68,7 +68,8 @@ def stopped_by_budget(home, cwd, monkeypatch, name: str, *up_args: str, epochs: 
     ($0.56 + $0.75 reserve > $1.30). (handle, the CLI's result); the cluster is torn down by then."""
     from typer.testing import CliRunner
 
-    from burst import budget, cli
+    from burst.lifecycle import budget
+    from burst import cli
 
     policy = cwd / f"tight-{name}.yaml"
     policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
@@ -203,9 +204,9 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
 
 def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
     """Poll the job log through the CLI's own client until an event matches."""
-    from burst import state
+    from burst.home import state
     from burst.runtime import jobs
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -257,9 +258,9 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
 
     done, events = _wait_for_event(home, cwd, run_id, lambda e: e["type"] in ("done", "failed"), timeout=400)
     assert done["type"] == "done", events
-    from burst import state
+    from burst.home import state
     from burst.runtime import jobs
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
 
     raw = raw_events(jobs.client(state.load(ClusterHandle, "t")).get_job_logs(run_id))
     starts = [e for e in raw if e["type"] == "start"]
@@ -336,9 +337,9 @@ def test_a_long_run_is_seen_live_in_prometheus_and_status_and_ctrl_c_with_cancel
     assert cli.returncode == 130 and f"run {run_id} cancelled" in stderr
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
     assert next(r for r in status["runs"] if r["run_id"] == run_id)["state"] == "STOPPED"
-    from burst import state
+    from burst.home import state
     from burst.runtime import jobs
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
 
     client = jobs.client(state.load(ClusterHandle, "t"))
     deadline = time.monotonic() + 60
@@ -353,8 +354,8 @@ def test_a_long_run_is_seen_live_in_prometheus_and_status_and_ctrl_c_with_cancel
 def test_killed_up_is_reported_truthfully_and_down_cleans_up(cluster, home, tmp_path):
     """SIGKILL `burst up` while Ray starts: status does not claim a running cluster, and
     `burst down` leaves no process of it behind."""
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
 
     before = census.snapshot()
     up = popen_burst("up", "--provider", "local", "--name", "crash", "--cpus", "1", home=home, cwd=tmp_path)
@@ -443,8 +444,8 @@ def test_up_that_loses_its_port_fails_in_one_line_and_leaves_nothing(cluster, ho
         taken.close()
     message = str(failure.value)
     assert "\n" not in message and str(port) in message and "nothing was left running" in message, message
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
 
     assert state.load(ClusterHandle, "taken") is None
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
@@ -457,8 +458,8 @@ def test_down_all_while_up_is_starting_wins_and_up_says_so(cluster, tmp_path, mo
     monkeypatch.setenv("BURST_HOME", str(home))
     before = census.snapshot()
     up = popen_burst("up", "--provider", "local", "--name", "racing", "--cpus", "1", home=home, cwd=tmp_path)
-    from burst import state
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst.home.state import ClusterHandle
 
     deadline = time.monotonic() + 60
     while True:
@@ -477,8 +478,8 @@ def test_down_all_while_up_is_starting_wins_and_up_says_so(cluster, tmp_path, mo
 
 def test_ctrl_c_on_run_tears_everything_down(cluster, home, tmp_path):
     """`burst run` interrupted mid-training: the job is cancelled and the cluster stopped."""
-    from burst import state
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
 
     before_procs = census.snapshot()
     before = _runs(home)
@@ -694,7 +695,7 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
     from urllib.parse import urlparse
 
     from burst import targets
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from tests.infra.test_driver import RecordingPulumi
 
     local, _ = cluster
@@ -742,7 +743,7 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
     # The head of a Slurm cluster on another node is reached with `ssh -J login -L ...` to that
     # node's loopback; a stand-in ssh forwards to this module's real Ray dashboard.
     from burst import targets
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from burst.runtime.ray_head import auth_headers
     from urllib.parse import urlparse
 
@@ -846,7 +847,7 @@ def test_run_never_takes_down_a_cluster_it_did_not_start(cluster, home, tmp_path
     """`burst run --name t` with the user's cluster t running (or a second `burst run` beside a first;
     `burst tune` shares the path): refused in one line, and t still answers (it used to be trained on
     and then torn down)."""
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from burst.targets import local
 
     handle, _ = cluster

@@ -70,7 +70,7 @@ def test_a_prometheus_or_tunnel_that_exits_at_once_is_one_line_with_its_last_wor
     answers: killed, and said in one line with the last line it logged; nothing left running."""
     from burst import monitor
     from burst.errors import BurstError
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from burst import state, targets
+from burst.home import state
+from burst import targets
 from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from burst import quality
+from burst.lifecycle import quality
 from burst.errors import BurstError
 
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from burst import records, state
+from burst.home import records, state
 from burst.cli import app
 from burst.errors import BurstError
-from burst.state import RunRecord
+from burst.home.state import RunRecord
 
 
 def test_an_interrupted_write_leaves_the_old_record_and_no_temporary_file(tmp_path, monkeypatch):
@@ -46,7 +46,7 @@ def test_a_damaged_cost_record_is_one_line(tmp_path, monkeypatch, damage):
 
 
 def test_a_damaged_scan_table_is_one_line(tmp_path):
-    from burst import scans
+    from burst.lifecycle import scans
 
     (tmp_path / "scan.json").write_text('{"scan_id": "t')
     (tmp_path / "trials.json").write_text("[]")

@@ -4,7 +4,7 @@
 import pytest
 
 from burst import controller
-from burst.managed import Attempt, ManagedRun
+from burst.unattended.managed import Attempt, ManagedRun
 
 
 @pytest.fixture

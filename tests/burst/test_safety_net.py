@@ -39,7 +39,7 @@ def home(tmp_path, monkeypatch) -> Path:
 
 
 def _save(handle) -> None:
-    from burst import state
+    from burst.home import state
 
     with state.locked():
         state.save(handle)
@@ -51,7 +51,7 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     again before it asks any cluster, shows the site's cluster as unreachable once its wait is over,
     and returns; the revived watcher ends by itself once its cluster is gone."""
     from burst import api
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from burst.values.site import OnPrem
 
     hanging = tmp_path / "bin"
@@ -72,7 +72,7 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     assert rows["lab"]["state"] == f"unreachable (no answer in {api.STATUS_ASK_S:g} s)"
     assert took < 60  # the ssh stand-in sleeps 300 s: status went on without it
     assert out["revived_watchers"] == ["idle"]
-    from burst import state
+    from burst.home import state
 
     pid = state.load(ClusterHandle, "idle").watcher_pid
     assert pid != 2**31 - 2 and psutil.pid_exists(pid) and "burst.controller" in " ".join(psutil.Process(pid).cmdline())
@@ -98,8 +98,8 @@ class _Unreachable:
         self.failing_downs, self.downs, self.looks, self.looks_at_down = failing_downs, 0, looks, []
 
     def down(self, handle, report=None):
-        from burst import state
-        from burst.state import ClusterHandle
+        from burst.home import state
+        from burst.home.state import ClusterHandle
 
         self.downs += 1
         self.looks_at_down.append(len(self.looks))
@@ -110,8 +110,10 @@ class _Unreachable:
 
 
 def test_a_watcher_never_stops_a_busy_cluster_it_cannot_ask_and_outlives_a_failing_down(home, monkeypatch):
-    from burst import state, targets, watcher
-    from burst.state import ClusterHandle
+    from burst.home import state
+    from burst import targets
+    from burst.unattended import watcher
+    from burst.home.state import ClusterHandle
 
     created = time.time() - 3600  # idle for an hour, by its record
     _save(ClusterHandle(name="busy", provider="local", cluster_id="local0002", state="running", storage_uri="/tmp/x",
@@ -141,8 +143,9 @@ def test_a_cluster_that_waited_in_a_queue_is_not_idle_the_moment_it_starts(home,
     """A Slurm job that waited two hours in the queue with `--idle-minutes`: the watcher counted idle
     time from the submission and took the allocation down at its first look, before the user's job
     could be sent. Now a cluster that has run no job is idle from the first answer that finds it running."""
-    from burst import targets, watcher
-    from burst.state import ClusterHandle
+    from burst import targets
+    from burst.unattended import watcher
+    from burst.home.state import ClusterHandle
 
     _save(ClusterHandle(name="queued", provider="slurm", cluster_id="0123456789ab", state="running", storage_uri="/tmp/x",
                         idle_minutes=0.01, created=time.time() - 7200))
@@ -190,9 +193,9 @@ class _Head:
 def _following(home: Path, tmp_path: Path, monkeypatch, head: _Head, policy: str, budget=None):
     """A controller following attempt 1 of run r1 on cluster c, with the head above; (controller, what it did)."""
     from burst import controller, targets
-    from burst.managed import Attempt, ManagedRun
+    from burst.unattended.managed import Attempt, ManagedRun
     from burst.runtime import jobs
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     (tmp_path / "policy.yaml").write_text(policy)
     now = time.time()
@@ -236,7 +239,8 @@ def test_a_budget_reached_while_the_job_cannot_be_asked_is_enforced(home, tmp_pa
     """The tunnel is up but the job API answers nothing (a head OOM-killed behind a port-forward):
     the budget is charged by the clock, the stop is asked on the store, and once the workers are
     overdue the cluster is taken down and the run ends STOPPED_BUDGET."""
-    from burst import budget, controller
+    from burst.lifecycle import budget
+    from burst import controller
     from burst.runtime.job import RunFiles
 
     monkeypatch.setattr(budget, "CHECKPOINT_RESERVE_S", 0.2)
@@ -340,9 +344,10 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
 def test_a_controller_survives_a_pulumi_error_from_down_and_tries_again(home, tmp_path, monkeypatch):
     """A Pulumi CommandError (not a BurstError) escaped the controller's take-down and killed it,
     leaving the cluster up: now it is said, tried again after a wait, and the cluster goes."""
-    from burst import controller, state, targets
-    from burst.managed import Attempt, ManagedRun
-    from burst.state import ClusterHandle
+    from burst import controller, targets
+    from burst.home import state
+    from burst.unattended.managed import Attempt, ManagedRun
+    from burst.home.state import ClusterHandle
 
     _save(ClusterHandle(name="c", provider="local", cluster_id="local0004", state="running", storage_uri=str(tmp_path)))
     fake = _Unreachable(failing_downs=1, looks=[])

@@ -3,9 +3,9 @@ import multiprocessing as mp
 
 import pytest
 
-from burst import state
+from burst.home import state
 from burst.errors import BurstError
-from burst.state import ClusterHandle, RunRecord
+from burst.home.state import ClusterHandle, RunRecord
 
 
 @pytest.fixture(autouse=True)

@@ -85,7 +85,7 @@ def _checkpoint(root: Path, name: str, epochs: int, step: int = 0, complete: boo
 
 def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
     """A bucket's checkpoints were never listed: a resume from a bucket started again at epoch 0."""
-    from burst.runs import last_checkpoint
+    from burst.lifecycle.runs import last_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
     from burst.runtime.training import checkpoints_here, latest_checkpoint, progress_in
@@ -102,10 +102,10 @@ def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
 
 
 def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gcs_store, azure_store, tmp_path, monkeypatch):
-    from burst.runs import stage_checkpoint
+    from burst.lifecycle.runs import stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     local = tmp_path / "written"
@@ -125,11 +125,11 @@ def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gc
 def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gcs_store, azure_store, tmp_path):
     """TPU checkpoints (epoch_0002, epoch_0002_step_000004 under tpu-checkpoints/) were never staged,
     and the TPU driver ignored a staged checkpoint: a move to or from a TPU slice started at epoch 0."""
-    from burst.runs import stage_checkpoint
+    from burst.lifecycle.runs import stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import JobConfig, RunFiles
     from burst.runtime.tpu import resume_point
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     written = tmp_path / "tpu"
     _checkpoint(written, "epoch_0001", 1)
@@ -148,11 +148,11 @@ def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gc
 
 def _gke_run_with_checkpoints(gcs_store: str, tmp_path: Path, monkeypatch):
     """Managed run r1 on GKE cluster g whose store is ``gcs_store``, two checkpoints there: (handle, run, the newest here)."""
-    from burst import state
-    from burst.managed import Attempt, ManagedRun
+    from burst.home import state
+    from burst.unattended.managed import Attempt, ManagedRun
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     local = tmp_path / "written"
@@ -171,7 +171,7 @@ def _attempt_ends(how: str, gke, m, take_down, monkeypatch) -> None:
     """The controller ends run r1's attempt on ``gke``: its cluster lost, or its job stopped by the
     budget at epoch 2 step 6; ``take_down`` stands for the target's teardown."""
     from burst import controller
-    from burst.runs import load_run
+    from burst.lifecycle.runs import load_run
 
     monkeypatch.setattr(controller.Controller, "take_down", take_down)
     monkeypatch.setattr(controller.Controller, "finish", lambda self, final, message: None)
@@ -189,12 +189,13 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
     before stores outlived clusters): a move (its cluster lost) or a budget stop copies the newest
     checkpoint to this machine first, and the next attempt, on another cloud's store, resumes from
     that copy. The teardown is the stand-in: it empties the storage, as deleting a claim does."""
-    from burst import state, targets
+    from burst.home import state
+    from burst import targets
 
     monkeypatch.setattr(type(targets.get("gcp")), "storage_outlives", lambda self, handle: False)  # what a claim says
-    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
+    from burst.lifecycle.runs import kept_checkpoints, load_run, stage_checkpoint
     from burst.runtime import storage
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from pyarrow import fs
 
     gke, m, newest = _gke_run_with_checkpoints(gcs_store, tmp_path, monkeypatch)
@@ -225,11 +226,11 @@ def test_a_cloud_cluster_s_store_outlives_it_and_the_next_attempt_reads_the_chec
     destroy, the stand-in here, removes the grant and the cluster) leaves every checkpoint in the
     store, nothing is copied to this machine, and the next attempt, on another cloud's store, stages
     the newest checkpoint straight from the bucket."""
-    from burst import state
-    from burst.runs import kept_checkpoints, load_run, stage_checkpoint
+    from burst.home import state
+    from burst.lifecycle.runs import kept_checkpoints, load_run, stage_checkpoint
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
 
     gke, m, newest = _gke_run_with_checkpoints(gcs_store, tmp_path, monkeypatch)
     destroyed = []
@@ -294,9 +295,10 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
 def test_a_resume_stages_the_data_the_user_gave_not_the_old_cluster_s_copy(tmp_path, monkeypatch):
     """A `--data` run on a cluster that copied the data onto its own storage (a Kubernetes claim,
     /mnt/burst/data/RUN/source) resumed with that path: every such resume failed."""
-    from burst import runs, state
-    from burst.runs import TrainRequest
-    from burst.state import RunRecord
+    from burst.lifecycle import runs
+    from burst.home import state
+    from burst.lifecycle.runs import TrainRequest
+    from burst.home.state import RunRecord
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     config = {"workload": "gan3d", "epochs": 3, "data": "/mnt/burst/data/r1/source", "data_source": str(tmp_path / "showers"), "workers": 1}
@@ -314,7 +316,7 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     the same store) copies 0 bytes; a copy cut short before its marker is copied again."""
     from burst import targets
     from burst.runtime import storage
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
     from burst.targets.base import Reporter
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
@@ -362,7 +364,7 @@ def test_the_plan_prices_staging_at_zero_where_the_dataset_is_already_staged(gcs
 
     from burst import targets
     from burst.cli import app
-    from burst.state import ClusterHandle
+    from burst.home.state import ClusterHandle
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     data = tmp_path / "showers"

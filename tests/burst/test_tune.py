@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from burst import scan_space, workloads
+from burst.runtime import scan_space
+from burst import workloads
 from burst.errors import BurstError
 from tests import census
 
@@ -160,7 +161,7 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from burst import cli
-    from burst import budget
+    from burst.lifecycle import budget
 
     home = tmp_path / "home"
     monkeypatch.setenv("BURST_HOME", str(home))

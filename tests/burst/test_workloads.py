@@ -53,7 +53,7 @@ def test_a_gate_names_the_metrics_of_its_own_workload(tmp_path):
     proc = burst("train", "calo", "--gate", str(gate), home=tmp_path)
     assert proc.returncode == 2 and f"{gate}:1: unknown metric 'optimisation_metric'; a gate of calo can bound: sep_power_mean" in proc.stderr
     gate.write_text("sep_power_mean: 0.2\nclassifier_auc: 0.9\n")
-    from burst import quality
+    from burst.lifecycle import quality
 
     assert quality.load(gate, "calo") == {"sep_power_mean": 0.2, "classifier_auc": 0.9}
 
@@ -87,8 +87,10 @@ def test_plan_reasons_carry_codes_beside_their_words(tmp_path):
 def test_a_third_workload_needs_one_registry_entry(monkeypatch):
     """Registered by one entry, a workload is planned, trained (its request), gated and scanned
     through the same code as gan3d and calo: nothing else in burst names it."""
-    from burst import api, quality, scan_space
-    from burst.runs import TrainRequest
+    from burst import api
+    from burst.lifecycle import quality
+    from burst.runtime import scan_space
+    from burst.lifecycle.runs import TrainRequest
 
     monkeypatch.setitem(workloads._REGISTRY, "toy", "tests.burst.toy_workload:WORKLOAD")
     monkeypatch.setattr(workloads, "NAMES", (*workloads.NAMES, "toy"))
@@ -104,7 +106,7 @@ def test_a_third_workload_needs_one_registry_entry(monkeypatch):
 
 
 def test_a_run_record_says_its_kind_and_an_older_scan_record_is_read_as_a_scan():
-    from burst.state import RunRecord
+    from burst.home.state import RunRecord
 
     assert RunRecord(run_id="r", workload="calo", cluster="c", provider="local").kind == "run"
     older = {"run_id": "s", "workload": "gan3d", "cluster": "c", "provider": "local", "config": {"kind": "scan", "trials": 2}}

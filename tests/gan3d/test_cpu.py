@@ -28,7 +28,7 @@ def test_importing_the_workload_turns_onednn_on_and_respects_an_explicit_choice(
 def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
     from burst.runtime import jobs
     from burst.runtime.job import JobConfig
-    from burst.state import ClusterHandle, RunRecord
+    from burst.home.state import ClusterHandle, RunRecord
     from burst.runtime.jobs import JobRuntime
 
     sent = {}

@@ -18,11 +18,12 @@ from semver import VersionInfo
 
 from contextlib import contextmanager
 
-from burst import state, targets
+from burst.home import state
+from burst import targets
 from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
-from burst.state import ClusterHandle
+from burst.home.state import ClusterHandle
 from burst.targets.base import Lease
 from burst.targets import google_cloud
 from infra.driver import BurstPulumiCommand, StackDriver

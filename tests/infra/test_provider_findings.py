@@ -18,7 +18,7 @@ from burst.errors import BurstError
 from burst.placement import layout, planner, policy, profile
 from burst.targets import facts
 from burst.placement.request import PlacementRequest
-from burst.state import ClusterHandle
+from burst.home.state import ClusterHandle
 from tests.infra.test_stacks import OFFERS, of_type, render
 
 ROOT = Path(__file__).resolve().parents[2]

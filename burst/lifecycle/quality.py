@@ -18,15 +18,15 @@ from typing import Optional
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from .errors import BurstError
-from .userfile import compose_yaml, read_text
+from ..errors import BurstError
+from ..home.userfile import compose_yaml, read_text
 
 EXIT_CODE = 4  # a run that trained, validated and missed its gate (1: failed, 2: bad input, 3: budget stop)
 
 
 def _model(workload: str):
     """The gate's schema: every metric the workload's validation can bound, none required."""
-    from . import workloads
+    from .. import workloads
 
     metrics = workloads.get(workload).gate_metrics
     fields = {m: (Optional[float], Field(None, ge=0, allow_inf_nan=False, description=what)) for m, what in metrics.items()}

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from .errors import BurstError
-from .placement import profile as profile_mod
+from ..errors import BurstError
+from ..placement import profile as profile_mod
 
 
 @dataclass

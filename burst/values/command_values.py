@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from .errors import BurstError
+from ..errors import BurstError
 
 # [user@]host: a host name, an ssh config alias or an IPv4 address; nothing ssh could read as an option.
 LOGIN_HOST = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,63}@)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?")

@@ -21,7 +21,7 @@ from typing import Any, Optional, Type, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import BurstError
+from ..errors import BurstError
 
 M = TypeVar("M", bound=BaseModel)
 MAX_RECORD_BYTES = 16 << 20  # the largest record burst writes (a long run's history) is well under 1 MiB

@@ -4,7 +4,7 @@ under the budget guard, collect the table, the plots and the best trial's report
 The scan is one Ray job on the cluster (``burst.runtime.scan``) driving Ray Tune; every trial is a
 Ray Train run of the workload, like `burst train`. The scan is recorded like a run (a ``RunRecord``
 of ``kind`` "scan"), so `burst status`, `burst logs` and `burst report` know it. This module builds
-on ``burst.runs`` (its request checks, job follower and budget watch); ``runs`` knows nothing of scans.
+on ``burst.lifecycle.runs`` (its request checks, job follower and budget watch); ``runs`` knows nothing of scans.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import state, targets, workloads
-from .errors import BurstError
-from .records import read_json, write_json_atomic, write_text_atomic
-from .runtime import notice
+from ..home import state
+from .. import targets, workloads
+from ..errors import BurstError
+from ..home.records import read_json, write_json_atomic, write_text_atomic
+from ..runtime import notice
 from .rundir import RunDirectory
-from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent, parse_events
-from .state import ClusterHandle, RunRecord
-from .targets.base import QUIET, JobResources, Reporter
+from ..runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent, parse_events
+from ..home.state import ClusterHandle, RunRecord
+from ..targets.base import QUIET, JobResources, Reporter
 
 DEFAULT_TRIAL_VAL_EVENTS = 300  # held-out events each trial is judged on after every epoch
 SCAN_FILES = ("trials.json", "trials.csv", "scan.json", "metric_vs_epoch.png", "parallel_coordinates.png", "best", "job_provenance.json",
@@ -36,7 +37,7 @@ class TuneRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     workload: str = Field(default_factory=lambda: workloads.DEFAULT)
-    space: dict = Field(description="the search space (burst.scan_space data)")
+    space: dict = Field(description="the search space (burst.runtime.scan_space data)")
     space_file: str = ""
     trials: int = Field(8, gt=0)
     gpus_per_trial: Optional[int] = Field(None, gt=0)
@@ -61,14 +62,14 @@ class TuneRequest(BaseModel):
     @property
     def total_trials(self) -> int:
         """Trials the scan runs: ``trials`` samples of the space, times every grid combination."""
-        from .scan_space import SearchSpace
+        from ..runtime.scan_space import SearchSpace
 
         return self.trials * SearchSpace.from_data(self.space).grid_size()
 
     @classmethod
     def of(cls, space_file: Path | str, **fields) -> "TuneRequest":
         """A request from flags and a space file; one line for the first thing wrong."""
-        from . import scan_space
+        from ..runtime import scan_space
 
         workload = workloads.get(fields.setdefault("workload", workloads.DEFAULT))
         preset = fields["preset"] = fields.get("preset") or workload.default_preset
@@ -142,7 +143,7 @@ def tune(request: TuneRequest, report: Reporter = QUIET) -> RunRecord:
 
 def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Reporter) -> RunRecord:
     from .runs import budget_watch, interrupted
-    from .runtime import jobs
+    from ..runtime import jobs
     from .budget import BudgetGuard
 
     resources, fits = trial_resources(handle, request.gpus_per_trial)
@@ -223,7 +224,7 @@ class ScanTracker:
         self.failure: Optional[str] = None
 
     def record(self, event) -> Optional[str]:
-        from .runtime.job import FailedEvent, StatusEvent, UsageEvent
+        from ..runtime.job import FailedEvent, StatusEvent, UsageEvent
 
         if isinstance(event, UsageEvent):
             return f"usage: {event.line()}"
@@ -268,8 +269,8 @@ def publish(handle: ClusterHandle, record: RunRecord, log: str) -> None:
 
 def collect(handle: ClusterHandle, record: RunRecord, dest: Path) -> None:
     """Copy the scan's results from the cluster's storage to ``burst-runs/<scan-id>/``, add the cost."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
 
     src = RunFiles(handle.storage_uri, record.run_id).run_dir
     if not storage.exists(src):
@@ -366,7 +367,7 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
     """Fetch the results of a scan that succeeded while nothing followed it; ``handle``: its
     cluster as reached from here (default: as recorded)."""
     from .runs import succeeded_on
-    from .runtime import jobs
+    from ..runtime import jobs
 
     record, handle = succeeded_on(record, handle, refresh)
     if handle is None:

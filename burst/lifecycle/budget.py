@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .errors import BurstError
-from .state import ClusterHandle
+from ..errors import BurstError
+from ..home.state import ClusterHandle
 
 CHECKPOINT_RESERVE_S = 60.0  # a final checkpoint of the paper preset, written to cluster storage
 LOCAL_TEARDOWN_S = 15.0
@@ -25,7 +25,7 @@ def now() -> float:
 
 
 def teardown_seconds(provider: str) -> float:
-    from .placement.estimate import provider_facts
+    from ..placement.estimate import provider_facts
 
     facts = provider_facts().get(provider)
     return facts.teardown_minutes * 60 if facts else LOCAL_TEARDOWN_S
@@ -60,8 +60,8 @@ class BudgetGuard:
                              f"{self.handle.name!r} at ${self.handle.hourly_usd:,.2f}/h; raise budget_usd or `burst down {self.handle.name}`", exit_code=3)
 
     def request_stop(self, run_id: str) -> None:
-        from .runtime import storage
-        from .runtime.job import RunFiles
+        from ..runtime import storage
+        from ..runtime.job import RunFiles
 
         storage.write_text(RunFiles(self.handle.storage_uri, run_id).stop_request, "budget\n")
         self.requested_at = now()

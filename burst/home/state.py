@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .errors import BurstError
+from ..errors import BurstError
 from .records import Damaged, ensure_dir, read_record, write_json_atomic
 
 M = TypeVar("M", bound=BaseModel)
@@ -130,7 +130,7 @@ class RunRecord(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
     run_id: str
-    kind: Literal["run", "scan"] = "run"  # a training run (burst.runs) or a hyper-parameter scan (burst.scans)
+    kind: Literal["run", "scan"] = "run"  # a training run (burst.lifecycle.runs) or a hyper-parameter scan (burst.lifecycle.scans)
     workload: str
     cluster: str
     provider: str

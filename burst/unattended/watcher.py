@@ -9,11 +9,12 @@ import os
 import time
 from typing import Optional
 
-from . import state, targets
+from ..home import state
+from .. import targets
 from .backoff import Backoff, reason_of
 from .managed import managed_dir, lock_held, is_controller, spawn_controller, take_lock
-from .state import ClusterHandle
-from .targets.base import QUIET, Reporter
+from ..home.state import ClusterHandle
+from ..targets.base import QUIET, Reporter
 
 WATCH_POLL_S = 5.0     # a watcher's look at its cluster
 DOWN_RETRY_S = (30.0, 60.0, 120.0, 300.0)  # after a failed `down`: the waits before trying again (then the last, for ever)
@@ -77,7 +78,7 @@ def stop_watcher(handle: ClusterHandle) -> None:
 
 def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
     """(a job is pending or running, when the last job ended) on the cluster, from its Jobs API."""
-    from .runtime import jobs
+    from ..runtime import jobs
 
     with targets.get(handle.provider).reach(handle) as reachable:
         listed = jobs.client(reachable).list_jobs()

@@ -15,10 +15,10 @@ from typing import Annotated, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import __version__
-from .errors import BurstError
-from .records import read_json, write_json_atomic, write_text_atomic
-from .state import ClusterHandle, RunRecord
+from .. import __version__
+from ..errors import BurstError
+from ..home.records import read_json, write_json_atomic, write_text_atomic
+from ..home.state import ClusterHandle, RunRecord
 
 RUNS_ROOT = Path("burst-runs")
 
@@ -101,7 +101,7 @@ class RunDirectory:
 
     def collect(self, handle: ClusterHandle, run: RunRecord) -> None:
         """Copy what the job published on the cluster's storage."""
-        from .runtime import jobs
+        from ..runtime import jobs
 
         jobs.collect(handle, run, self.path.parent)
 

@@ -1,13 +1,13 @@
 """A recorded run of either kind as its cluster says it is now: the one entry point for `burst
-status` and `burst report`, which hands a scan to ``burst.scans`` and a training run to
-``burst.runs`` (so that neither of those has to know the other's records)."""
+status` and `burst report`, which hands a scan to ``burst.lifecycle.scans`` and a training run to
+``burst.lifecycle.runs`` (so that neither of those has to know the other's records)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 from . import runs, scans
-from .state import ClusterHandle, RunRecord
+from ..home.state import ClusterHandle, RunRecord
 
 
 def _module(record: RunRecord):

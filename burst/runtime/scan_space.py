@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from .errors import BurstError
-from .userfile import compose_yaml, key_lines, key_path, read_text
+from ..errors import BurstError
+from ..home.userfile import compose_yaml, key_lines, key_path, read_text
 
 if TYPE_CHECKING:
-    from .workloads.base import Workload
+    from ..workloads.base import Workload
 
 RUN_KNOBS = {"batch_per_replica": "events per replica per step (a run setting, default the preset's)"}
 

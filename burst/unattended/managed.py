@@ -5,7 +5,7 @@ placement, its policy copy), a move log ``managed/<run>.log`` and a controller p
 
 This module starts controllers (``hand_over``, ``guard``, ``revive``) and reads what they write
 (``load``, ``moves``, ``follow``); it imports nothing of what a controller does, so the CLI, the
-API and a plain run's follower (``burst.runs``) can hand a run over without depending on it.
+API and a plain run's follower (``burst.lifecycle.runs``) can hand a run over without depending on it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Literal, Optional
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import state
-from .errors import BurstError
-from .records import Damaged, ensure_dir, read_record, write_json_atomic
-from .state import BudgetUsd, ClusterHandle, HourlyUsd, Pid, RunRecord, Timestamp
-from .targets.base import QUIET, Reporter
+from ..home import state
+from ..errors import BurstError
+from ..home.records import Damaged, ensure_dir, read_record, write_json_atomic
+from ..home.state import BudgetUsd, ClusterHandle, HourlyUsd, Pid, RunRecord, Timestamp
+from ..targets.base import QUIET, Reporter
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")
 
@@ -181,7 +181,7 @@ def spawn_controller(kind: str, key: str, cwd: str, out: Path) -> int:
 
 def hand_over(request, placement: dict, policy, *, own_first: bool, budget_usd: Optional[float], report: Reporter = QUIET) -> RunRecord:
     """Record a managed run and start its controller; returns the run's record (PENDING)."""
-    from .placement import policy as policy_mod
+    from ..placement import policy as policy_mod
 
     if request.resume:
         raise BurstError("--managed starts a new run; a managed run resumes by itself, and `burst train --resume RUN` without "

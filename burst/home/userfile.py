@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import BurstError
+from ..errors import BurstError
 
 MAX_BYTES = 1 << 20  # a policy is a few hundred bytes; the shipped catalog is ~20 kB
 MAX_DEPTH = 32  # a policy nests three levels

@@ -9,14 +9,16 @@ from typing import Optional
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from . import quality, state, targets
-from .errors import BurstError
-from .records import read_json
+from . import quality
+from ..home import state
+from .. import targets
+from ..errors import BurstError
+from ..home.records import read_json
 from .rundir import RunDirectory
-from .runtime import notice
-from .runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
-from .state import ClusterHandle, RunRecord
-from .targets.base import QUIET, Reporter, Target
+from ..runtime import notice
+from ..runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, TrainSettings, parse_events
+from ..home.state import ClusterHandle, RunRecord
+from ..targets.base import QUIET, Reporter, Target
 
 FINISHED = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")  # LOST: its cluster went away under it
 # FAILED_QUALITY: trained and validated, but the model missed the run's quality gate
@@ -126,7 +128,7 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
 
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
               earlier: Optional[RunRecord] = None, resume_from: Optional[str] = None) -> RunRecord:
-    from .runtime import jobs
+    from ..runtime import jobs
     from .budget import BudgetGuard
 
     run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or state.new_run_id(request.workload), workload=request.workload,
@@ -162,7 +164,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if request.detach:
         report.say(f"detached; follow with `burst logs {run.run_id} --follow`")
         if guard is not None and not request.managed:  # nothing else would stop the spending
-            from . import managed
+            from ..unattended import managed
 
             managed.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         return run
@@ -192,7 +194,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     except KeyboardInterrupt:
         interrupted(handle, run, request.cancel_on_interrupt, report, cancelled=f"run {run.run_id} cancelled", what="run")
         if guard is not None and not request.cancel_on_interrupt and not request.managed:  # the CLI goes; the budget stays enforced
-            from . import managed
+            from ..unattended import managed
 
             managed.guard(state.load(ClusterHandle, handle.name) or handle, run, guard.budget_usd, report)
         raise
@@ -232,8 +234,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
 def _final_checkpoint(target: Target, handle: ClusterHandle, run: RunRecord) -> str:
     """Where a stopped run's final checkpoint stays once its cluster is taken down (copied to this
     machine first when the cluster's storage goes with it), in words for its message."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
 
     if target.storage_outlives(handle):
         return storage.join(RunFiles(handle.storage_uri, run.run_id).run_dir, "checkpoint")
@@ -261,8 +263,8 @@ def _record_lost(run: RunRecord, tracker, message: str) -> None:
 def clear_verdicts(storage_uri: str, run_id: str) -> None:
     """Before a run goes on: its earlier attempt's stop request (the budget guard's) and bad-data
     verdict would otherwise end the new attempt at its first step."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
 
     files = RunFiles(storage_uri, run_id)
     for uri in (files.stop_request, files.data_error):
@@ -271,7 +273,7 @@ def clear_verdicts(storage_uri: str, run_id: str) -> None:
 
 def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Reporter, suffix: str = ""):
     """What a follower calls at every poll: the budget guard's look (nothing without a guard)."""
-    from .runtime import jobs
+    from ..runtime import jobs
 
     def watch() -> None:
         message = guard.poll(record.run_id, stop_job=lambda: jobs.client(handle).stop_job(record.job_id)) if guard else None
@@ -283,7 +285,7 @@ def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Report
 
 def interrupted(handle: ClusterHandle, record: RunRecord, cancel: bool, report: Reporter, *, cancelled: str, what: str) -> None:
     """Ctrl-C while following a job: stop it (``cancel``) or leave it going; record either (the caller re-raises)."""
-    from .runtime import jobs
+    from ..runtime import jobs
 
     if cancel:
         jobs.client(handle).stop_job(record.job_id)
@@ -314,9 +316,9 @@ def _reachable_checkpoints(record: RunRecord, scratch: Path) -> list[Path]:
     """Every checkpoint of the run burst can still reach, as directories here: those kept on this
     machine, then its store's (what Ray Train wrote there, what a move staged there). A store gone
     with its cluster is passed over: what was kept here stands for it."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
-    from .runtime.training import checkpoints_here
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
+    from ..runtime.training import checkpoints_here
 
     found = checkpoints_here([str(kept_checkpoints(record.run_id))], scratch)
     if record.storage_uri:
@@ -336,7 +338,7 @@ def keep_checkpoint(record: RunRecord) -> Optional[Path]:
     import shutil
     import tempfile
 
-    from .runtime.training import latest_checkpoint
+    from ..runtime.training import latest_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp)))
@@ -356,9 +358,9 @@ def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[str]:
     when it runs on the same store again, else the newest complete checkpoint burst can reach
     (kept here, or on the store it ran on) copied to ``handle``'s store (None: nothing to resume).
     Directories, buckets and claims alike; a copy through this machine works between clouds."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
-    from .runtime.training import latest_checkpoint
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
+    from ..runtime.training import latest_checkpoint
 
     kept = kept_checkpoints(record.run_id)
     same_store = record.storage_uri and record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/")
@@ -379,9 +381,9 @@ def last_checkpoint(storage_uri: str, run_id: str) -> str:
     """The newest complete checkpoint of a run on its cluster's storage, in words for a message."""
     import tempfile
 
-    from .runtime import storage
-    from .runtime.job import RunFiles
-    from .runtime.training import checkpoints_here, latest_checkpoint, progress_in
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
+    from ..runtime.training import checkpoints_here, latest_checkpoint, progress_in
 
     where = RunFiles(storage_uri, run_id).ray_train_dir
     with tempfile.TemporaryDirectory() as tmp:
@@ -412,7 +414,7 @@ def job_client(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool 
         run.state = "UNREACHABLE"
         run.message = target.not_ready(handle)
         return None
-    from .runtime import jobs
+    from ..runtime import jobs
 
     c = jobs.client(handle)
     run.state = jobs.job_status(c, run.job_id)
@@ -437,7 +439,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
 
 def replay_log(run: RunRecord, log: str):
     """What a run's job log says, read back event by event (timings, restarts, last epoch)."""
-    from .runtime import jobs
+    from ..runtime import jobs
 
     tracker = jobs.RunTracker(int(run.config.get("epochs", 1)))
     for event in parse_events(log):
@@ -463,7 +465,7 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
     record, handle = succeeded_on(record, handle, refresh)
     if handle is None:
         return record
-    from .runtime import jobs
+    from ..runtime import jobs
 
     log = jobs.client(handle).get_job_logs(record.job_id)
     tracker = replay_log(record, log)
