@@ -2,7 +2,7 @@
 
     python benchmarks/slurm_timings.py [--repeats 5]
 
-Starts a Slurm site of its own (``tests/slurm_site.py``: munged, slurmctld, slurmd; root and
+Starts a Slurm site of its own (``tests/support/slurm_site.py``: munged, slurmctld, slurmd; root and
 Debian's slurm-wlm + munge needed) and prints:
 - the wall time of `burst plan --json` under a Slurm policy (the on-prem wait asked from Slurm with
   ``sbatch --test-only``) and under the same policy with the wait typed in (``scheduler: ray``),
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import slurm_site  # noqa: E402
+from tests.support import slurm_site  # noqa: E402
 
 TRAIN = ["--epochs", "1", "--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
 

@@ -10,7 +10,7 @@ Runs, in one state directory of its own:
   it appears, as an OOM killer would);
 - `burst down --all` run while a `burst up` is still starting Ray.
 Before the first and after the last cycle it takes a census of every process on the machine
-(PID + start time, ``tests/census.py``) and prints the processes started by the cycles that are
+(PID + start time, ``tests/support/census.py``) and prints the processes started by the cycles that are
 still alive: the figure must be 0. Each cycle's outcome and duration is printed as it goes.
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import census  # noqa: E402
+from tests.support import census  # noqa: E402
 
 
 def _burst(*args: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:

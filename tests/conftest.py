@@ -10,7 +10,7 @@ import pytest
 
 # No test may reach a cloud (scrubbed environment + a guard that fails any test that tried);
 # pytester runs the guard's own tests.
-pytest_plugins = ["tests.cloud_guard", "pytester"]
+pytest_plugins = ["tests.support.cloud_guard", "pytester"]
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cloud_guard
+from tests.support import cloud_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_environment_holds_no_cloud_credentials_or_settings():
 def test_guard_fails_a_test_that_tried_to_leave_the_machine(pytester, monkeypatch, body):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.makepyfile(f"def test_sneaky():\n    {body}\n")
-    result = pytester.runpytest_subprocess("-p", "tests.cloud_guard", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "tests.support.cloud_guard", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, errors=1)  # its body passed; the guard fails it at teardown
     result.stdout.fnmatch_lines(["*blocked by the cloud guard*"])
 
@@ -49,7 +49,7 @@ def test_guard_lets_loopback_through(pytester, monkeypatch):
         "    server = socket.socket(); server.bind(('127.0.0.1', 0)); server.listen(1)\n"
         "    socket.create_connection(server.getsockname(), timeout=2).close()\n"
         "    socket.create_connection(('localhost', server.getsockname()[1]), timeout=2).close()\n")
-    result = pytester.runpytest_subprocess("-p", "tests.cloud_guard", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "tests.support.cloud_guard", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import census, slurm_site
+from tests.support import census, slurm_site
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import census
+from tests.support import census
 
 pytestmark = pytest.mark.slow
 

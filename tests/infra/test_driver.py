@@ -27,7 +27,7 @@ from burst.home.state import ClusterHandle
 from burst.targets.base import Lease
 from burst.targets import google_cloud
 from infra.driver import BurstPulumiCommand, StackDriver
-from tests import cloud_api
+from tests.support import cloud_api
 
 URN = "urn:pulumi:t::burst::gcp:container/cluster:Cluster::burst-t"
 
@@ -101,7 +101,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     for provider in targets.names_of_kind("cloud"):  # CLI and credentials: tested below
         monkeypatch.setattr(targets.get(provider), "missing_prerequisites", lambda: [])
-    monkeypatch.setattr(google_cloud, "google_session", lambda: cloud_api.session()[0])  # the pre-flight: tests/burst/test_preflight.py
+    monkeypatch.setattr(google_cloud, "google_session", lambda: cloud_api.session()[0])  # the pre-flight: tests/burst/targets/test_preflight.py
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "proj")
     return tmp_path
 

@@ -7,7 +7,7 @@ with stand-ins only at the cloud boundary (metadata server, ``gcloud``, ``pip``)
 directories are made local (a fixed port or path could collide with another Ray on this machine);
 nothing about authentication comes from the test. Then, from 127.0.0.1: the Jobs API (job
 submission is code execution) without a token is 401, with a wrong one 403, with the token 200.
-The Slurm head is asked the same in tests/burst/test_slurm.py.
+The Slurm head is asked the same in tests/burst/targets/test_slurm.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from burst import targets
 from burst.placement import catalog, layout
 from burst.runtime import ray_head
 from infra import render as infra_render
-from tests.ray_auth import assert_refuses_strangers
+from tests.support.ray_auth import assert_refuses_strangers
 
 pytestmark = pytest.mark.slow
 

@@ -276,7 +276,7 @@ def test_a_worker_pod_that_kubernetes_ends_first_posts_a_checkpoint_notice_on_th
         assert command[3] == f"{bucket_uri(spec)}/notices/{spec.lease_id}" if provider == "gcp" else (
             command[3].startswith("abfs://") and command[3].endswith(f"/notices/{spec.lease_id}"))
         assert NOTICE_WAIT_S < pod["terminationGracePeriodSeconds"] == TERMINATION_GRACE_S
-    # tests/burst/test_notice.py runs this very command and shows a worker acting on its notice
+    # tests/burst/runtime/test_notice.py runs this very command and shows a worker acting on its notice
 
 
 @pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])

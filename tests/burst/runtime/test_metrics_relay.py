@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from burst.runtime import metrics_relay
-from tests.http_stub import Answering, serve
+from tests.support.http_stub import Answering, serve
 
 
 class _Node(Answering):

@@ -14,7 +14,7 @@ from burst import targets
 from burst.pack import check_bundle
 from burst.targets.slurm import CONTAINER_PYTHON, job_script
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def fake_bundle(path: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The Slurm target against a real slurmctld/slurmd on this machine (``tests/slurm_site.py``)."""
+"""The Slurm target against a real slurmctld/slurmd on this machine (``tests/support/slurm_site.py``)."""
 
 import json
 import subprocess
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from burst.runtime import ray_head
-from tests import census, slurm_site
-from tests.ray_auth import assert_refuses_strangers
+from tests.support import census, slurm_site
+from tests.support.ray_auth import assert_refuses_strangers
 
 pytestmark = [pytest.mark.slow, slurm_site.needs(slurm_site.missing())]
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from burst.cli import app
 from burst.placement import catalog
 from burst.targets import azure_prices
-from tests.http_stub import Answering, serve
+from tests.support.http_stub import Answering, serve
 
 # (region, VM size) -> (Linux on-demand, Spot or None); eastus: SkyPilot v6; westeurope: test values
 LINUX = {

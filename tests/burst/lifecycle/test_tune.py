@@ -19,10 +19,10 @@ import pytest
 from burst.runtime import scan_space
 from burst import workloads
 from burst.errors import BurstError
-from tests import census
+from tests.support import census
 
 GAN3D = workloads.get("gan3d")
-EXAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "gan3d" / "tune-small.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "workloads" / "gan3d" / "tune-small.yaml"
 # 24 steps (~2 s) per epoch: ASHA's stop request travels trial report -> Tune driver -> stop file ->
 # the workers' next check (every 5 steps); with 4-step epochs (0.4 s on a fast CPU) a trailing
 # trial finished all its epochs before the request landed.
@@ -284,7 +284,7 @@ def test_optuna_searches_the_space_and_asha_stops_trials_by_request(tmp_path):
     script = tmp_path / "optuna_scan.py"
     script.write_text(OPTUNA_SCRIPT)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(EXAMPLE)], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[2])
+                          cwd=Path(__file__).resolve().parents[3])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["searcher"] == "OptunaSearch" and result["errors"] == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
+from tests.support.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
 
 STORES = ["directory", "gs", "abfs"]
 
@@ -257,8 +257,8 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
     """The job checkpoints into the emulated GCS bucket (Ray Train through the emulator), the budget
     guard stops it, its cluster is torn down; `--resume` on a cluster whose store is the Azure
     container reads that final checkpoint where it is and goes on from its step."""
-    from tests import census
-    from tests.burst.test_local_cluster import burst, raw_events, stopped_by_budget
+    from tests.support import census
+    from tests.burst.targets.test_local_cluster import burst, raw_events, stopped_by_budget
 
     home = tmp_path / "home"
     before = census.snapshot()
@@ -450,8 +450,8 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
     from burst.runtime.ray_head import cluster_processes
-    from tests import census
-    from tests.burst.test_managed import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
+    from tests.support import census
+    from tests.burst.unattended.test_managed import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
 
     before = census.snapshot()
     home = tmp_path / "home"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from burst.runtime.ray_head import free_port
-from tests.slurm_site import needs
+from tests.support.slurm_site import needs
 
 GCS_HOW = "the gs:// store tests need PyPI's gcp-storage-emulator: pip install -e '.[dev]'"
 AZURITE_HOW = ("the abfs:// store tests need Azurite's blob service (npm install azurite; "

@@ -16,7 +16,7 @@ import jsonschema
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCHEMAS = ROOT / "tests" / "schemas"
 FAKES = ROOT / "tests" / "fakes" / "kube"
 SITE = ("providers: [kubernetes, gcp]\n"
@@ -414,7 +414,7 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
     through `kubectl port-forward` (the stand-in proxies TCP as the real one does) with the token the
     Secret holds, submits the job, follows it and collects the results from the bucket; `down`
     deletes the objects. Without the token the head refuses the job."""
-    from tests import census
+    from tests.support import census
 
     before = census.snapshot()
     with cpu_site(tmp_path, fake) as (home, policy, head, env_path, bucket):
@@ -510,7 +510,7 @@ def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_
     REOPEN_AFTER_S and follows the run to its end, instead of counting misses for ever."""
     import psutil
 
-    from tests import census
+    from tests.support import census
 
     before = census.snapshot()
     with cpu_site(tmp_path, fake) as (home, policy, head, env_path, bucket):

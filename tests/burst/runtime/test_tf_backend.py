@@ -1,5 +1,5 @@
 """burst's Ray Train backend gives each worker the TF_CONFIG MultiWorkerMirroredStrategy reads
-(tests/gan3d/test_train.py trains under that strategy from such a TF_CONFIG)."""
+(tests/workloads/gan3d/test_train.py trains under that strategy from such a TF_CONFIG)."""
 
 import json
 import subprocess

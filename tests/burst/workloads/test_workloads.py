@@ -12,7 +12,7 @@ import pytest
 from burst import workloads
 from burst.errors import BurstError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def burst(*args, home, cwd=ROOT, timeout=120):
@@ -92,7 +92,7 @@ def test_a_third_workload_needs_one_registry_entry(monkeypatch):
     from burst.runtime import scan_space
     from burst.lifecycle.runs import TrainRequest
 
-    monkeypatch.setitem(workloads._REGISTRY, "toy", "tests.burst.toy_workload:WORKLOAD")
+    monkeypatch.setitem(workloads._REGISTRY, "toy", "tests.burst.workloads.toy_workload:WORKLOAD")
     monkeypatch.setattr(workloads, "NAMES", (*workloads.NAMES, "toy"))
     toy = workloads.get("toy")
     assert api.plan("toy").choice is not None
@@ -140,7 +140,7 @@ def test_a_held_out_set_judges_a_calo_trial_on_the_epoch_metrics(tmp_path):
 @pytest.mark.slow
 def test_burst_run_calo_on_this_machine_trains_validates_and_reports(tmp_path):
     """The done-when of the second workload: `burst run calo --provider local`, end to end, with its report."""
-    from tests import census
+    from tests.support import census
 
     before = census.snapshot()
     proc = burst("run", "calo", "--provider", "local", "--epochs", "2", "--synthetic", "600", "--val-events", "200", home=tmp_path,

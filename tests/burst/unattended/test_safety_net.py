@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def burst(*args, home: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -303,8 +303,8 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     import signal
 
     from burst.runtime.ray_head import cluster_processes
-    from tests import census
-    from tests.burst.test_managed import TRAIN, finished, handed_over, managed
+    from tests.support import census
+    from tests.burst.unattended.test_managed import TRAIN, finished, handed_over, managed
 
     before = census.snapshot()
     home = tmp_path / "home"

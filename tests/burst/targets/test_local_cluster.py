@@ -2,7 +2,7 @@
 
 One cluster serves the module (starting Ray costs ~10 s); every test leaves it as it found it.
 Tests that start a cluster of their own check that nothing is left with an independent process
-census (``tests/census.py``), not with burst's own finder.
+census (``tests/support/census.py``), not with burst's own finder.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests import census, slurm_site
+from tests.support import census, slurm_site
 
 pytestmark = pytest.mark.slow
 
@@ -700,7 +700,7 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
 
     local, _ = cluster
     monkeypatch.setenv("BURST_HOME", str(home))
-    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes' / 'kube'}:{os.environ['PATH']}")  # the suite's one kubectl stand-in
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[2] / 'fakes' / 'kube'}:{os.environ['PATH']}")  # the suite's one kubectl stand-in
     monkeypatch.setenv("FAKE_KUBECTL_TARGET", str(urlparse(local["dashboard_url"]).port))
     gke = targets.get("gcp")
     monkeypatch.setattr(gke, "missing_prerequisites", lambda: [])
@@ -749,7 +749,7 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
 
     local, _ = cluster
     log = tmp_path / "ssh.log"
-    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes'}:{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[2] / 'fakes'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SSH_LOG", str(log))
     site = {"name": "s", "accelerator": "V100", "gpus": 1, "usd_per_gpu_hour": 1.0, "scheduler": "slurm", "login": "login.example.org"}
     handle = ClusterHandle(name="far", provider="slurm", cluster_id="x", state="running", storage_uri="/s", token_path=local["token_path"],

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from burst.cli import app
 from burst.placement import catalog
 from burst.targets import gcp_prices
-from tests.http_stub import Answering, serve
+from tests.support.http_stub import Answering, serve
 
 US = ["us-central1", "us-east1"]
 EU = ["europe-west4"]

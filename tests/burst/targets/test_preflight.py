@@ -1,5 +1,5 @@
 """The cloud pre-flight: quotas, zones and runtime images asked of the providers before anything
-is created, against the providers' HTTP APIs answered from files (``tests/cloud_api.py``)."""
+is created, against the providers' HTTP APIs answered from files (``tests/support/cloud_api.py``)."""
 
 import json
 import subprocess
@@ -15,11 +15,11 @@ from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
 from burst.targets import azure_cloud, google_cloud
 from burst.targets.base import Lease
-from tests import cloud_api
+from tests.support import cloud_api
 from tests.infra.test_driver import RecordingPulumi, pulumi_command
 
 OFFERS = catalog.load()
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def recorded(overrides=None):

@@ -12,7 +12,7 @@ relies on:
   as a row (and in ``--json``), and exits 0;
 - a failed command changed nothing on disk, and no command touched the damaged file.
 
-``pytest tests/burst/test_damaged_state.py --hypothesis-show-statistics`` prints the kinds of
+``pytest tests/burst/home/test_damaged_state.py --hypothesis-show-statistics`` prints the kinds of
 damage and the commands drawn.
 """
 

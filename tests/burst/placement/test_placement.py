@@ -12,7 +12,7 @@ from burst.placement.request import PlacementRequest
 from burst.placement import planner as placement
 from burst.errors import BurstError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OFFERS = catalog.load()
 PROFILE = profile.load("gan3d")
 REGIONS = sorted({o.region for o in OFFERS})

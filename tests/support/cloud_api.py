@@ -16,7 +16,7 @@ from pathlib import Path
 import requests
 from requests.adapters import BaseAdapter
 
-FILES = Path(__file__).parent / "fakes" / "cloud_api"
+FILES = Path(__file__).resolve().parents[1] / "fakes" / "cloud_api"
 ROUTES = (  # URL pattern -> file name pattern
     (r"compute\.googleapis\.com/compute/v1/projects/[^/]+/zones/([^/]+)/acceleratorTypes", "gcp-zone-{0}-acceleratorTypes"),
     (r"compute\.googleapis\.com/compute/v1/projects/[^/]+/regions/([^/?]+)$", "gcp-region-{0}"),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from burst.placement import policy
 from burst.errors import BurstError
 
-POLICIES = sorted((Path(__file__).resolve().parents[2] / "policies").glob("*.yaml"))
+POLICIES = sorted((Path(__file__).resolve().parents[3] / "policies").glob("*.yaml"))
 
 
 def test_the_examples_users_copy_are_shipped_and_valid():

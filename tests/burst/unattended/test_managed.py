@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests import census, slurm_site
+from tests.support import census, slurm_site
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,1 @@
+"""What tests share: real servers and sites started for them, the cloud guard, the process census."""
