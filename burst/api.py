@@ -171,27 +171,17 @@ def _lease(pol, hours: Optional[float], wait: bool = False, idle_minutes: Option
     return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None, wait=wait, idle_minutes=idle_minutes)
 
 
-def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
-       cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-       region: Optional[str] = None, hours: Optional[float] = None, storage: Optional[str] = None,
-       nodes: Optional[int] = None, partition: Optional[str] = None, wait: bool = False, image: Optional[str] = None,
-       bundle: Optional[str] = None, gpus_per_node: Optional[int] = None, batch_per_replica: Optional[int] = None,
-       epochs: Optional[int] = None, avoid: tuple[str, ...] = (), idle_minutes: Optional[float] = None,
-       workload: Optional[str] = None, context: Optional[str] = None, namespace: Optional[str] = None,
-       staged_on: tuple[tuple[str, float], ...] = (), report: Reporter = QUIET) -> UpResult:
+def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
+       wait: bool = False, idle_minutes: Optional[float] = None, report: Reporter = QUIET, **placement) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
-    under the policy picks the target; flags that are given pin it, under the same policy rules.
+    under the policy picks the target; ``placement`` (fields of ``PlacementRequest``: ``gpus``,
+    ``accelerator``, ``region``, ``cpus``, ``storage``, ...) pins it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
-    queued and returns; the handle's ``state`` is then ``starting``). ``avoid``: targets the plan
-    must not choose (``provider`` or ``provider:region``; a managed run's lost ones).
-    ``idle_minutes``: a watcher process takes the cluster down after that long without a job
-    (and at its lease's end), whether or not a CLI is running. ``workload``: whose profile the
-    plan estimates the run with (default: the default workload's)."""
-    ask = PlacementRequest(provider=provider, workload=workload, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                           region=region, storage=storage, nodes=nodes, partition=partition, image=image, bundle=bundle,
-                           gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, epochs=epochs, avoid=tuple(avoid),
-                           context=context, namespace=namespace, staged_on=tuple(staged_on))
-    return up_for(ask, name, policy=policy, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report)
+    queued and returns; the handle's ``state`` is then ``starting``). ``idle_minutes``: a watcher
+    process takes the cluster down after that long without a job (and at its lease's end),
+    whether or not a CLI is running; ``hours``: the lease."""
+    return up_for(PlacementRequest(provider=provider, **placement), name, policy=policy, hours=hours, wait=wait,
+                  idle_minutes=idle_minutes, report=report)
 
 
 def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None, wait: bool = False,
@@ -233,31 +223,25 @@ def prediction(placement, workload: str) -> dict:
             "kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3)}
 
 
-def check(provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None, accelerator: Optional[str] = None,
-          preemptible: Optional[bool] = None, region: Optional[str] = None, gpus_per_node: Optional[int] = None,
-          report: Reporter = QUIET) -> None:
-    """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create,
-    asked of the provider's APIs (credentials needed); creates nothing. Raises on a shortfall."""
-    placement, _ = _placement(PlacementRequest(provider=provider, gpus=gpus, accelerator=accelerator, preemptible=preemptible,
-                                               region=region, gpus_per_node=gpus_per_node), policy, report)
+def check(provider: Optional[str] = None, *, policy=None, report: Reporter = QUIET, **placement) -> None:
+    """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create for
+    the same ``placement``, asked of the provider's APIs (credentials needed); creates nothing.
+    Raises on a shortfall."""
+    placement, _ = _placement(PlacementRequest(provider=provider, **placement), policy, report)
     target = targets.get(placement.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
     target.check(placement, report)
 
 
-def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
-           accelerator: Optional[str] = None, preemptible: Optional[bool] = None, region: Optional[str] = None,
-           hours: Optional[float] = None, cpus: Optional[int] = None, storage: Optional[str] = None,
-           image: Optional[str] = None, gpus_per_node: Optional[int] = None, context: Optional[str] = None,
-           namespace: Optional[str] = None, report: Reporter = QUIET) -> dict:
-    """What ``up`` would create, rendered offline (no credentials, no network, nothing recorded)."""
+def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
+           report: Reporter = QUIET, **placement) -> dict:
+    """What ``up`` would create for the same ``placement``, rendered offline (no credentials, no
+    network, nothing recorded; a scheduler's queue is not asked)."""
     if name is not None:
         state.check_name(name)
     _lease(None, hours)
-    placement, pol = _placement(PlacementRequest(provider=provider, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                                                 region=region, storage=storage, image=image, gpus_per_node=gpus_per_node,
-                                                 context=context, namespace=namespace, live=False), policy, report)
+    placement, pol = _placement(PlacementRequest(provider=provider, **placement).but(live=False), policy, report)
     target = targets.get(placement.provider)
     return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
 
@@ -320,12 +304,10 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
-def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, gpus: Optional[int] = None,
-        cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None,
-        nodes: Optional[int] = None, hours: Optional[float] = None, bundle: Optional[str] = None, image: Optional[str] = None,
-        region: Optional[str] = None, gpus_per_node: Optional[int] = None, storage: Optional[str] = None,
-        report: Reporter = QUIET) -> RunRecord:
-    """up + train + validate + down in one (the plan estimates the run's own epochs and batch); the cluster (``request.cluster``) goes down on success,
+def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
+        report: Reporter = QUIET, **placement) -> RunRecord:
+    """up + train + validate + down in one (the plan estimates the run's own epochs and batch;
+    ``placement``: as ``up``'s); the cluster (``request.cluster``) goes down on success,
     failure and interruption alike. With ``request.managed`` a controller process does all of it
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
     if request.detach and not request.managed:
@@ -337,12 +319,8 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, g
 
     staged_on = staged.holding(request.data)  # a store already holding the data costs the plan no staging
     if request.managed:
-        return _run_managed(request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                            nodes=nodes, hours=hours, bundle=bundle, image=image, region=region, gpus_per_node=gpus_per_node, storage=storage,
-                            staged_on=staged_on)
-    return _on_own_cluster(runs.train, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                           preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                           gpus_per_node=gpus_per_node, storage=storage, staged_on=staged_on)
+        return _run_managed(request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
+    return _on_own_cluster(runs.train, request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
 
 
 def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
@@ -352,12 +330,12 @@ def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
     return request
 
 
-def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, **placement) -> RunRecord:
+def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, hours: Optional[float] = None,
+                 **placement) -> RunRecord:
     """Check the placement here (a bad flag is one line now, not in a detached process), then hand
     the run to its controller."""
     from .unattended import managed
 
-    hours = placement.pop("hours", None)
     _lease(None, hours)
     ask = PlacementRequest(provider=provider, workload=request.workload, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
                            **placement)
@@ -385,12 +363,13 @@ def _follow_managed(run_id: str, report: Reporter) -> RunRecord:
     raise BurstError(f"run {run_id} {record.state.lower()}: {record.message}", exit_code=codes.get(record.state, 1))
 
 
-def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Reporter, **placement):
+def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Reporter, *, policy=None,
+                    hours: Optional[float] = None, **placement):
     """``work(request, report)`` on a cluster started for it (``request.cluster``), taken down after
     on success, failure and interruption alike (so the work may neither detach nor outlive it)."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
-    result = up(provider, request.cluster, wait=True, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
-                workload=request.workload, report=report, **placement)
+    result = up(provider, request.cluster, policy=policy, hours=hours, wait=True, batch_per_replica=request.batch_per_replica,
+                epochs=request.epochs, workload=request.workload, report=report, **placement)
     if not result.created_now:  # someone else's cluster (another `burst run`, the user's own `burst up`): not ours to take down
         raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; `burst run` and `burst tune` "
                          f"start a cluster of their own and take it down after: pass another --name, or use `burst train --cluster "
@@ -405,13 +384,15 @@ def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Re
     return record
 
 
-def tune(request, provider: Optional[str] = None, *, start: bool = False, policy=None, gpus: Optional[int] = None,
-         cpus: Optional[int] = None, accelerator: Optional[str] = None, preemptible: Optional[bool] = None, nodes: Optional[int] = None,
-         hours: Optional[float] = None, region: Optional[str] = None, gpus_per_node: Optional[int] = None,
-         bundle: Optional[str] = None, image: Optional[str] = None, report: Reporter = QUIET) -> RunRecord:
+# the placement flags that narrow a plan (the others say how to build what it chose)
+_NARROWING = ("gpus", "accelerator", "preemptible", "region", "gpus_per_node")
+
+
+def tune(request, provider: Optional[str] = None, *, start: bool = False, policy=None, hours: Optional[float] = None,
+         report: Reporter = QUIET, **placement) -> RunRecord:
     """A hyper-parameter scan (``scans.TuneRequest``) on the running cluster ``request.cluster``, or,
     with ``start``, on a cluster started for it (``provider``, else the plan's choice for the scan
-    under the policy) and taken down after (success, failure and Ctrl-C alike)."""
+    under the policy; ``placement``: as ``up``'s) and taken down after (success, failure and Ctrl-C alike)."""
     from .lifecycle import scans
 
     if not start:
@@ -420,18 +401,17 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
         from .placement.scan import ScanShape
 
         shape = ScanShape(request.total_trials, request.gpus_per_trial, request.max_concurrent, request.grace_period, request.reduction_factor)
-        chosen = plan(request.workload, policy, gpus=gpus, epochs=request.epochs, accelerator=accelerator, preemptible=preemptible, region=region,
-                      gpus_per_node=gpus_per_node, batch_per_replica=request.batch_per_replica, scan=shape)
+        chosen = plan(request.workload, policy, epochs=request.epochs, batch_per_replica=request.batch_per_replica, scan=shape,
+                      **{k: v for k, v in placement.items() if k in _NARROWING})
         if chosen.choice is None:
             raise BurstError(f"no target fits the scan under the policy: {chosen.why}", exit_code=1)
         c = chosen.choice
         report.say(f"plan: {c.provider} {c.region} {c.accelerator} x{c.count}: {c.estimate.hours:.2f} h, ${c.estimate.cost_usd:,.2f} ({chosen.scan})")
         provider = c.provider
         if targets.get(provider).kind != "local":
-            gpus, accelerator, region, preemptible = c.count, c.accelerator, (c.region if c.target == "cloud" else region), c.preemptible
-    return _on_own_cluster(scans.tune, request, provider, report, policy=policy, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                           preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                           gpus_per_node=gpus_per_node)
+            placement = {**placement, "gpus": c.count, "accelerator": c.accelerator, "preemptible": c.preemptible,
+                         "region": c.region if c.target == "cloud" else placement.get("region")}
+    return _on_own_cluster(scans.tune, request, provider, report, policy=policy, hours=hours, **placement)
 
 
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:

@@ -10,62 +10,36 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..targets import PROVIDERS  # the registry's names only: no target module is imported
+from .placement_options import takes_placement
 from .render import ConsoleReporter, console, emit_json, out
 
-Provider = Annotated[Optional[str], typer.Option(help=f"{' | '.join(PROVIDERS)} (default: the plan's choice under --policy)")]
-Nodes = Annotated[Optional[int], typer.Option(help="slurm: nodes to allocate (default: enough for --gpus, else 1)")]
 Hours = Annotated[Optional[float], typer.Option(help="lease: cloud resources are labelled to expire after this many hours; slurm: the walltime")]
 PolicyFile = Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")]
-Region = Annotated[Optional[str], typer.Option(help="cloud region (default: the plan's choice)")]
-GpusPerNode = Annotated[Optional[int], typer.Option(help="cloud: one node shape holding this many GPUs (default: the fullest nodes)")]
-Preemptible = Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="spot/preemptible capacity (default: the policy's preference)")]
-Gpus = Annotated[Optional[int], typer.Option(help="GPUs (local: GPUs of this machine to offer)")]
-Cpus = Annotated[Optional[int], typer.Option(help="CPUs for the local Ray head (default: all)")]
-Accelerator = Annotated[Optional[str], typer.Option(help="V100, A100-40GB, ... or a TPU slice such as v3-8")]
 
 
+@takes_placement("cpus", "storage", "image", "bundle", "partition", "context", "namespace", "batch_per_replica", "epochs")
 def up(
-    provider: Provider = None,
     name: Annotated[Optional[str], typer.Option(help="cluster name (default: local, or the provider's name)")] = None,
-    cpus: Cpus = None,
-    gpus: Gpus = None,
-    accelerator: Accelerator = None,
-    gpus_per_node: GpusPerNode = None,
-    preemptible: Preemptible = None,
-    region: Region = None,
     policy_file: PolicyFile = None,
     hours: Hours = None,
-    nodes: Nodes = None,
-    partition: Annotated[Optional[str], typer.Option(help="slurm: the partition (default: the policy's, else the cluster's default)")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="slurm, kubernetes with Kueue: wait for a queued allocation to start")] = False,
-    context: Annotated[Optional[str], typer.Option(help="kubernetes: the kubeconfig context of the cluster (default: the policy's onprem.context, else the current one)")] = None,
-    namespace: Annotated[Optional[str], typer.Option(help="kubernetes: the namespace of burst's objects (default: the policy's onprem.namespace)")] = None,
-    storage: Annotated[Optional[str], typer.Option(help="the store for checkpoints, data and results: local, a directory or a bucket URI (gs://, abfs://, file://); a cloud, a bucket of its own (default: the policy's stores)")] = None,
-    image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run, built from docker/Dockerfile (default: stock Ray image, packages installed at every job start)")] = None,
-    bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on storage the nodes share; they install burst from it, not from the network")] = None,
-    batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica the plan predicts and `burst train` on this cluster then uses (default: the preset's)")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="epochs the plan estimates (default: the policy's, then the workload profile's)")] = None,
     idle_minutes: Annotated[Optional[float], typer.Option("--idle-minutes", help="a watcher process takes the cluster down after this many minutes without a job, with or without a CLI (clouds: also at the lease's end)")] = None,
     check: Annotated[bool, typer.Option("--check", help="cloud: only run the pre-flight (quota, zone, runtime) against the provider's APIs; create nothing")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
+    placement: dict = None,
 ) -> None:
     """Start a cluster and save its handle (on this machine with --provider local)."""
     from .. import api
 
-    flags = dict(policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                 hours=hours, storage=storage, image=image, gpus_per_node=gpus_per_node, context=context, namespace=namespace,
-                 report=ConsoleReporter())
+    report = ConsoleReporter()
     if dry_run:
-        _print_dry_run(api.render(provider, name, **flags), as_json)
+        _print_dry_run(api.render(name=name, policy=policy_file, hours=hours, report=report, **placement), as_json)
         return
     if check:
-        api.check(provider, policy=policy_file, gpus=gpus, accelerator=accelerator, preemptible=preemptible, region=region,
-                  gpus_per_node=gpus_per_node, report=flags["report"])
+        api.check(policy=policy_file, report=report, **placement)
         return
-    result = api.up(provider, name, nodes=nodes, partition=partition, wait=wait, bundle=bundle, batch_per_replica=batch_per_replica,
-                    epochs=epochs, idle_minutes=idle_minutes, **flags)
+    result = api.up(name=name, policy=policy_file, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report, **placement)
     handle = result.handle
     if as_json:
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import workloads
+from .placement_options import takes_placement
 from ..errors import BurstError
 from .render import console, out
 from .render import emit_json as _emit_json
@@ -76,19 +77,10 @@ def print_plan(p, limit: Optional[int]) -> None:
         out.print(Text.assemble(("no feasible target:", "bold red"), f" {p.why}"))
 
 
+@takes_placement("batch_per_replica", "epochs", "events")
 def plan(
     workload: Annotated[str, typer.Argument(help=f"workload to place: {' | '.join(workloads.NAMES)}")] = workloads.DEFAULT,
     policy_file: Annotated[Optional[Path], typer.Option("--policy", help="policy YAML (default: policies/default.yaml)")] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="only candidates with this many GPUs")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="epochs to train (default: policy, then workload profile)")] = None,
-    events: Annotated[Optional[int], typer.Option(help="training events (default: the workload profile's dataset)")] = None,
-    provider: Annotated[Optional[str], typer.Option(help="only this provider")] = None,
-    accelerator: Annotated[Optional[str], typer.Option(help="only this accelerator")] = None,
-    preemptible: Annotated[Optional[bool], typer.Option("--preemptible/--on-demand", help="only spot/preemptible, or only on-demand capacity (default: the policy's preference)")] = None,
-    region: Annotated[Optional[str], typer.Option(help="only this cloud region")] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="only layouts of one node shape holding this many GPUs")] = None,
-    nodes: Annotated[Optional[int], typer.Option(help="only layouts spanning this many nodes (on-prem: nodes the scheduler allocates)")] = None,
-    batch_per_replica: Annotated[Optional[int], typer.Option(help="batch per replica to predict (default: what `burst run` uses for the profile's preset)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="price catalog CSV (default: the packaged one)")] = None,
     data: Annotated[Optional[str], typer.Option(help="the dataset directory the run trains on: a store burst already staged it on costs no staging")] = None,
     trials: Annotated[Optional[int], typer.Option(help="plan a hyper-parameter scan of this many trials (`burst tune`)")] = None,
@@ -98,12 +90,13 @@ def plan(
     reduction_factor: Annotated[int, typer.Option(help="scan: ASHA keeps 1 in this many trials at each rung")] = 2,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    placement: dict = None,
 ) -> None:
-    """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice."""
+    """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice;
+    the placement flags narrow the candidates."""
     from .. import api
 
-    for name, v in (("gpus", gpus), ("epochs", epochs), ("events", events), ("batch-per-replica", batch_per_replica), ("nodes", nodes),
-                    ("trials", trials), ("gpus-per-trial", gpus_per_trial), ("max-concurrent", max_concurrent), ("grace-period", grace_period)):
+    for name, v in (("trials", trials), ("gpus-per-trial", gpus_per_trial), ("max-concurrent", max_concurrent), ("grace-period", grace_period)):
         if v is not None and v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
     if reduction_factor < 2:
@@ -115,9 +108,7 @@ def plan(
         from ..placement.scan import ScanShape
 
         scan = ScanShape(trials, gpus_per_trial, max_concurrent, grace_period, reduction_factor)
-    p = api.plan(workload, policy_file, catalog_file, gpus=gpus, epochs=epochs, events=events, provider=provider, accelerator=accelerator,
-                 preemptible=preemptible, region=region, gpus_per_node=gpus_per_node, batch_per_replica=batch_per_replica, nodes=nodes,
-                 scan=scan, data=data)
+    p = api.plan(workload, policy_file, catalog_file, scan=scan, data=data, **placement)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from .. import workloads
-from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
+from .clusters import Hours, PolicyFile
+from .placement_options import takes_placement
 from .render import ConsoleReporter, console, emit_json
 
 Workload = Annotated[str, typer.Argument(help=f"workload to train: {' | '.join(workloads.NAMES)}")]
@@ -82,17 +83,10 @@ def train(
         emit_json(run.model_dump(mode="json"))
 
 
+@takes_placement("cpus", "storage", "image", "bundle")
 def run(
     workload: Annotated[str, typer.Argument(help=f"workload to run: {' | '.join(workloads.NAMES)}")] = workloads.DEFAULT,
-    provider: Provider = None,
     cluster: Annotated[str, typer.Option("--name", help="name of the temporary cluster")] = "run-local",
-    cpus: Cpus = None,
-    gpus: Gpus = None,
-    accelerator: Accelerator = None,
-    gpus_per_node: GpusPerNode = None,
-    preemptible: Preemptible = None,
-    region: Region = None,
-    nodes: Nodes = None,
     hours: Hours = None,
     policy_file: PolicyFile = None,
     preset: Preset = None,
@@ -106,19 +100,15 @@ def run(
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
     checkpoint_every_steps: CheckpointEvery = None,
-    bundle: Annotated[Optional[str], typer.Option(help="slurm/ray: a `burst pack` bundle on shared storage the nodes install burst from")] = None,
-    image: Annotated[Optional[str], typer.Option(help="gcp/azure: the runtime image the Ray pods run (docker/Dockerfile)")] = None,
-    storage: Annotated[Optional[str], typer.Option(help="the store for checkpoints, data and results: local, a directory or a bucket URI; a cloud, a bucket of its own (default: the policy's stores)")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's)")] = None,
     managed: Managed = False,
     detach: Annotated[bool, typer.Option("--detach", help="with --managed: hand the run over and return")] = False,
+    placement: dict = None,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api
 
-    _finished(api.run(_request(locals()), provider, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator,
-                      preemptible=preemptible, nodes=nodes, hours=hours, bundle=bundle, image=image, region=region,
-                      gpus_per_node=gpus_per_node, storage=storage, report=ConsoleReporter()))
+    _finished(api.run(_request(locals()), policy=policy_file, hours=hours, report=ConsoleReporter(), **placement))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

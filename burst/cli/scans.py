@@ -8,11 +8,13 @@ from typing import Annotated, Optional
 import typer
 
 from .. import workloads
-from .clusters import Accelerator, Cpus, Gpus, GpusPerNode, Hours, Nodes, PolicyFile, Preemptible, Provider, Region
+from .clusters import Hours, PolicyFile
+from .placement_options import takes_placement
 from .render import ConsoleReporter, console, emit_json
 from .runs import Batch, Data, Epochs, Preset, Seed, Steps, Synthetic
 
 
+@takes_placement("cpus", "image", "bundle")
 def tune(
     workload: Annotated[str, typer.Argument(help=f"workload to scan: {' | '.join(workloads.NAMES)}")],
     space: Annotated[Path, typer.Option("--space", help="search-space YAML (examples: workloads/<name>/tune-small.yaml)")],
@@ -23,14 +25,6 @@ def tune(
     metric: Annotated[Optional[str], typer.Option(help="physics metric to minimise, computed on held-out MC after every epoch (default: the workload's first)")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop every trial (each checkpoints) before this many USD are spent")] = None,
     cluster: Annotated[Optional[str], typer.Option(help="running cluster to scan on (default: start one with --provider, else where the plan for the scan says, and take it down after)")] = None,
-    provider: Provider = None,
-    cpus: Cpus = None,
-    gpus: Gpus = None,
-    accelerator: Accelerator = None,
-    gpus_per_node: GpusPerNode = None,
-    preemptible: Preemptible = None,
-    region: Region = None,
-    nodes: Nodes = None,
     hours: Hours = None,
     policy_file: PolicyFile = None,
     preset: Preset = None,
@@ -46,6 +40,7 @@ def tune(
     detach: Annotated[bool, typer.Option("--detach", help="submit and return")] = False,
     cancel_on_interrupt: Annotated[bool, typer.Option("--cancel", help="Ctrl-C stops every trial instead of detaching")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    placement: dict = None,
 ) -> None:
     """Scan a workload's knobs with Ray Tune (ASHA early stopping), each trial a Ray Train run judged on physics."""
     from .. import api
@@ -53,6 +48,7 @@ def tune(
     from ..lifecycle.scans import TuneRequest
 
     workloads.check(workload)
+    provider = placement.get("provider")
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
     if cluster is not None and provider is not None:
@@ -63,8 +59,7 @@ def tune(
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
                              synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
                              reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)
-    record = api.tune(request, provider, start=start, policy=policy_file, gpus=gpus, cpus=cpus, accelerator=accelerator, preemptible=preemptible,
-                      nodes=nodes, hours=hours, region=region, gpus_per_node=gpus_per_node, report=ConsoleReporter())
+    record = api.tune(request, start=start, policy=policy_file, hours=hours, report=ConsoleReporter(), **placement)
     if record.run_dir:
         from ..lifecycle.scans import table_lines
 

@@ -1,9 +1,10 @@
 """What a command asks of placement, as one value: the workload, and every flag that narrows the
 plan or pins a target (provider, GPUs, accelerator, region, spot, node shape, storage, image...).
 
-The CLI and the Python API build one ``PlacementRequest``; ``api``, ``planner`` and the managed
-run's controller hand it on whole, so a new flag is one field here, not a keyword threaded
-through every layer. ``checked`` turns a bad value into one line naming its flag.
+The CLI (``cli/placement_options.py``: each flag declared once) and the Python API's verbs
+(``up``, ``check``, ``render``, ``run``, ``tune``, ``plan``: ``**placement``) build one
+``PlacementRequest``; ``api``, ``planner`` and the managed run's controller hand it on whole, so a
+new flag is one field here and one line there, not a keyword threaded through every layer. ``checked`` turns a bad value into one line naming its flag.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class PlacementRequest:
     avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
     staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.home.staged``)
     live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
+
+    def __post_init__(self) -> None:
+        # lists from JSON (a managed run's recorded flags) or a caller: hashable tuples, as the fields say
+        object.__setattr__(self, "avoid", tuple(self.avoid))
+        object.__setattr__(self, "staged_on", tuple(tuple(s) for s in self.staged_on))
 
     def checked(self) -> "PlacementRequest":
         """This request, or one line naming the flag whose value cannot be placed."""
