@@ -118,3 +118,27 @@ def test_losing_a_same_name_race_says_who_is_starting_it_and_never_suggests_down
     assert proc.returncode == 1
     assert f"cluster 'same' is starting, started by PID {os.getpid()}" in proc.stderr and "burst down" not in proc.stderr
     assert state.load(ClusterHandle, "same").state == "starting"  # the winner's record is untouched
+
+
+def test_every_command_that_places_a_cluster_takes_the_same_placement_flags(tmp_path):
+    """The placement flags are declared once: plan, up, run and tune list each common one with the
+    same help, and a value given to any of them reaches the same placement (here: a region where
+    the accelerator is not sold, refused in the same line before anything starts)."""
+    from burst.cli.placement_options import COMMON, OPTIONS
+
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    helps = {c: subprocess.run([sys.executable, "-m", "burst.cli", c, "--help"], capture_output=True, text=True, env=env, timeout=60).stdout
+             for c in ("plan", "up", "run", "tune")}
+    for field in COMMON:
+        flag = "--" + field.replace("_", "-")
+        first_words = " ".join(OPTIONS[field].__metadata__[0].help.split()[:4])
+        for command, text in helps.items():
+            assert flag in text and first_words in " ".join(text.split()), f"burst {command} --help lacks {flag} as declared"
+    space = tmp_path / "space.yaml"
+    space.write_text("learning_rate: {loguniform: [3.0e-4, 3.0e-3]}\n")
+    asks = {"up": ["up", "--dry-run"], "run": ["run", "gan3d"], "tune": ["tune", "gan3d", "--space", str(space)]}
+    for command, args in asks.items():
+        proc = burst(*args, "--provider", "gcp", "--accelerator", "V100", "--gpus", "8", "--region", "mars-central1", home=tmp_path)
+        assert proc.returncode == 2 and "V100 on gcp is offered in" in proc.stderr and "not in mars-central1" in proc.stderr, (command, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("clusters/*.json"))
