@@ -18,3 +18,30 @@ def test_every_fast_break_is_caught_by_its_tests():
     fast = [b for b in breaks.BREAKS if b.fast]
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert f"{len(fast)} caught, 0 not caught, of {len(fast)} break(s)" in proc.stdout
+
+
+def test_every_break_applies_to_the_tree_as_it_is():
+    """Each entry's texts are found, once each, in one source file, and each of its tests exists:
+    an entry that no longer applies would report nothing caught for a reason that is no regression."""
+    stale = []
+    for item in breaks.BREAKS:
+        if breaks.locate(item) is None:
+            stale.append(f"{item.name}: no source file holds each of its texts exactly once")
+        for test in breaks.tests_now(item):
+            path, _, name = test.partition("::")
+            function = name.split("[")[0]
+            if not (breaks.ROOT / path).is_file() or f"def {function}(" not in (breaks.ROOT / path).read_text():
+                stale.append(f"{item.name}: no test {test}")
+    assert stale == []
+
+
+def test_a_break_follows_its_code_and_its_test_when_they_move(tmp_path):
+    (tmp_path / "burst" / "lifecycle").mkdir(parents=True)
+    (tmp_path / "burst" / "lifecycle" / "runs.py").write_text("def f():\n    return guard.stop()\n")
+    (tmp_path / "tests" / "burst" / "lifecycle").mkdir(parents=True)
+    (tmp_path / "tests" / "burst" / "lifecycle" / "test_budget.py").write_text("def test_stops():\n    pass\n")
+    moved = breaks.Break("x", "burst/runs.py", (("return guard.stop()", "return None"),), ("tests/burst/test_budget.py::test_stops",), "")
+    assert breaks.locate(moved, tmp_path) == tmp_path / "burst" / "lifecycle" / "runs.py"
+    assert breaks.tests_now(moved, tmp_path) == ("tests/burst/lifecycle/test_budget.py::test_stops",)
+    (tmp_path / "burst" / "copy.py").write_text("def g():\n    return guard.stop()\n")  # the text twice in the tree: no guess
+    assert breaks.locate(moved, tmp_path) is None
