@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..home import state
 from .. import targets, workloads
@@ -22,7 +22,7 @@ from ..errors import BurstError
 from ..home.records import read_json, write_json_atomic, write_text_atomic
 from ..runtime import notice
 from .rundir import RunDirectory
-from ..runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrialEvent, parse_events
+from ..runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, TrainSettings, TrialEvent, parse_events
 from ..home.state import ClusterHandle, RunRecord
 from ..targets.base import QUIET, JobResources, Reporter
 
@@ -31,26 +31,19 @@ SCAN_FILES = ("trials.json", "trials.csv", "scan.json", "metric_vs_epoch.png", "
               "usage.jsonl", "usage.png")
 
 
-class TuneRequest(BaseModel):
-    """One scan as asked for."""
+class TuneRequest(TrainSettings):
+    """One scan as asked for: how every trial trains (``TrainSettings``, as ``burst train`` takes
+    them) and how the scan samples, judges and stops its trials."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    workload: str = Field(default_factory=lambda: workloads.DEFAULT)
     space: dict = Field(description="the search space (burst.runtime.scan_space data)")
     space_file: str = ""
     trials: int = Field(8, gt=0)
     gpus_per_trial: Optional[int] = Field(None, gt=0)
     max_concurrent: Optional[int] = Field(None, gt=0)
-    epochs: int = Field(6, gt=0)
     metric: str = ""                    # one of the workload's epoch metrics (default: its first)
-    preset: str = ""                    # one of the workload's presets (default: its first)
-    batch_per_replica: Optional[int] = Field(None, gt=0)
     data: Optional[str] = None
     synthetic: Optional[int] = Field(None, gt=0)
-    seed: int = 0
-    steps_per_epoch: Optional[int] = Field(None, gt=0)
-    val_events: int = Field(DEFAULT_TRIAL_VAL_EVENTS, gt=0)
+    val_events: int = Field(DEFAULT_TRIAL_VAL_EVENTS, gt=0, description="held-out events each trial is judged on after every epoch")
     grace_period: int = Field(1, gt=0)
     reduction_factor: int = Field(2, gt=1)
     search: Literal["random", "optuna"] = "random"
@@ -153,8 +146,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     concurrent = min(total, request.max_concurrent or fits, fits)
     scan_id = new_scan_id(request.workload)
     data = target.stage_data(handle, request.data, scan_id, report) if request.data is not None else None
-    job = JobConfig(workload=request.workload, preset=request.preset, epochs=request.epochs, batch_per_replica=request.batch_per_replica, seed=request.seed,
-                    steps_per_epoch=request.steps_per_epoch, val_events=request.val_events, run_id=scan_id, storage=target.job_storage(handle),
+    job = JobConfig(**{f: getattr(request, f) for f in TrainSettings.model_fields}, run_id=scan_id, storage=target.job_storage(handle),
                     data=target.job_path(handle, data) if data else None, synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS), workers=resources.workers,
                     cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker, threads=resources.threads,
                     notices=notice.root(target.job_storage(handle), handle.cluster_id), hourly_usd=float(handle.hourly_usd))
