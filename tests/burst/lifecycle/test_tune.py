@@ -251,7 +251,8 @@ import json, sys
 from pathlib import Path
 import ray
 from ray import tune
-from burst import scan_space, workloads
+from burst import workloads
+from burst.runtime import scan_space
 from burst.runtime import storage
 from burst.runtime.job import JobConfig, RunFiles, ScanConfig
 from burst.runtime.scan import _search, asha
