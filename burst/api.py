@@ -21,12 +21,12 @@ from typing import Callable, Optional
 from pydantic import BaseModel
 
 from .values import command_values
-from .lifecycle import runs
+from .lifecycle import budget, runs
 from .home import state
 from . import targets
 from .errors import BurstError
 from .home.records import Damaged
-from .placement.request import PlacementRequest
+from .placement.request import NARROWING, PlacementRequest
 from .lifecycle.runs import TrainRequest
 from .home.state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
@@ -135,10 +135,7 @@ def _placed(ask: PlacementRequest, policy, report: Reporter):
     if provider is None:
         if ask.storage is not None:
             raise BurstError("--storage needs --provider (a store belongs to one cloud); or name a store per target in the policy's stores.named")
-        chosen = planner.choose(pol, prof, offers, PlacementRequest(
-            workload=ask.workload, gpus=ask.gpus, accelerator=ask.accelerator, preemptible=ask.preemptible, region=ask.region,
-            gpus_per_node=ask.gpus_per_node, batch_per_replica=ask.batch_per_replica, epochs=ask.epochs, avoid=ask.avoid, live=ask.live,
-            staged_on=ask.staged_on))
+        chosen = planner.choose(pol, prof, offers, ask.narrowing())
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
             chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
@@ -165,10 +162,10 @@ def _in_store(placement, pol, asked: Optional[str] = None):
     return dataclasses.replace(placement, storage=placement.storage or named, stores=pol.stores)
 
 
-def _lease(pol, hours: Optional[float], wait: bool = False, idle_minutes: Optional[float] = None) -> Lease:
+def _lease(hours: Optional[float], wait: bool = False, idle_minutes: Optional[float] = None) -> Lease:
     if hours is not None and not 0 < hours <= MAX_LEASE_HOURS:  # also NaN
         raise BurstError(f"--hours must be a number of hours above 0 and at most {MAX_LEASE_HOURS:.0f} (a year), got {hours}")
-    return Lease(hours=hours, budget_usd=pol.budget_usd if pol is not None else None, wait=wait, idle_minutes=idle_minutes)
+    return Lease(hours=hours, wait=wait, idle_minutes=idle_minutes)
 
 
 def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
@@ -190,16 +187,19 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
     started = time.perf_counter()
     if name is not None:
         state.check_name(name)
-    _lease(None, hours)  # a bad --hours fails before anything is planned
+    _lease(hours)  # a bad --hours fails before anything is planned
     if idle_minutes is not None and not 0 < idle_minutes <= MAX_LEASE_HOURS * 60:  # also NaN
         raise BurstError(f"--idle-minutes must be a number of minutes above 0, got {idle_minutes}")
     placement, pol = _placement(ask, policy, report)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
-    handle, created = target.up(name, placement, _lease(pol, hours, wait, idle_minutes), report)
-    if created and placement.estimate is not None:
-        handle = handle.model_copy(update={"plan": prediction(placement, ask.workload_name)})
-        state.save(handle)
+    handle, created = target.up(name, placement, _lease(hours, wait, idle_minutes), report)
+    if created:  # what the runs on it are held to: the policy's budget, and the plan's prediction to compare against
+        kept = {"budget_usd": budget.run_budget(None, policy=pol),
+                **({"plan": prediction(placement, ask.workload_name)} if placement.estimate is not None else {})}
+        if any(v is not None for v in kept.values()):
+            handle = handle.model_copy(update=kept)
+            state.save(handle)
     if created and (idle_minutes is not None or handle.expires is not None):
         from .unattended import watcher
 
@@ -227,11 +227,11 @@ def check(provider: Optional[str] = None, *, policy=None, report: Reporter = QUI
     """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create for
     the same ``placement``, asked of the provider's APIs (credentials needed); creates nothing.
     Raises on a shortfall."""
-    placement, _ = _placement(PlacementRequest(provider=provider, **placement), policy, report)
-    target = targets.get(placement.provider)
+    chosen, _ = _placement(PlacementRequest(provider=provider, **placement), policy, report)
+    target = targets.get(chosen.provider)
     if not hasattr(target, "preflight"):
-        raise BurstError(f"--check asks a cloud provider about quotas; {placement.provider} is not a cloud target")
-    target.check(placement, report)
+        raise BurstError(f"--check asks a cloud provider about quotas; {chosen.provider} is not a cloud target")
+    target.check(chosen, report)
 
 
 def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
@@ -240,10 +240,10 @@ def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy
     network, nothing recorded; a scheduler's queue is not asked)."""
     if name is not None:
         state.check_name(name)
-    _lease(None, hours)
-    placement, pol = _placement(PlacementRequest(provider=provider, **placement).but(live=False), policy, report)
-    target = targets.get(placement.provider)
-    return target.render(state.check_name(name or target.default_cluster_name), placement, _lease(pol, hours), report)
+    _lease(hours)
+    chosen, _ = _placement(PlacementRequest(provider=provider, **placement).but(live=False), policy, report)
+    target = targets.get(chosen.provider)
+    return target.render(state.check_name(name or target.default_cluster_name), chosen, _lease(hours), report)
 
 
 def _known_providers(handles: list[ClusterHandle], damaged: list[Damaged]) -> list[ClusterHandle]:
@@ -298,9 +298,8 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
         raise BurstError(target.not_ready(handle), exit_code=1)
     from .unattended import managed
 
-    budget = request.budget_usd if request.budget_usd is not None else handle.budget_usd
     record = managed.hand_over(request, {"provider": handle.provider, "workload": request.workload}, policy, own_first=False,
-                               budget_usd=budget, report=report)
+                               budget_usd=budget.run_budget(request.budget_usd, handle=handle), report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
@@ -336,14 +335,13 @@ def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporte
     the run to its controller."""
     from .unattended import managed
 
-    _lease(None, hours)
+    _lease(hours)
     ask = PlacementRequest(provider=provider, workload=request.workload, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
                            **placement)
     chosen, pol = _placement(ask, policy, report)
     flags = {**ask.but(provider=provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
-    budget = request.budget_usd if request.budget_usd is not None else (pol.budget_usd if pol is not None else None)
-    record = managed.hand_over(request, flags, policy, own_first=True, budget_usd=budget,
-                                  report=report)
+    record = managed.hand_over(request, flags, policy, own_first=True, budget_usd=budget.run_budget(request.budget_usd, policy=pol),
+                               report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
@@ -384,10 +382,6 @@ def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Re
     return record
 
 
-# the placement flags that narrow a plan (the others say how to build what it chose)
-_NARROWING = ("gpus", "accelerator", "preemptible", "region", "gpus_per_node")
-
-
 def tune(request, provider: Optional[str] = None, *, start: bool = False, policy=None, hours: Optional[float] = None,
          report: Reporter = QUIET, **placement) -> RunRecord:
     """A hyper-parameter scan (``scans.TuneRequest``) on the running cluster ``request.cluster``, or,
@@ -402,7 +396,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
 
         shape = ScanShape(request.total_trials, request.gpus_per_trial, request.max_concurrent, request.grace_period, request.reduction_factor)
         chosen = plan(request.workload, policy, epochs=request.epochs, batch_per_replica=request.batch_per_replica, scan=shape,
-                      **{k: v for k, v in placement.items() if k in _NARROWING})
+                      **{k: v for k, v in placement.items() if k in NARROWING})
         if chosen.choice is None:
             raise BurstError(f"no target fits the scan under the policy: {chosen.why}", exit_code=1)
         c = chosen.choice

@@ -31,6 +31,16 @@ def teardown_seconds(provider: str) -> float:
     return facts.teardown_minutes * 60 if facts else LOCAL_TEARDOWN_S
 
 
+def run_budget(asked: Optional[float], *, handle: Optional[ClusterHandle] = None, policy=None) -> Optional[float]:
+    """The budget a run is held to, resolved in one place: the one asked for (``--budget``), else
+    its cluster's (the policy's when the cluster was started), else the policy's; None: no limit."""
+    if asked is not None:
+        return asked
+    if handle is not None and handle.budget_usd is not None:
+        return handle.budget_usd
+    return policy.budget_usd if policy is not None else None
+
+
 @dataclass
 class BudgetGuard:
     handle: ClusterHandle
@@ -41,7 +51,7 @@ class BudgetGuard:
 
     @classmethod
     def for_cluster(cls, handle: ClusterHandle, budget_usd: Optional[float]) -> Optional["BudgetGuard"]:
-        budget = budget_usd if budget_usd is not None else handle.budget_usd
+        budget = run_budget(budget_usd, handle=handle)
         if budget is None or handle.hourly_usd <= 0:
             return None
         return cls(handle, budget, CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider))

@@ -21,6 +21,12 @@ _POSITIVE = {"cpus": "--cpus", "gpus": "--gpus", "nodes": "--nodes", "batch_per_
              "epochs": "--epochs", "events": "--events", "gpus_per_node": "--gpus-per-node"}
 
 
+#: the fields that narrow the plan's choice of target; the others pin one (provider) or say how to
+#: build what it chose (cpus, nodes, partition, context, namespace, storage, image, bundle)
+NARROWING = ("workload", "gpus", "accelerator", "preemptible", "region", "gpus_per_node", "batch_per_replica", "epochs", "events",
+             "scan", "avoid", "staged_on", "live")
+
+
 @dataclass(frozen=True)
 class PlacementRequest:
     provider: Optional[str] = None          # pin this target (None: the plan picks one)
@@ -67,6 +73,11 @@ class PlacementRequest:
         if self.workload is not None:
             workloads.check(self.workload)
         return self
+
+    def narrowing(self) -> "PlacementRequest":
+        """This request less what only pins a target or says how to build it: what the plan
+        chooses a target with when none is pinned."""
+        return PlacementRequest(**{name: getattr(self, name) for name in NARROWING})
 
     def but(self, **changes: Any) -> "PlacementRequest":
         """A copy with some fields changed."""

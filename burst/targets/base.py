@@ -65,7 +65,6 @@ class Lease:
     """How long a cluster may live and how much it may cost (``None``: no limit set)."""
 
     hours: Optional[float] = None
-    budget_usd: Optional[float] = None
     wait: bool = False  # a scheduler's allocation: wait until it starts (False: say it is queued and return)
     idle_minutes: Optional[float] = None  # the cluster ends itself after this long without a job (its keeper)
 

@@ -272,7 +272,7 @@ class KubernetesTarget(Target):
         lease_id = uuid.uuid4().hex
         expires = int(time.time() + 3600 * (lease.hours or 24.0))
         claim = ClusterHandle(name=name, provider=self.provider, cluster_id=cluster_id_of(lease_id), state="starting", region=site.name,
-                              accelerator=site.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+                              accelerator=site.accelerator, hourly_usd=placement.hourly_usd,
                               created=time.time(), expires=expires, starter_pid=os.getpid(), storage_uri="",
                               layout={"count": placement.count, "gpus": placement.count, "accelerator": site.accelerator},
                               outputs={"context": context, "namespace": site.namespace, "lease": lease_id, "created": []})

@@ -41,7 +41,7 @@ def detect_gpus() -> int:
 
 
 def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: float = 0.0,
-       budget_usd: float | None = None, storage_uri: str | None = None, hours: float | None = None,
+       storage_uri: str | None = None, hours: float | None = None,
        idle_minutes: float | None = None) -> tuple[ClusterHandle, bool]:
     """Start (or find) the local cluster ``name``; returns (handle, created)."""
     available = detect_gpus()
@@ -74,7 +74,7 @@ def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: 
             name=name, provider="local", cluster_id=cluster_id, state="starting",
             dashboard_url=f"http://127.0.0.1:{dash}", gcs_address=f"127.0.0.1:{gcs}",
             token_path=str(token_path), temp_dir=str(temp_dir), storage_uri=storage_uri or str(storage),
-            layout={"nodes": 1, "cpus": ncpu, "gpus": gpus}, hourly_usd=hourly_usd, budget_usd=budget_usd,
+            layout={"nodes": 1, "cpus": ncpu, "gpus": gpus}, hourly_usd=hourly_usd,
             starter_pid=os.getpid(), expires=time.time() + hours * 3600 if hours is not None else None,
         )
         state.save(handle)  # recorded before anything starts, so `down` can always clean up
@@ -241,7 +241,7 @@ class LocalTarget(Target):
     takes_storage = True
 
     def up(self, name: str, placement: "Placement", lease: Lease, report: Reporter = QUIET) -> tuple[ClusterHandle, bool]:
-        handle, created = up(name, cpus=placement.count, gpus=placement.gpus, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+        handle, created = up(name, cpus=placement.count, gpus=placement.gpus, hourly_usd=placement.hourly_usd,
                              storage_uri=placement.storage, hours=lease.hours, idle_minutes=lease.idle_minutes)
         if created and handle.outputs.get("keeper_pid"):
             what = ([f"at its lease's end ({time.strftime('%Y-%m-%d %H:%M', time.localtime(handle.expires))})"] if handle.expires else []) + \

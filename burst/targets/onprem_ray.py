@@ -41,7 +41,7 @@ def cluster_resources(handle: ClusterHandle, timeout: float = 10.0) -> dict:
 
 
 def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_usd: float,
-       storage_uri: Optional[str] = None, token_path: Optional[str] = None, budget_usd: Optional[float] = None,
+       storage_uri: Optional[str] = None, token_path: Optional[str] = None,
        python: Optional[str] = None) -> tuple[ClusterHandle, bool]:
     if not address:
         raise BurstError("the policy's onprem section has no ray_address; add the dashboard URL of your Ray cluster, e.g. http://ray-head:8265")
@@ -57,7 +57,7 @@ def up(name: str, address: Optional[str], gpus: int, accelerator: str, hourly_us
                                dashboard_url=address.rstrip("/"), token_path=token_path,
                                storage_uri=storage_uri or str(state.home() / "clusters" / name / "storage"),
                                layout={"nodes": None, "gpus": gpus, "accelerator": accelerator, "cpus": 1},
-                               accelerator=accelerator, hourly_usd=hourly_usd, budget_usd=budget_usd,
+                               accelerator=accelerator, hourly_usd=hourly_usd,
                                outputs={"python": python} if python else {})
         if not is_alive(handle):
             raise BurstError(f"the on-prem Ray cluster at {address} does not answer; check the address and that its dashboard is reachable from here", exit_code=1)
@@ -87,7 +87,7 @@ class OnPremRayTarget(Target):
 
         site = placement.site
         return up(name, site.ray_address, placement.count, site.accelerator, placement.hourly_usd,
-                  storage_uri=site.storage, token_path=site.token_file, budget_usd=lease.budget_usd,
+                  storage_uri=site.storage, token_path=site.token_file,
                   python=bundle_python(placement.bundle) if placement.bundle else None)
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:

@@ -360,7 +360,7 @@ class PulumiTarget(Target):
                                auth_token=token_path.read_text().strip(), store=store, idle_minutes=lease.idle_minutes)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
                                storage_uri=store[0], token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
-                               budget_usd=lease.budget_usd, region=lay.region, accelerator=lay.accelerator,
+                               region=lay.region, accelerator=lay.accelerator,
                                preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name, starter_pid=os.getpid(),
                                outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
         with state.locked():

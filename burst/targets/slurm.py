@@ -269,7 +269,7 @@ class SlurmTarget(Target):
                                token_path=str(cdir / "auth_token"), storage_uri=storage,
                                layout={"nodes": nodes, "cpus": nodes * part["cpus_per_node"], "gpus": nodes * site.gpus_per_node,
                                        "accelerator": placement.accelerator, "description": f"{nodes} node(s) of partition {part['name']}"},
-                               accelerator=placement.accelerator, hourly_usd=placement.hourly_usd, budget_usd=lease.budget_usd,
+                               accelerator=placement.accelerator, hourly_usd=placement.hourly_usd,
                                region=site.name, starter_pid=os.getpid(), idle_minutes=lease.idle_minutes,
                                outputs={"site": site.model_dump(mode="json"), "cluster_dir": str(cdir), "python": python})
         args = ["sbatch", "--parsable", f"--job-name=burst-{name}", *self._request(site, nodes, hours),

@@ -169,10 +169,13 @@ def test_a_policy_value_that_would_reach_kubectl_or_a_manifest_is_one_line(tmp_p
 def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_deletes_only_those(tmp_path, site, fake):
     (fake / "namespaces.json").write_text(json.dumps(["physics"]))  # the namespace is the site's: never created nor deleted by burst
     home = tmp_path / "home"
-    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "8", "--name", "lab", "--json", home=home, fake=fake)
+    policy = site()
+    policy.write_text(policy.read_text() + "budget_usd: 5000\n")
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(policy), "--gpus", "8", "--name", "lab", "--json", home=home, fake=fake)
     assert proc.returncode == 0, proc.stderr
     handle = json.loads(proc.stdout)
     assert handle["state"] == "running" and handle["outputs"]["context"] == "lab"
+    assert handle["budget_usd"] == 5000  # what `burst train` on it is held to (the local target's own test: test_budget_guard_...)
     assert handle["storage_uri"] == "kube://lab/physics/burst-lab/mnt/burst" and handle["outputs"]["job_storage"] == "/mnt/burst"
     assert oct(os.stat(handle["token_path"]).st_mode & 0o777) == "0o600"
     recorded = calls(fake)
