@@ -19,7 +19,7 @@ from burst.placement import layout, planner, policy, profile
 from burst.targets import facts
 from burst.placement.request import PlacementRequest
 from burst.home.state import ClusterHandle
-from tests.infra.test_stacks import OFFERS, of_type, render
+from tests.support.stacks import OFFERS, of_type, render
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from burst.placement import catalog, layout
+from burst.placement import layout
 from burst.targets import facts
 from burst import targets
+from tests.support.stacks import OFFERS, of_type, render
 
-OFFERS = catalog.load()
 ROOT = Path(__file__).resolve().parents[2]
 UNLABELLED = {"gcp:serviceaccount/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember",  # bindings take no labels
               "gcp:projects/iAMMember:IAMMember",
@@ -31,18 +31,6 @@ def catalog_price(provider, region, instance_type, accelerator, count, spot) -> 
     (row,) = [r for r in rows if (r["provider"], r["region"], r["instance_type"], r["accelerator"], int(r["accelerator_count"]))
               == (provider, region, instance_type, accelerator, count)]
     return float(row["price_spot" if spot else "price_od"])
-
-
-def render(provider, accelerator, gpus, preemptible, region=None, image=None):
-    lay = layout.resolve(OFFERS, provider, accelerator, gpus, region=region, preemptible=preemptible)
-    target = targets.get(provider)
-    spec = target.build_spec("t", lay, preemptible, hours=2, lease_id="lease0123456", project="proj", image=image)
-    result = target.rendering(spec, lay)
-    return lay, spec, result["resources"], result
-
-
-def of_type(resources, suffix):
-    return [r for r in resources if r["type"].endswith(suffix)]
 
 
 def lease_labels(r) -> dict:

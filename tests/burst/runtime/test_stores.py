@@ -258,7 +258,7 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
     guard stops it, its cluster is torn down; `--resume` on a cluster whose store is the Azure
     container reads that final checkpoint where it is and goes on from its step."""
     from tests.support import census
-    from tests.burst.targets.test_local_cluster import burst, raw_events, stopped_by_budget
+    from tests.support.cli_runs import burst, raw_events, stopped_by_budget
 
     home = tmp_path / "home"
     before = census.snapshot()
@@ -273,7 +273,7 @@ def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gc
     stopped = json.loads(storage.read_text(storage.join(RunFiles(run["storage_uri"], run["run_id"]).run_dir, "checkpoint", "stopped.json")))
     assert stopped["step"] >= 5
 
-    burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path)
+    burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path, check=True)
     try:
         resumed = burst("train", "gan3d", "--cluster", "on-azure", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -451,7 +451,7 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     from burst.runtime.job import RunFiles
     from burst.runtime.ray_head import cluster_processes
     from tests.support import census
-    from tests.burst.unattended.test_managed import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
+    from tests.support.cli_runs import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
 
     before = census.snapshot()
     home = tmp_path / "home"

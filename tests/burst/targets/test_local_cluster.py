@@ -26,65 +26,18 @@ import numpy as np
 import pytest
 
 from tests.support import census, slurm_site
+from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events, stopped_by_budget
+from tests.support import cli_runs
 
 pytestmark = pytest.mark.slow
 
-TRAIN_ARGS = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
 # The uninterrupted reference run and the preempted run train exactly this (same seed, data, threads).
 RESUME_ARGS = ["--epochs", "3", "--steps", "6", *TRAIN_ARGS]
-EVENT_LINE = re.compile(r"BURST_EVENT (\{.*\})\s*$")
 
 
-def raw_events(log: str) -> list[dict]:
-    """Every event line of a job log, without burst's de-duplication by epoch number (only a
-    line Ray forwarded twice, identical to the byte, counts once)."""
-    seen, out = set(), []
-    for line in log.splitlines():
-        m = EVENT_LINE.search(line)
-        if m and m.group(1) not in seen:
-            seen.add(m.group(1))
-            out.append(json.loads(m.group(1)))
-    return out
-
-
-def checkpoint_tensors(directory: Path) -> dict:
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(directory / "gan3d"))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map() if "OPTIMIZER_SLOT" in name or "/.ATTRIBUTES/VARIABLE_VALUE" in name}
-
-
-def burst(*args, home, cwd, timeout=300, check=True):
-    env = {**os.environ, "BURST_HOME": str(home)}
-    proc = subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"burst {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def stopped_by_budget(home, cwd, monkeypatch, name: str, *up_args: str, epochs: int):
-    """A local cluster priced at $36/h under a $1.30 budget, and a run on it (10 steps an epoch) that the
-    budget guard stops: the guard's clock says the cluster is 56 s old from its second look on
-    ($0.56 + $0.75 reserve > $1.30). (handle, the CLI's result); the cluster is torn down by then."""
-    from typer.testing import CliRunner
-
-    from burst.lifecycle import budget
-    from burst import cli
-
-    policy = cwd / f"tight-{name}.yaml"
-    policy.write_text("budget_usd: 1.3\nproviders: [local]\nlocal: {usd_per_hour: 36}\n")
-    handle = json.loads(burst("up", "--provider", "local", "--name", name, "--cpus", "2", "--policy", str(policy), *up_args, "--json",
-                              home=home, cwd=cwd).stdout)
-    looks = []
-
-    def clock() -> float:
-        looks.append(1)
-        return handle["created"] + (0 if len(looks) == 1 else 56)
-
-    monkeypatch.setattr(budget, "now", clock)
-    monkeypatch.setenv("BURST_HOME", str(home))
-    monkeypatch.chdir(cwd)
-    return handle, CliRunner().invoke(cli.app, ["train", "gan3d", "--cluster", name, "--epochs", str(epochs), "--steps", "10", *TRAIN_ARGS])
+def burst(*args, check=True, **kw):
+    """The CLI in a subprocess; in this module a failure fails the test unless ``check=False``."""
+    return cli_runs.burst(*args, check=check, **kw)
 
 
 def popen_burst(*args, home, cwd, env_extra=None):
@@ -696,7 +649,7 @@ def test_cloud_tunnel_is_opened_for_a_command_and_closed_after(cluster, home, tm
 
     from burst import targets
     from burst.home.state import ClusterHandle
-    from tests.infra.test_driver import RecordingPulumi
+    from tests.fakes.pulumi_cli import RecordingPulumi
 
     local, _ = cluster
     monkeypatch.setenv("BURST_HOME", str(home))

@@ -16,7 +16,7 @@ from burst.placement.request import PlacementRequest
 from burst.targets import azure_cloud, google_cloud
 from burst.targets.base import Lease
 from tests.support import cloud_api
-from tests.infra.test_driver import RecordingPulumi, pulumi_command
+from tests.fakes.pulumi_cli import RecordingPulumi, pulumi_command
 
 OFFERS = catalog.load()
 ROOT = Path(__file__).resolve().parents[3]

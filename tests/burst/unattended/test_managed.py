@@ -6,8 +6,6 @@ cluster takes itself down. Every test ends with a process census."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,58 +13,9 @@ import psutil
 import pytest
 
 from tests.support import census, slurm_site
+from tests.support.cli_runs import TRAIN, burst, done_epochs, finished, handed_over, history_of, managed, wait_until
 
 pytestmark = pytest.mark.slow
-
-TRAIN = ["--synthetic", "200", "--val-events", "100", "--batch-per-replica", "8"]
-
-
-def burst(*args, home, cwd, env=None, timeout=300):
-    env = {**(env or os.environ), "BURST_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-
-
-def handed_over(proc) -> str:
-    """The run id a `--managed --detach` command handed to its controller."""
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    words = " ".join(proc.stderr.split())
-    assert "handed to its controller" in words, proc.stderr
-    return words.split("run ", 1)[1].split(" ", 1)[0]
-
-
-def record(home: Path, run_id: str) -> dict:
-    return json.loads((home / "runs" / f"{run_id}.json").read_text())
-
-
-def managed(home: Path, run_id: str) -> dict:
-    return json.loads((home / "managed" / f"{run_id}.json").read_text())
-
-
-def wait_until(check, timeout: float, what: str, poll: float = 0.5):
-    deadline = time.time() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(poll)
-
-
-def finished(home: Path, run_id: str, timeout: float = 400) -> dict:
-    """The run's record once its controller has ended it and exited."""
-    m = wait_until(lambda: (mm := managed(home, run_id))["phase"] == "finished" and mm, timeout, f"run {run_id} to finish")
-    pid = m["controller_pid"]
-    wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the controller to exit")
-    return record(home, run_id)
-
-
-def done_epochs(home: Path, run_id: str) -> int:
-    return (record(home, run_id).get("progress") or {}).get("epoch") or 0
-
-
-def history_of(run: dict) -> list[int]:
-    return [h["epoch"] for h in json.loads((Path(run["run_dir"]) / "history.json").read_text())]
-
 
 @pytest.fixture
 def home(tmp_path):

@@ -304,7 +304,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
 
     from burst.runtime.ray_head import cluster_processes
     from tests.support import census
-    from tests.burst.unattended.test_managed import TRAIN, finished, handed_over, managed
+    from tests.support.cli_runs import TRAIN, finished, handed_over, managed
 
     before = census.snapshot()
     home = tmp_path / "home"
