@@ -224,3 +224,26 @@ def test_the_private_import_rule_would_catch_one(tmp_path):
     (tmp_path / "burst" / "a.py").write_text("from .managed import _spawn, load\nfrom .render import emit_json as _emit_json\n"
                                              "from __future__ import annotations\n")
     assert _private_imports(tmp_path, ("burst",)) == ["burst/a.py:1: _spawn"]
+
+
+def _test_module_imports(tests: Path) -> list[str]:
+    """A test module importing another test module (``tests.….test_x``): what tests share lives in
+    ``tests/support`` (helpers) and ``tests/fakes`` (stand-ins), so that moving a test moves nothing else."""
+    found = []
+    for path in tests.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(tests.parent)}:{node.lineno}: {n}" for n in names
+                      if n.startswith("tests.") and n.rsplit(".", 1)[-1].startswith("test_")]
+    return found
+
+
+def test_no_test_module_imports_another():
+    assert _test_module_imports(ROOT / "tests") == []
+
+
+def test_the_test_import_rule_would_catch_one(tmp_path):
+    (tmp_path / "tests" / "burst").mkdir(parents=True)
+    (tmp_path / "tests" / "burst" / "test_a.py").write_text("from tests.support.cli_runs import burst\n"
+                                                            "def t():\n    from tests.burst.test_b import helper\n")
+    assert _test_module_imports(tmp_path / "tests") == ["tests/burst/test_a.py:3: tests.burst.test_b"]
