@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Optional
 from .home import state
 from . import targets
 from .unattended.backoff import Backoff, reason_of
+from .unattended import recovery as recovery_strategy
 from .errors import BurstError
 from .home.records import read_json, write_json_atomic
 from .home.state import ClusterHandle, RunRecord
@@ -126,7 +127,7 @@ class Controller:
                     return
             provider = flags.pop("provider", None)
             self.say(f"attempt {n}: starting cluster {name} on {provider}"
-                     + (f" {flags['region']}" if flags.get("region") else "") + (f" (avoiding {', '.join(self.m.avoid)})" if self.m.avoid else ""))
+                     + (f" {flags['region']}" if flags.get("region") else ""))  # what it avoids: said when the last one was lost
             try:
                 handle = api.up(provider, name, policy=policy, wait=True, report=_Said(), **flags).handle
             except BurstError as exc:
@@ -171,8 +172,9 @@ class Controller:
 
     def moved_flags(self) -> tuple[dict, "Policy"]:
         """Placement flags and policy for the next attempt: the plan's choice among the providers
-        recovery allows, without the targets lost so far, on-demand once enough preemptible
-        clusters were lost; pinned to that choice, so that a failure to start it is avoided next."""
+        recovery allows, without the targets lost so far (or, under ``recovery.strategy:
+        same_first``, the target just lost once more), on-demand once enough preemptible clusters
+        were lost; pinned to that choice, so that a failure to start it is avoided next."""
         from . import api
 
         recovery = self.policy.recovery
@@ -187,8 +189,13 @@ class Controller:
         sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
         from .home import staged
 
-        chosen, _ = api._placement(PlacementRequest(avoid=tuple(self.m.avoid), staged_on=staged.holding(self.m.request.get("data")), **sizing),
-                                   policy, _Said())
+        again = recovery_strategy.start_again(recovery.strategy, self.m.attempts[:-1])
+        if again is not None:  # pinned to the target just lost: the plan sizes it there (on-demand once spot was lost enough)
+            where = {"provider": again.provider, "region": again.region if targets.get(again.provider).kind == "cloud" else None}
+            ask = PlacementRequest(**where, preemptible=False if on_demand else None, **sizing)
+        else:
+            ask = PlacementRequest(avoid=tuple(self.m.avoid), **sizing)
+        chosen, _ = api._placement(ask.but(staged_on=staged.holding(self.m.request.get("data"))), policy, _Said())
         flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
         if targets.get(chosen.provider).kind == "cloud":
             flags.update(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)
@@ -403,6 +410,10 @@ class Controller:
         if not self.can_move():
             why_not = "recovery is off" if not self.m.recover else f"{self.policy.recovery.max_restarts} move(s) allowed by recovery.max_restarts"
             self.finish("LOST", f"cluster {attempt.cluster} lost ({why}); not moved: {why_not}; `burst train --resume {self.m.run_id}` goes on")
+            return
+        if recovery_strategy.start_again(self.policy.recovery.strategy, self.m.attempts) is not None:
+            self.say(f"moving run {self.m.run_id}: starting {attempt.provider}" + (f" {attempt.region}" if attempt.region else "")
+                     + " once more before moving on (recovery.strategy: same_first)")
             return
         self.say(f"moving run {self.m.run_id}: planning again" + (f" without {', '.join(self.m.avoid)}" if self.m.avoid else ""))
 

@@ -76,8 +76,12 @@ class DataLocation(_Strict):
 
 class Recovery(_Strict):
     """What a managed run (``--managed``) may do when its cluster is lost (preempted, cancelled,
-    out of walltime, stocked out): plan again without the target that failed and go on there."""
+    out of walltime, stocked out): go on from its newest checkpoint on the cluster its ``strategy``
+    picks (``burst.unattended.recovery``)."""
 
+    strategy: Literal["next_target", "same_first"] = Field("next_target", description=(
+        "next_target: plan again without every target lost so far; same_first: start the target just lost (same provider and "
+        "region) once more before moving on, for spot capacity that returns where the run's store and data are"))
     max_restarts: int = Field(3, ge=0, le=100, description="moves to a new cluster before a managed run gives up (0: never move)")
     allow_providers: Optional[list[Provider]] = Field(None, description="targets a managed run may move to (absent: the policy's providers)")
     fallback_on_demand_after: Optional[int] = Field(1, ge=0, le=100, description="after this many lost preemptible clusters, move to on-demand capacity only (absent: never)")

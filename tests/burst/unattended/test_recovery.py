@@ -40,6 +40,24 @@ def test_without_fallback_the_move_stays_preemptible_and_allow_providers_bounds_
     assert flags["provider"] == "azure" and flags["preemptible"] is True
 
 
+def test_same_first_starts_the_lost_target_once_more_then_moves_on(home, tmp_path):
+    """recovery.strategy: same_first (SkyPilot's FAILOVER): the region just lost is started again,
+    on-demand after the default fallback, before the run is moved; lost there twice, it moves."""
+    text = "providers: [gcp, azure]\npreemptible: prefer\nrecovery: {strategy: same_first}\n"
+    first = moved(tmp_path, text, [], [])
+    where = f"{first['provider']}:{first['region']}"
+    once = Attempt(number=1, cluster="c", provider=first["provider"], region=first["region"], preemptible=True, ended=1.0, how="lost: preempted")
+    again = moved(tmp_path, text, [once], [where])
+    assert (again["provider"], again["region"], again["preemptible"]) == (first["provider"], first["region"], False)
+    twice = once.model_copy(update={"number": 2, "cluster": "c-2", "preemptible": False})
+    elsewhere = moved(tmp_path, text, [once, twice], [where])
+    assert (elsewhere["provider"], elsewhere["region"]) != (first["provider"], first["region"])
+    # a target that could not even start (a stock-out) is not tried again, whatever the strategy
+    stocked_out = once.model_copy(update={"how": "could not start: ZONE_RESOURCE_POOL_EXHAUSTED"})
+    other = moved(tmp_path, text, [stocked_out], [where])
+    assert (other["provider"], other["region"]) != (first["provider"], first["region"])
+
+
 def test_a_site_that_was_lost_leaves_this_machine(home, tmp_path):
     text = ("providers: [local, slurm]\nmax_slowdown: 1000\nonprem: {name: s, scheduler: slurm, accelerator: V100, gpus: 1, "
             "usd_per_gpu_hour: 0.5}\n")
