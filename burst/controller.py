@@ -370,8 +370,9 @@ class Controller:
             self.write_cost(record)
             self.finish(record.state, record.message or "trained, validated and collected")
             return
-        if not targets.get(handle.provider).is_alive(handle):
-            return self.lost(attempt, targets.get(handle.provider).stopped_reason(handle))
+        target = targets.get(handle.provider)
+        if not target.is_alive(handle):
+            return self.lost(attempt, target.stopped_reason(handle))
         self.end_attempt(attempt, f"job {status.lower()}")
         if attempt.own:
             self.take_down(handle)
