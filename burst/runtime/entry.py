@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -88,11 +87,6 @@ def run(cfg: JobConfig) -> int:
     cfg, storage_dir, train_files, test_files = stage_inputs(cfg)
     timings["data_ready"] = time.time()
     ray.init(address="auto", log_to_driver=True)
-    if not cfg.tpu:  # a TPU host's chips are the trainer's alone: nothing else there loads the framework
-        from .. import workloads
-
-        # while the workers train: the imports validation needs (TensorFlow: seconds), off its path
-        threading.Thread(target=workloads.get(cfg.workload).warm_up_validation, name="warm-up-validation", daemon=True).start()
     out_dir = storage_dir / "runs" / cfg.run_id
     with UsageSampler(cfg.run_id, out_dir / "report" / USAGE_LOG, cfg.hourly_usd):  # every node's utilisation while it trains
         if cfg.tpu:

@@ -59,9 +59,6 @@ class Workload(ABC):
     package_dir: Path
     #: the Python module that runs the workload on its own (`python -m MODULE generate ...`)
     module: str
-    #: the modules ``validate`` imports (its framework, its trainer, its report): the job's driver
-    #: imports them while the workers train, so that validation starts when training ends
-    validation_modules: tuple[str, ...] = ()
 
     # ----------------------------------------------------------------- submitting side (light)
 
@@ -165,13 +162,6 @@ class Workload(ABC):
     @abstractmethod
     def held_out(self, files: list[Path], trainer: Any, events: int, seed: int = 0) -> HeldOut:
         """Held-out events for the per-epoch ``epoch_metrics`` of a scan's trial."""
-
-    def warm_up_validation(self) -> None:
-        """Import what ``validate`` needs (seconds for TensorFlow) ahead of it."""
-        import importlib
-
-        for module in self.validation_modules:
-            importlib.import_module(module)
 
     @abstractmethod
     def validate(self, checkpoint: Path, test_files: list[Path], out_dir: Path, *, events: int, seed: int = 0,

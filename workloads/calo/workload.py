@@ -25,7 +25,6 @@ class Calo(Workload):
     whole_number_knobs = preset_data.WHOLE_NUMBERS
     package_dir = Path(__file__).resolve().parent
     module = "workloads.calo"
-    validation_modules = ("workloads.calo.train", "workloads.calo.evaluate")
 
     def default_batch(self, preset: str) -> int:
         return preset_data.get_preset(preset).default_batch

@@ -29,7 +29,6 @@ class GAN3D(Workload):
     whole_number_knobs = frozenset({"noise_size", "gen_filters", "disc_filters"})
     package_dir = Path(__file__).resolve().parent
     module = "workloads.gan3d"
-    validation_modules = ("workloads.gan3d.train", "workloads.gan3d.validate")
 
     def default_batch(self, preset: str) -> int:
         return preset_data.get_preset(preset).default_batch

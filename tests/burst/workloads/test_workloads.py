@@ -105,16 +105,6 @@ def test_a_third_workload_needs_one_registry_entry(monkeypatch):
     workloads._instances.pop("toy", None)
 
 
-@pytest.mark.parametrize("name", workloads.NAMES)
-def test_a_workload_s_warm_up_loads_what_its_validation_imports(name):
-    """The job's driver warms validation up while the workers train: afterwards the framework and
-    the workload's trainer are loaded, so the validation after training imports nothing slow."""
-    script = (f"import sys; from burst import workloads; w = workloads.get({name!r}); w.warm_up_validation(); "
-              "print(all(m in sys.modules for m in ('tensorflow', *w.validation_modules)))")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.split()[-1] == "True", proc.stderr[-2000:]
-
-
 def test_a_run_record_says_its_kind_and_an_older_scan_record_is_read_as_a_scan():
     from burst.home.state import RunRecord
 
