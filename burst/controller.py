@@ -170,6 +170,13 @@ class Controller:
     def can_move(self) -> bool:
         return self.m.recover and len(self.m.attempts) <= self.policy.recovery.max_restarts
 
+    def start_again(self, ended: list[Attempt]) -> Optional[Attempt]:
+        """The ended attempt whose target the policy's ``recovery.strategy`` starts again, if
+        recovery still allows that target; None: the next attempt is planned elsewhere."""
+        recovery = self.policy.recovery
+        again = recovery_strategy.start_again(recovery.strategy, ended)
+        return again if again is not None and again.provider in (recovery.allow_providers or self.policy.providers) else None
+
     def moved_flags(self) -> tuple[dict, "Policy"]:
         """Placement flags and policy for the next attempt: the plan's choice among the providers
         recovery allows, without the targets lost so far (or, under ``recovery.strategy:
@@ -189,7 +196,7 @@ class Controller:
         sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
         from .home import staged
 
-        again = recovery_strategy.start_again(recovery.strategy, self.m.attempts[:-1])
+        again = self.start_again(self.m.attempts[:-1])
         if again is not None:  # pinned to the target just lost: the plan sizes it there (on-demand once spot was lost enough)
             where = {"provider": again.provider, "region": again.region if targets.get(again.provider).kind == "cloud" else None}
             ask = PlacementRequest(**where, preemptible=False if on_demand else None, **sizing)
@@ -412,7 +419,7 @@ class Controller:
             why_not = "recovery is off" if not self.m.recover else f"{self.policy.recovery.max_restarts} move(s) allowed by recovery.max_restarts"
             self.finish("LOST", f"cluster {attempt.cluster} lost ({why}); not moved: {why_not}; `burst train --resume {self.m.run_id}` goes on")
             return
-        if recovery_strategy.start_again(self.policy.recovery.strategy, self.m.attempts) is not None:
+        if self.start_again(self.m.attempts) is not None:
             self.say(f"moving run {self.m.run_id}: starting {attempt.provider}" + (f" {attempt.region}" if attempt.region else "")
                      + " once more before moving on (recovery.strategy: same_first)")
             return

@@ -56,6 +56,10 @@ def test_same_first_starts_the_lost_target_once_more_then_moves_on(home, tmp_pat
     stocked_out = once.model_copy(update={"how": "could not start: ZONE_RESOURCE_POOL_EXHAUSTED"})
     other = moved(tmp_path, text, [stocked_out], [where])
     assert (other["provider"], other["region"]) != (first["provider"], first["region"])
+    # nor is a provider recovery does not allow
+    elsewhere_only = text.replace("{strategy: same_first}", "{strategy: same_first, allow_providers: [%s]}"
+                                  % ("azure" if first["provider"] == "gcp" else "gcp"))
+    assert moved(tmp_path, elsewhere_only, [once], [where])["provider"] != first["provider"]
 
 
 def test_a_site_that_was_lost_leaves_this_machine(home, tmp_path):
