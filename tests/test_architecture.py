@@ -232,10 +232,13 @@ def _test_module_imports(tests: Path) -> list[str]:
     found = []
     for path in tests.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):  # `from tests.x.test_y import h` and `from tests.x import test_y`
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             found += [f"{path.relative_to(tests.parent)}:{node.lineno}: {n}" for n in names
                       if n.startswith("tests.") and n.rsplit(".", 1)[-1].startswith("test_")]
-    return found
+    return sorted(found)
 
 
 def test_no_test_module_imports_another():
@@ -245,5 +248,7 @@ def test_no_test_module_imports_another():
 def test_the_test_import_rule_would_catch_one(tmp_path):
     (tmp_path / "tests" / "burst").mkdir(parents=True)
     (tmp_path / "tests" / "burst" / "test_a.py").write_text("from tests.support.cli_runs import burst\n"
-                                                            "def t():\n    from tests.burst.test_b import helper\n")
-    assert _test_module_imports(tmp_path / "tests") == ["tests/burst/test_a.py:3: tests.burst.test_b"]
+                                                            "def t():\n    from tests.burst.test_b import helper\n"
+                                                            "from tests.burst import test_c\n")
+    assert _test_module_imports(tmp_path / "tests") == ["tests/burst/test_a.py:3: tests.burst.test_b",
+                                                        "tests/burst/test_a.py:4: tests.burst.test_c"]

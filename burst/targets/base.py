@@ -62,7 +62,8 @@ QUIET = Reporter()
 
 @dataclass(frozen=True)
 class Lease:
-    """How long a cluster may live and how much it may cost (``None``: no limit set)."""
+    """How long a cluster may live (``None``: no limit set) and how it starts; what a run on it may
+    spend is not the target's to know (``burst.lifecycle.budget.run_budget``)."""
 
     hours: Optional[float] = None
     wait: bool = False  # a scheduler's allocation: wait until it starts (False: say it is queued and return)

@@ -13,6 +13,7 @@ from typing import Optional
 
 from .managed import Attempt
 
+
 def _lost_there(attempt: Attempt, other: Attempt) -> bool:
     return (other.provider, other.region) == (attempt.provider, attempt.region) and (other.how or "").startswith(("lost", "could not start"))
 

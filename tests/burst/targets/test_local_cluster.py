@@ -25,9 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import census, slurm_site
+from tests.support import census, cli_runs, slurm_site
 from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events, stopped_by_budget
-from tests.support import cli_runs
 
 pytestmark = pytest.mark.slow
 
