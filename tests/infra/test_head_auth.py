@@ -13,6 +13,7 @@ The Slurm head is asked the same in tests/burst/targets/test_slurm.py.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def _raw_resources(provider: str, accelerator: str, gpus):
 
 def _stop(cluster_id: str, temp_dir: Path) -> None:
     survivors = ray_head.stop_processes(cluster_id, str(temp_dir))
+    shutil.rmtree(temp_dir, ignore_errors=True)  # the head's session directory is outside tmp_path (short socket paths), as `burst down` removes it
     assert not survivors, f"Ray processes left: {survivors}"
 
 
