@@ -1,6 +1,6 @@
 """Run-to-run spread of the physics metrics: the default run (README line 1) with several seeds.
 
-    python benchmarks/physics_spread.py [--seeds 0 1 2] [--epochs 6] [--synthetic 3000] [--keep DIR]
+    python benchmarks/physics_spread.py [--seeds 0 1 2] [--epochs 6] [--synthetic 3000] [--precision P] [--keep DIR]
 
 Each seed is one `burst run gan3d --provider local --seed S` (a local cluster of its own, the
 small preset, synthetic Monte Carlo made with that seed, validation on its held-out part), one after
@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 
 
-def run_seed(seed: int, epochs: int, synthetic: int, work: Path) -> tuple[dict, dict, float]:
-    cwd = work / f"seed{seed}"
+def run_seed(seed: int, epochs: int, synthetic: int, work: Path, precision: str = "auto") -> tuple[dict, dict, float]:
+    """One default run with ``seed`` in ``precision``: its metrics, the machine its worker saw, its wall seconds."""
+    cwd = work / f"seed{seed}-{precision}"
     cwd.mkdir()
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "local", "--name", f"spread{seed}",
-                           "--seed", str(seed), "--epochs", str(epochs), "--synthetic", str(synthetic)],
+                           "--seed", str(seed), "--epochs", str(epochs), "--synthetic", str(synthetic), "--precision", precision],
                           capture_output=True, text=True, cwd=cwd, env={**os.environ, "BURST_HOME": str(work / "home")})
     if proc.returncode != 0:
         raise SystemExit(f"seed {seed} failed: {proc.stderr[-2000:]}")
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--synthetic", type=int, default=3000)
+    parser.add_argument("--precision", default="auto", help="what every seed's run computes in (burst run --precision)")
     parser.add_argument("--keep", type=Path, help="keep every seed's run (report, metrics, checkpoints) under this new directory")
     args = parser.parse_args()
     if args.keep is None:
@@ -88,14 +90,14 @@ def main() -> None:
     seconds: dict[int, float] = {}
     try:
         for seed in args.seeds:
-            results[seed], machine, seconds[seed] = run_seed(seed, args.epochs, args.synthetic, work)
+            results[seed], machine, seconds[seed] = run_seed(seed, args.epochs, args.synthetic, work, args.precision)
             summary = results[seed]["summary"]
             print(f"seed {seed}: {seconds[seed]:.0f} s; " + ", ".join(f"{k} {v:.4g}" for k, v in summary.items() if isinstance(v, float)), flush=True)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {machine.get('cpu_model')}; SIMD {' '.join(machine.get('simd', []))}; oneDNN "
-          f"{'on' if machine.get('onednn_enabled') else 'off'}; {args.epochs} epochs, {args.synthetic} synthetic events, seeds {args.seeds}")
+          f"{'on' if machine.get('onednn_enabled') else 'off'}; precision {machine.get('precision')}; {args.epochs} epochs, {args.synthetic} synthetic events, seeds {args.seeds}")
     runs = [results[s] for s in args.seeds]
     events = runs[0]["noise_floor"]["events"]
     print(f"{'metric (GAN vs MC)':24s} {'mean':>10s} {'std':>10s} {'min':>10s} {'max':>10s} {'MC-vs-MC':>10s}  (floor: two halves of {events} events)")

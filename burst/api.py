@@ -291,7 +291,7 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
         return runs.train(request, report)
     if policy is not None:
         policy = _policy(policy)
-        request = with_policy_checkpoints(request, policy)
+        request = with_policy_settings(request, policy)
     handle = runs.cluster(request.cluster)
     target = targets.get(handle.provider)
     if not target.is_alive(handle):
@@ -313,7 +313,7 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
         raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
     if policy is not None:
         policy = _policy(policy)  # loaded once: its checkpoint interval, and the placement below
-        request = with_policy_checkpoints(request, policy)
+        request = with_policy_settings(request, policy)
     from .home import staged
 
     staged_on = staged.holding(request.data)  # a store already holding the data costs the plan no staging
@@ -322,11 +322,16 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
 
 
-def with_policy_checkpoints(request: TrainRequest, policy) -> TrainRequest:
-    """The policy's ``checkpoint_every_steps`` unless the request sets its own interval."""
-    if request.checkpoint_every_steps is None and policy is not None and policy.checkpoint_every_steps is not None:
-        return request.model_copy(update={"checkpoint_every_steps": policy.checkpoint_every_steps})
-    return request
+def with_policy_settings(request: TrainRequest, policy) -> TrainRequest:
+    """The policy's ``checkpoint_every_steps`` and ``precision`` where the request sets none of its own."""
+    if policy is None:
+        return request
+    update = {}
+    if request.checkpoint_every_steps is None and policy.checkpoint_every_steps is not None:
+        update["checkpoint_every_steps"] = policy.checkpoint_every_steps
+    if request.precision is None:
+        update["precision"] = policy.precision
+    return request.model_copy(update=update) if update else request
 
 
 def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, hours: Optional[float] = None,

@@ -28,6 +28,9 @@ ValEvents = Annotated[int, typer.Option(help="held-out events used by validation
 Steps = Annotated[Optional[int], typer.Option("--steps", help="steps per epoch (default: events // global batch)")]
 CheckpointEvery = Annotated[Optional[int], typer.Option("--checkpoint-every", help="also checkpoint inside an epoch every this many steps "
                                                                               "(default: the policy's checkpoint_every_steps; whole epochs only without either)")]
+Precision = Annotated[Optional[str], typer.Option(help="what the layers compute in: auto | float32 | mixed_bfloat16 | mixed_float16 "
+                                                    "(default: the policy's precision, else auto: bfloat16 where the hardware runs it fast, "
+                                                    "float16 on V100/T4, else float32)")]
 Managed = Annotated[bool, typer.Option("--managed", help="hand the run to a controller process: it goes on without this terminal, moves to "
                                                           "another target (policy: recovery) when its cluster is lost, enforces the budget and the lease")]
 GateFile = Annotated[Optional[Path], typer.Option("--gate", help="quality gate: YAML of summary metric -> largest accepted value; "
@@ -68,6 +71,7 @@ def train(
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
     checkpoint_every_steps: CheckpointEvery = None,
+    precision: Precision = None,
     resume: Annotated[Optional[str], typer.Option(help="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")] = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's, from `burst up`)")] = None,
     managed: Managed = False,
@@ -100,6 +104,7 @@ def run(
     steps_per_epoch: Steps = None,
     gate_file: GateFile = None,
     checkpoint_every_steps: CheckpointEvery = None,
+    precision: Precision = None,
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's)")] = None,
     managed: Managed = False,
     detach: Annotated[bool, typer.Option("--detach", help="with --managed: hand the run over and return")] = False,

@@ -11,7 +11,7 @@ from .. import workloads
 from .clusters import Hours, PolicyFile
 from .placement_options import takes_placement
 from .render import ConsoleReporter, console, emit_json
-from .runs import Batch, Data, Epochs, Preset, Seed, Steps, Synthetic
+from .runs import Batch, Data, Epochs, Precision, Preset, Seed, Steps, Synthetic
 
 
 @takes_placement("cpus", "image", "bundle")
@@ -33,6 +33,7 @@ def tune(
     synthetic: Synthetic = None,
     seed: Seed = 0,
     steps_per_epoch: Steps = None,
+    precision: Precision = None,
     val_events: Annotated[int, typer.Option(help="held-out events each trial is judged on after every epoch")] = 300,
     grace_period: Annotated[int, typer.Option(help="ASHA: epochs every trial gets before it may be stopped")] = 1,
     reduction_factor: Annotated[int, typer.Option(help="ASHA: 1 in this many trials goes on at each rung")] = 2,
@@ -57,7 +58,7 @@ def tune(
     cluster = cluster or f"tune-{provider or 'planned'}"
     request = TuneRequest.of(space, workload=workload, trials=trials, gpus_per_trial=gpus_per_trial, max_concurrent=max_concurrent, epochs=epochs, metric=metric,
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
-                             synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, val_events=val_events, grace_period=grace_period,
+                             synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, precision=precision, val_events=val_events, grace_period=grace_period,
                              reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)
     record = api.tune(request, start=start, policy=policy_file, hours=hours, report=ConsoleReporter(), **placement)
     if record.run_dir:

@@ -140,6 +140,7 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         request = request.model_copy(update={"batch_per_replica": int(planned)})  # the run the plan estimated
         report.say(f"batch per replica {planned}, as planned by `burst up`")
     resources = target.job_resources(handle, request.workers)
+    resources.runs_precision(request.precision, handle.name)  # before anything is staged
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
     resume_from = resume_from or (stage_checkpoint(earlier, handle) if earlier else None)
     resume_from = target.job_path(handle, resume_from) if resume_from else None  # the job's view of the storage

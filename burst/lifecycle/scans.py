@@ -142,6 +142,7 @@ def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Report
     resources, fits = trial_resources(handle, request.gpus_per_trial)
     if target.job_resources(handle, 1).tpu:
         raise BurstError("burst tune runs on Ray clusters of CPUs or GPUs; a TPU VM trains one job per slice (`burst train`)")
+    resources.runs_precision(request.precision, handle.name)
     total = request.total_trials
     concurrent = min(total, request.max_concurrent or fits, fits)
     scan_id = new_scan_id(request.workload)

@@ -13,7 +13,7 @@ import re
 import time
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 EVENT_PREFIX = "BURST_EVENT"
 EVENT_LINE = re.compile(rf"{EVENT_PREFIX} (\{{.*\}})\s*$")
@@ -36,6 +36,15 @@ class TrainSettings(BaseModel):
     val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
     gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.lifecycle.quality)")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps")
+    precision: Optional[str] = Field(None, description="float32 | mixed_bfloat16 | mixed_float16 | auto: what the layers compute in "
+                                                       "(default: the policy's, else auto, what the worker's hardware runs fast)")
+
+    @field_validator("precision")
+    @classmethod
+    def _known_precision(cls, v):
+        from workloads.common import precision  # light: names only
+
+        return v if v is None else precision.check(v)
 
     @model_validator(mode="after")
     def _known_workload_and_preset(self):

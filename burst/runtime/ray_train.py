@@ -51,6 +51,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train
     from ray.train import Checkpoint
 
+    from workloads.common import precision
     from workloads.common.cpu import configure_threads
 
     from .. import workloads
@@ -63,6 +64,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
     if cfg.threads:
         configure_threads(cfg.threads, 2)  # measured best: intra all cores, inter 2 (bench --cpu-settings)
     strategy = _strategy(world)
+    computes_in = precision.resolve(cfg.precision or precision.AUTO, strategy)
     restored = ray.train.get_checkpoint()
     # as_directory: Ray's own directory when the checkpoint is local, else a download removed on
     # exit (to_directory left a /tmp/checkpoint_tmp_* copy behind per resumed worker)
@@ -72,7 +74,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
         resume_dir = latest_checkpoint(restored_dirs + checkpoints_on_storage(cfg, copies))
         trainer, dataset_fn, steps = workload.prepare_training(
             local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed,
-            resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch, overrides=cfg.overrides,
+            resume_from=resume_dir, steps_per_epoch=cfg.steps_per_epoch, overrides=cfg.overrides, precision=computes_in[0],
         )  # restores the weights now: the directory is not needed after this
     held_out = (workload.held_out(local_files(cfg.val_files, f"{cfg.run_id}-val"), trainer, cfg.val_events, cfg.seed)
                 if cfg.validate_each_epoch and rank == 0 else None)
@@ -94,7 +96,7 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
     try:
         # A scan's trials keep their best checkpoint by a metric only whole epochs report: no mid-epoch ones there.
-        notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=rank, resumed=resume_dir is not None,
+        notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=rank, resumed=resume_dir is not None, precision=computes_in,
                                   replicas=strategy.num_replicas_in_sync, save_position=None if held_out is not None or cfg.validate_each_epoch else save_position)
     except Exception as exc:
         line = failure_line(exc)

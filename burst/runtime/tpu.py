@@ -57,6 +57,8 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     """The Ray task on the TPU host; returns the directory of the final checkpoint."""
     import tensorflow as tf
 
+    from workloads.common import precision
+
     from .. import workloads
     from . import scratch, storage
 
@@ -69,9 +71,10 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     ckpt_root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
     local_root = scratch.fresh(scratch.run_path("tpu-checkpoints", cfg.run_id))  # the storage holds the truth
     resume = resume_point(cfg, local_root)
+    computes_in = precision.resolve(cfg.precision or precision.AUTO, strategy)  # auto: bfloat16, the MXU's format
     trainer, dataset_fn, steps = workloads.get(cfg.workload).prepare_training(
         local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy,
-        seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch)
+        seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch, precision=computes_in[0])
 
     def save_epoch(metrics: dict) -> None:
         keep(f"epoch_{metrics['epoch']:04d}")
@@ -84,7 +87,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
         trainer.save(local)
         storage.copy_dir(str(local), storage.join(ckpt_root, local.name))
 
-    notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=0, resumed=resume is not None,
+    notices = fit_with_events(trainer, dataset_fn, steps, cfg, save_epoch, rank=0, resumed=resume is not None, precision=computes_in,
                               replicas=strategy.num_replicas_in_sync, save_position=save_position)
     trainer.save(final_dir)
     if trainer.stopped:

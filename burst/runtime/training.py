@@ -101,7 +101,8 @@ def local_files(files: tuple[str, ...], run_id: str) -> list[Path]:
 
 
 def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch: Callable[[dict], None], *, rank: int,
-                    resumed: bool, replicas: int, save_position: Callable[[dict], None] | None = None) -> NoticeWatch:
+                    resumed: bool, replicas: int, save_position: Callable[[dict], None] | None = None,
+                    precision: tuple[str, str] = ("float32", "asked for")) -> NoticeWatch:
     """Train the remaining epochs, saying what happens; ``save_epoch`` keeps each epoch's checkpoint
     and ``save_position`` one taken inside an epoch (every ``cfg.checkpoint_every_steps`` steps, and
     when a ``checkpoint`` notice comes).
@@ -110,7 +111,8 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     worker publishes its own throughput (``WorkerGauges``). Training ends early when
     the run's stop request or a ``stop`` notice appears on storage (``trainer.stopped`` says where
     and why); the caller then writes a final checkpoint and calls ``announce_stop`` with the
-    returned watch.
+    returned watch. ``precision``: what the trainer computes in and why (the start event's machine
+    facts carry both into the run's provenance).
     """
     from workloads.common.cpu import machine_facts
 
@@ -121,7 +123,8 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
     speaks = rank == 0
     if speaks:
         emit(StartEvent(epoch=int(trainer.epoch.numpy()), epochs=cfg.epochs, steps=steps, replicas=replicas,
-                        global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(), machine=machine_facts(),
+                        global_batch=trainer.global_batch, resumed=resumed, pid=os.getpid(),
+                        machine={**machine_facts(), "precision": precision[0], "precision_why": precision[1]},
                         run_id=cfg.run_id))
         # A worker killed between its checkpoint and its epoch event leaves an epoch unannounced;
         # re-announce the restored history, marked as a replay (followers count each epoch once).

@@ -90,6 +90,13 @@ class JobResources:
     tpu_hosts: int = 1             # hosts of the TPU slice
     tpu_name: Optional[str] = None  # the slice's name (what TPUClusterResolver resolves on a multi-host slice)
 
+    def runs_precision(self, precision: Optional[str], cluster: str) -> None:
+        """BurstError unless these devices can compute in ``precision``: float16 is for NVIDIA GPUs
+        (TPUs compute in bfloat16, and TensorFlow has no float16 CPU kernel for 3D pooling)."""
+        if precision == "mixed_float16" and (self.tpu or not self.gpus_per_worker):
+            raise BurstError(f"--precision mixed_float16 needs NVIDIA GPUs, and cluster {cluster} has "
+                             f"{'TPUs' if self.tpu else 'none'}; use mixed_bfloat16 or float32 (or auto)")
+
 
 class PriceList(Protocol):
     """A provider's public price list (``burst catalog refresh``)."""

@@ -156,8 +156,10 @@ class Workload(ABC):
     @abstractmethod
     def prepare_training(self, train_files: list[Path], preset: str, per_replica_batch: int | None = None, strategy=None,
                          seed: int = 0, resume_from: Path | None = None, steps_per_epoch: int | None = None,
-                         overrides: dict | None = None) -> tuple[Any, Any, int]:
-        """(trainer, dataset_fn, steps per epoch): a trainer restored from ``resume_from`` when given."""
+                         overrides: dict | None = None, precision: str = "float32") -> tuple[Any, Any, int]:
+        """(trainer, dataset_fn, steps per epoch): a trainer restored from ``resume_from`` when given,
+        computing in ``precision`` (``workloads.common.precision``; a checkpoint of any precision
+        resumes in any other). The trainer has a ``precision`` attribute."""
 
     @abstractmethod
     def held_out(self, files: list[Path], trainer: Any, events: int, seed: int = 0) -> HeldOut:

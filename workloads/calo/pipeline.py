@@ -31,16 +31,17 @@ def prepare_synthetic(root: Path, n_events: int, seed: int = 0) -> tuple[Path, P
     return train_dir, test_dir
 
 
-def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0):
+def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0, precision: str = "float32"):
     from .train import CaloDiffusionTrainer
 
-    return CaloDiffusionTrainer(preset, per_replica_batch or preset.default_batch, strategy=strategy, seed=seed)
+    return CaloDiffusionTrainer(preset, per_replica_batch or preset.default_batch, strategy=strategy, seed=seed, precision=precision)
 
 
 def prepare_training(train_files: list[Path], preset_name: str, per_replica_batch: int | None = None, strategy=None, seed: int = 0,
-                     resume_from: Path | None = None, steps_per_epoch: int | None = None, overrides: dict | None = None):
+                     resume_from: Path | None = None, steps_per_epoch: int | None = None, overrides: dict | None = None,
+                     precision: str = "float32"):
     """(trainer restored from ``resume_from`` when given, dataset_fn, steps per epoch)."""
-    trainer = make_trainer(tuned(get_preset(preset_name), overrides), per_replica_batch, strategy, seed)
+    trainer = make_trainer(tuned(get_preset(preset_name), overrides), per_replica_batch, strategy, seed, precision)
     if resume_from is not None:
         trainer.restore(resume_from)
     for f in train_files:
@@ -80,10 +81,12 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, events: int 
         trainer = trainer_or_dir
     else:
         meta = json.loads((Path(trainer_or_dir) / "history.json").read_text())
-        trainer = make_trainer(tuned(get_preset(meta["preset"]), meta.get("overrides")), None, seed=seed)
+        trainer = make_trainer(tuned(get_preset(meta["preset"]), meta.get("overrides")), None, seed=seed,
+                               precision=meta.get("precision", "float32"))  # the precision it trained in
         trainer.restore(trainer_or_dir)
     energies, showers = data.load(test_files, limit=events)
     model = trainer.generate(energies, seed=seed + 1)
     model_b = trainer.generate(energies[halves(len(energies), seed)[1]], seed=seed + 2)
-    info = {"workload": "calo", "preset": trainer.preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
+    info = {"workload": "calo", "preset": trainer.preset.name, "epochs_trained": int(trainer.epoch.numpy()), "precision": trainer.precision,
+            **(extra or {})}
     return write_report(showers, energies.astype(np.float64), model, model_b, out_dir, gate=gate, extra=info, seed=seed)

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ..common import precision as precisions
 from ..common.loop import EpochLoop
 from . import data
 from .model import build_denoiser
@@ -39,16 +40,18 @@ def alpha_bar(t: tf.Tensor) -> tf.Tensor:
 
 
 class CaloDiffusionTrainer(EpochLoop):
-    """Owns the denoiser, its optimiser, the step and epoch counters."""
+    """Owns the denoiser, its optimiser, the step and epoch counters; ``precision`` as the GAN's."""
 
-    def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0):
+    def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0,
+                 precision: str = precisions.FLOAT32):
         self._init_run(preset, per_replica_batch, strategy, seed)
-        with self.strategy.scope():
+        self.precision = precisions.check(precision)
+        with self.strategy.scope(), precisions.building(precision):
             self.net = build_denoiser(preset)
-            self.opt = keras.optimizers.Adam(preset.learning_rate)
+            self.opt = precisions.optimizer(keras.optimizers.Adam(preset.learning_rate), precision)
             self.opt.build(self.net.trainable_variables)
             self._make_counters()
-        self.checkpoint = tf.train.Checkpoint(net=self.net, opt=self.opt, step=self.step, run_seed=self.run_seed, epoch=self.epoch)
+        self.checkpoint = tf.train.Checkpoint(net=self.net, opt=precisions.saved_optimizer(self.opt), step=self.step, run_seed=self.run_seed, epoch=self.epoch)
         self.history: list[dict] = []
         self._init_loop(METRIC_NAMES)
         self._sampler = None
@@ -66,15 +69,17 @@ class CaloDiffusionTrainer(EpochLoop):
             predicted = self.net([x_t, t, c], training=True)
             per_example = tf.reduce_mean(tf.square(predicted - x0), axis=1)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
+            scaled = precisions.scaled(self.opt, loss)
         variables = self.net.trainable_variables
-        self.opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        self.opt.apply_gradients(zip(tape.gradient(scaled, variables), variables))
         return {"loss": loss}
 
     # ------------------------------------------------------------------ checkpoints
 
     def save(self, directory: str | os.PathLike) -> Path:
         return self._write_checkpoint(directory, CHECKPOINT_PREFIX, {"workload": "calo", "preset": self.preset.name,
-                                                                     "format": CHECKPOINT_FORMAT, "overrides": overrides_of(self.preset)})
+                                                                     "format": CHECKPOINT_FORMAT, "overrides": overrides_of(self.preset),
+                                                                     "precision": self.precision})
 
     def restore(self, directory: str | os.PathLike) -> int:
         return self._read_checkpoint(directory, CHECKPOINT_PREFIX, overrides_of(self.preset), lambda meta: self._same_model(directory, meta))

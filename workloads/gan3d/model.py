@@ -5,6 +5,13 @@ generator, he_uniform convolutions with a glorot_normal last layer, LeakyReLU(0.
 Dropout(0.2) in the discriminator, BatchNorm epsilon 1e-6, and two weightless heads (ECAL sum and
 measured angle) evaluated on the inverse-power image. Images are channels_last (x, y, z, 1):
 TensorFlow's CPU Conv3D only supports NDHWC, and the parameter counts do not depend on it.
+
+Built under a mixed-precision policy (``workloads.common.precision.building``), the convolutions
+compute in 16 bits while the parts where the physics lives stay float32 (``dtype=FLOAT32``): the
+generator's last convolution and its image (the power transform is undone on it), the ECAL-sum
+and angle heads (sums over 65,025 cells: bfloat16's 8-bit mantissa would lose the small cells),
+the hit map and the discriminator's two dense outputs (the losses). Keras's BatchNormalization
+keeps its statistics in float32 under any policy.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import tensorflow as tf
 import keras
 from keras import layers
 
+from ..common.precision import FLOAT32
 from .presets import Preset
 from .synthetic import STORED_PER_GEV
 from .validate import HIT_THRESHOLD_GEV
@@ -146,9 +154,10 @@ class UpsampledConv3D(layers.Layer):
         return coarse * self.factor[axis] - self.kernel_size[axis] + 1
 
     def call(self, inputs):
-        mx, my, mz = (tf.constant(m, dtype=self.kernel.dtype) for m in self._taps)
+        dtype = self.compute_dtype  # bfloat16 or float16 under a mixed policy; the weights stay float32
+        mx, my, mz = (tf.constant(m, dtype=dtype) for m in self._taps)
         # phase kernels: (rx, ry, rz, tx, ty, tz, in, out)
-        phase = tf.einsum("atk,bul,cvm,klmio->abctuvio", mx, my, mz, self.kernel)
+        phase = tf.einsum("atk,bul,cvm,klmio->abctuvio", mx, my, mz, tf.cast(self.kernel, dtype))
         (fx, fy, fz), (tx, ty, tz) = self.factor, (m.shape[1] for m in self._taps)
         cin = self.kernel.shape[3]
         coarse_kernel = tf.reshape(tf.transpose(phase, [3, 4, 5, 6, 0, 1, 2, 7]), (tx, ty, tz, cin, fx * fy * fz * self.filters))
@@ -158,7 +167,7 @@ class UpsampledConv3D(layers.Layer):
         fine = tf.reshape(coarse, (-1, nx, ny, nz, fx, fy, fz, self.filters))
         fine = tf.reshape(tf.transpose(fine, [0, 1, 4, 2, 5, 3, 6, 7]), (-1, nx * fx, ny * fy, nz * fz, self.filters))
         ox, oy, oz = (self._out_size(n, i) for i, n in enumerate((nx, ny, nz)))
-        return fine[:, :ox, :oy, :oz, :] + self.bias
+        return fine[:, :ox, :oy, :oz, :] + tf.cast(self.bias, dtype)
 
     def compute_output_shape(self, input_shape):
         sizes = [self._out_size(int(input_shape[1 + i]), i) for i in range(3)]
@@ -193,8 +202,8 @@ def build_generator(preset: Preset) -> keras.Model:
         h = layers.ReLU()(h)
         if block.batchnorm:  # BatchNorm after the activation, as in the reference
             h = layers.BatchNormalization(momentum=preset.bn_momentum, epsilon=BN_EPSILON, name=f"g_bn{i}")(h)
-    h = layers.Conv3D(1, preset.final_kernel, kernel_initializer="glorot_normal", name="g_out")(h)
-    image = layers.ReLU()(h)
+    h = layers.Conv3D(1, preset.final_kernel, kernel_initializer="glorot_normal", name="g_out", dtype=FLOAT32)(h)
+    image = layers.ReLU(dtype=FLOAT32)(h)
     model = keras.Model(z, image, name=f"generator_{preset.name}")
     got = tuple(model.output.shape[1:4])
     if got != preset.grid:
@@ -243,7 +252,7 @@ class HitMap(layers.Layer):
 def build_discriminator(preset: Preset) -> keras.Model:
     """Power-space image → [real/fake (sigmoid), Ep/100, measured angle, ECAL sum]."""
     image = keras.Input(shape=(*preset.grid, 1), name="image")
-    h = layers.Concatenate(axis=-1)([image, HitMap(preset.power, name="hits")(image)]) if preset.hit_channel else image
+    h = layers.Concatenate(axis=-1)([image, HitMap(preset.power, name="hits", dtype=FLOAT32)(image)]) if preset.hit_channel else image
     for i, block in enumerate(preset.disc_blocks):
         if any(block.pad):
             h = layers.ZeroPadding3D(block.pad)(h)
@@ -254,10 +263,10 @@ def build_discriminator(preset: Preset) -> keras.Model:
         h = layers.Dropout(DROPOUT)(h)
     h = layers.AveragePooling3D(preset.pool)(h)
     h = layers.Flatten()(h)
-    generation = layers.Dense(1, activation="sigmoid", name="generation")(h)
-    auxiliary = layers.Dense(1, activation="linear", name="auxiliary")(h)
-    angle = EcalAngle(preset.power, name="ang")(image)
-    ecal = EcalSum(preset.power, name="ecal")(image)
+    generation = layers.Dense(1, activation="sigmoid", name="generation", dtype=FLOAT32)(h)
+    auxiliary = layers.Dense(1, activation="linear", name="auxiliary", dtype=FLOAT32)(h)
+    angle = EcalAngle(preset.power, name="ang", dtype=FLOAT32)(image)
+    ecal = EcalSum(preset.power, name="ecal", dtype=FLOAT32)(image)
     return keras.Model(image, [generation, auxiliary, angle, ecal], name=f"discriminator_{preset.name}")
 
 

@@ -31,10 +31,10 @@ def prepare_synthetic(root: Path, n_events: int, seed: int = 0, energy_range=(10
     return train_dir, test_dir
 
 
-def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0):
+def make_trainer(preset: Preset, per_replica_batch: int | None, strategy=None, seed: int = 0, precision: str = "float32"):
     from .train import GAN3DTrainer
 
-    return GAN3DTrainer(preset, per_replica_batch or preset.default_batch, strategy=strategy, seed=seed)
+    return GAN3DTrainer(preset, per_replica_batch or preset.default_batch, strategy=strategy, seed=seed, precision=precision)
 
 
 def prepare_training(
@@ -46,14 +46,16 @@ def prepare_training(
     resume_from: Path | None = None,
     steps_per_epoch: int | None = None,
     overrides: dict | None = None,
+    precision: str = "float32",
 ):
     """Build a trainer (restored from ``resume_from`` if given) and its per-epoch input.
 
-    ``overrides``: knobs of the preset a scan sets (``presets.TUNABLE``). Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
+    ``overrides``: knobs of the preset a scan sets (``presets.TUNABLE``); ``precision``: one of
+    ``workloads.common.precision.PRECISIONS`` (a checkpoint of any precision resumes in any other). Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
     own callbacks (checkpointing, progress, Ray Train reports).
     """
     preset = tuned(get_preset(preset_name), overrides)
-    trainer = make_trainer(preset, per_replica_batch, strategy, seed)
+    trainer = make_trainer(preset, per_replica_batch, strategy, seed, precision)
     if resume_from is not None:
         trainer.restore(resume_from)
     spec = data.InputSpec.discover(train_files[0].parent, preset, files=train_files)
@@ -74,14 +76,16 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
         trainer = trainer_or_dir
     else:
         meta = json.loads((Path(trainer_or_dir) / "history.json").read_text())
-        trainer = make_trainer(tuned(get_preset(preset_name or meta["preset"]), meta.get("overrides")), None, seed=seed)
+        # generate in the precision the run trained in: its physics is what the report judges
+        trainer = make_trainer(tuned(get_preset(preset_name or meta["preset"]), meta.get("overrides")), None, seed=seed,
+                               precision=meta.get("precision", "float32"))
         trainer.restore(trainer_or_dir)
     preset = trainer.preset
     held = HeldOut(test_files, preset, events, seed)
     mc, energy, theta = held.mc, held.energy, held.theta
     gan = trainer.generate(energy, theta, seed=seed + 1)
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
-    info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), **(extra or {})}
+    info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), "precision": trainer.precision, **(extra or {})}
     return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 
+from ..common import precision as precisions
 from ..common.loop import EpochLoop
 from .model import build_discriminator, build_generator
 from .presets import PAPER_POWER, Preset, overrides_of
@@ -78,15 +79,20 @@ METRIC_NAMES = ("d_loss", "g_loss", *(f"{net}_{term}" for term in TERM_NAMES for
 
 
 class GAN3DTrainer(EpochLoop):
-    """Owns both networks, both optimisers, the random generator and the epoch counter."""
+    """Owns both networks, both optimisers, the random generator and the epoch counter.
 
-    def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0):
+    ``precision``: ``float32``, ``mixed_bfloat16`` or ``mixed_float16`` (``workloads.common.precision``);
+    the weights and the checkpoint are float32 in every one."""
+
+    def __init__(self, preset: Preset, per_replica_batch: int, strategy: tf.distribute.Strategy | None = None, seed: int = 0,
+                 precision: str = precisions.FLOAT32):
         self._init_run(preset, per_replica_batch, strategy, seed)
-        with self.strategy.scope():
+        self.precision = precisions.check(precision)
+        with self.strategy.scope(), precisions.building(precision):
             self.generator = build_generator(preset)
             self.discriminator = build_discriminator(preset)
-            self.g_opt = keras.optimizers.RMSprop(preset.learning_rate)
-            self.d_opt = keras.optimizers.RMSprop(preset.learning_rate)
+            self.g_opt = precisions.optimizer(keras.optimizers.RMSprop(preset.learning_rate), precision)
+            self.d_opt = precisions.optimizer(keras.optimizers.RMSprop(preset.learning_rate), precision)
             # Build the optimiser slots now so a restore finds every variable it saved.
             self.g_opt.build(self.generator.trainable_variables)
             self.d_opt.build(self.discriminator.trainable_variables)
@@ -96,7 +102,7 @@ class GAN3DTrainer(EpochLoop):
         seed_states = [v for m in (self.generator, self.discriminator) for v in m.variables if "seed_generator_state" in v.path]
         self.checkpoint = tf.train.Checkpoint(
             generator=self.generator, discriminator=self.discriminator,
-            g_opt=self.g_opt, d_opt=self.d_opt, step=self.step, run_seed=self.run_seed, epoch=self.epoch,
+            g_opt=precisions.saved_optimizer(self.g_opt), d_opt=precisions.saved_optimizer(self.d_opt), step=self.step, run_seed=self.run_seed, epoch=self.epoch,
             dropout_seeds=seed_states,
         )
         self.history: list[dict] = []
@@ -119,8 +125,9 @@ class GAN3DTrainer(EpochLoop):
         with tf.GradientTape() as tape:
             outputs = self.discriminator(images, training=True)
             total, terms = self._weighted_loss(_per_example_losses(outputs, labels, y, ang, ecal))
+            loss = precisions.scaled(self.d_opt, total)
         variables = self.discriminator.trainable_variables
-        self.d_opt.apply_gradients(zip(tape.gradient(total, variables), variables))
+        self.d_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return total, terms
 
     def _generator_update(self, latent, y, ang, ecal, real):
@@ -131,8 +138,9 @@ class GAN3DTrainer(EpochLoop):
             total, terms = self._weighted_loss(_per_example_losses(outputs, ones, y, ang, ecal))
             if self.preset.profile_weight:  # a per-replica batch statistic: averaged over replicas like the rest
                 total += tf.nn.scale_regularization_loss(self.preset.profile_weight * profile_mismatch(fake, real, self.preset.power))
+            loss = precisions.scaled(self.g_opt, total)
         variables = self.generator.trainable_variables
-        self.g_opt.apply_gradients(zip(tape.gradient(total, variables), variables))
+        self.g_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return total, terms
 
     def train_step(self, batch: dict, step: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -158,7 +166,8 @@ class GAN3DTrainer(EpochLoop):
         """Write both networks, both optimisers, the RNG, the epoch and the metrics history, and
         the position inside the epoch when it is saved in the middle of one."""
         return self._write_checkpoint(directory, CHECKPOINT_PREFIX, {"preset": self.preset.name, "format": CHECKPOINT_FORMAT,
-                                                                     "power": self.preset.power, "overrides": overrides_of(self.preset)})
+                                                                     "power": self.preset.power, "overrides": overrides_of(self.preset),
+                                                                     "precision": self.precision})
 
     def restore(self, directory: str | os.PathLike) -> int:
         """Restore everything ``save`` wrote; return the epoch to continue from."""

@@ -77,11 +77,12 @@ class GAN3D(Workload):
         return data.check_conditions(Path(path))
 
     def prepare_training(self, train_files, preset, per_replica_batch=None, strategy=None, seed=0, resume_from=None,
-                         steps_per_epoch=None, overrides=None):
+                         steps_per_epoch=None, overrides=None, precision="float32"):
         from . import pipeline
 
         return pipeline.prepare_training(train_files, preset, per_replica_batch, strategy=strategy, seed=seed,
-                                         resume_from=resume_from, steps_per_epoch=steps_per_epoch, overrides=overrides)
+                                         resume_from=resume_from, steps_per_epoch=steps_per_epoch, overrides=overrides,
+                                         precision=precision)
 
     def held_out(self, files, trainer, events, seed=0):
         from . import pipeline

@@ -89,9 +89,9 @@ def test_the_policy_checkpoint_interval_applies_unless_the_flag_sets_one(tmp_pat
     path = tmp_path / "p.yaml"
     path.write_text("checkpoint_every_steps: 50\n")
     pol = policy_mod.load(path)
-    assert api.with_policy_checkpoints(api.TrainRequest.of(), pol).checkpoint_every_steps == 50
-    assert api.with_policy_checkpoints(api.TrainRequest.of(checkpoint_every_steps=7), pol).checkpoint_every_steps == 7
-    assert api.with_policy_checkpoints(api.TrainRequest.of(), policy_mod.load(None)).checkpoint_every_steps is None
+    assert api.with_policy_settings(api.TrainRequest.of(), pol).checkpoint_every_steps == 50
+    assert api.with_policy_settings(api.TrainRequest.of(checkpoint_every_steps=7), pol).checkpoint_every_steps == 7
+    assert api.with_policy_settings(api.TrainRequest.of(), policy_mod.load(None)).checkpoint_every_steps is None
 
 
 def test_a_move_is_planned_for_the_run_s_own_workload(home, tmp_path):
