@@ -1,12 +1,16 @@
 """Race burst's 3DGAN training step and generator against the authors' TF2 loop, on this CPU.
 
     python benchmarks/race_reference.py [--reference PATH/TO/GPU_Version2.py] [--batch 8] [--gen-batch 64]
+                                        [--precisions float32 mixed_bfloat16] [--onednn both|on|off]
 
 Each contender runs in its own subprocess (oneDNN is fixed when TensorFlow starts), one after
 another, with the same batch, the same intra/inter-op threads and the same preprocessed synthetic
 events, once with oneDNN on and once with it off. Printed: training samples/s (best and median of
 timed blocks after a warm-up) and generated showers/s, the machine's load before each part, and
-burst/authors ratios.
+burst/authors ratios. burst runs once per precision in ``--precisions`` (float32 and
+mixed_bfloat16 by default: bfloat16 is fast only where the CPU has AVX512-BF16 or AMX, and
+TensorFlow emulates it elsewhere, which the race shows); the authors' loop runs in float32, as
+published. The CPU's flags head the table.
 
 The authors' loop is built from *your own copy* of their ``GPU_Version2.py`` (from the
 ISC_HPC_3DGAN repository); nothing of it is shipped here. From that file the race takes the
@@ -76,7 +80,7 @@ def _burst(cfg: dict) -> dict:
 
     b = cfg["batch"]
     x, y, ang, ecal = _events(b * 2)
-    trainer = GAN3DTrainer(PAPER, b, seed=0)
+    trainer = GAN3DTrainer(PAPER, b, seed=0, precision=cfg.get("precision", "float32"))
     batches = [{"x": tf.constant(x[i * b:(i + 1) * b, ..., 0]), "y": tf.constant(y[i * b:(i + 1) * b]),
                 "ang": tf.constant(ang[i * b:(i + 1) * b]), "ecal": tf.constant(ecal[i * b:(i + 1) * b])} for i in range(2)]
     best, median = _time_blocks(lambda i: float(trainer._step(batches[i % 2])["g_loss"]), cfg["steps"], cfg["repeats"], b)
@@ -191,6 +195,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed blocks (best and median kept)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads (inter-op: 2)")
     p.add_argument("--onednn", choices=("both", "on", "off"), default="both")
+    p.add_argument("--precisions", nargs="+", default=["float32", "mixed_bfloat16"], help="burst's step in each of these precisions")
     p.add_argument("--json", action="store_true")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -202,14 +207,15 @@ def main() -> int:
     from workloads.common.cpu import cpu_info
 
     info = cpu_info()
-    contenders = ["burst"] + (["authors"] if a.reference else [])
+    contenders = [f"burst:{p}" for p in a.precisions] + (["authors"] if a.reference else [])
     settings = {"both": ["1", "0"], "on": ["1"], "off": ["0"]}[a.onednn]
     base = {"batch": a.batch, "gen_batch": a.gen_batch, "gen_batches": a.gen_batches, "steps": a.steps, "repeats": a.repeats,
             "intra": a.threads, "inter": 2, "reference": a.reference}
     results = {}
     for onednn in settings:
         for who in contenders:
-            results[f"{who}/onednn={onednn}"] = run_part({**base, "contender": who}, onednn)
+            who_alone, _, precision = who.partition(":")
+            results[f"{who}/onednn={onednn}"] = run_part({**base, "contender": who_alone, "precision": precision or "float32"}, onednn)
     report = {"machine": {"cpu_model": info["model"], "cores": info["cores"], "simd": info["simd"]}, "settings": base, "results": results}
     if a.json:
         print(json.dumps(report, indent=1))
@@ -217,23 +223,25 @@ def main() -> int:
     print(f"machine: {info['model']}, {info['cores']} cores, SIMD {' '.join(info['simd'])}")
     print(f"paper preset, batch {a.batch} (one replica), generator batch {a.gen_batch}, intra-op {a.threads}, inter-op 2; "
           f"best (median) of {a.repeats} timed blocks")
-    print(f"{'contender':10s} {'oneDNN':7s} {'load':>5s} {'train samples/s':>22s} {'showers/s':>20s}")
+    print(f"{'contender':20s} {'oneDNN':7s} {'load':>5s} {'train samples/s':>22s} {'showers/s':>20s}")
     for key, r in results.items():
         who, onednn = key.split("/onednn=")
         state = r.get("machine", {}).get("onednn_enabled")
         label = f"{'on' if onednn == '1' else 'off'}" + ("" if state is None or state == (onednn == "1") else "(!)")
         if "error" in r:
-            print(f"{who:10s} {label:7s} {r['load_before']:5.2f} error: {r['error']}")
+            print(f"{who:20s} {label:7s} {r['load_before']:5.2f} error: {r['error']}")
             continue
-        print(f"{who:10s} {label:7s} {r['load_before']:5.2f} {r['train_best']:10.3f} ({r['train_median']:8.3f}) "
+        print(f"{who:20s} {label:7s} {r['load_before']:5.2f} {r['train_best']:10.3f} ({r['train_median']:8.3f}) "
               f"{r['gen_best']:9.2f} ({r['gen_median']:7.2f})")
-    if "authors" in contenders:
-        for onednn in settings:
-            b, o = results[f"burst/onednn={onednn}"], results[f"authors/onednn={onednn}"]
+    for onednn in settings:
+        state = "on" if onednn == "1" else "off"
+        base_key = f"burst:{a.precisions[0]}/onednn={onednn}"
+        for who in contenders[1:]:
+            b, o = results[base_key], results[f"{who}/onednn={onednn}"]
             if "error" not in b and "error" not in o:
-                print(f"burst / authors, oneDNN {'on' if onednn == '1' else 'off'}: training {b['train_best'] / o['train_best']:.2f}x, "
-                      f"generation {b['gen_best'] / o['gen_best']:.2f}x")
-    else:
+                print(f"{who} / burst:{a.precisions[0]}, oneDNN {state}: training {o['train_best'] / b['train_best']:.2f}x, "
+                      f"generation {o['gen_best'] / b['gen_best']:.2f}x")
+    if "authors" not in contenders:
         print("authors' loop not raced: pass --reference PATH to GPU_Version2.py from a clone of the ISC_HPC_3DGAN repository")
     return 0
 

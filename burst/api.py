@@ -215,7 +215,7 @@ def prediction(placement, workload: str) -> dict:
     held_h = e.training_h + e.preemption_h
     layout = placement.layout
     prof = profile.load(workload)
-    return {"workload": workload, "preset": prof.preset, "batch_per_replica": e.batch, "events": prof.events,
+    return {"workload": workload, "preset": prof.preset, "batch_per_replica": e.batch, "precision": e.precision, "events": prof.events,
             "accelerator": placement.accelerator, "count": placement.count,
             "nodes": layout.nodes if layout is not None else (placement.nodes or 1),
             "epoch_s": round(e.epoch_s, 3), "hours": round(e.hours, 4), "cost_usd": round(e.cost_usd, 2),

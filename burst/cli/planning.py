@@ -253,19 +253,47 @@ def bench(
     batch: Annotated[int, typer.Option(help="events per step")] = 4,
     steps: Annotated[int, typer.Option(help="steps per timed block")] = 3,
     repeats: Annotated[int, typer.Option(help="timed blocks (the best is kept)")] = 2,
+    precisions: Annotated[str, typer.Option(help="comma-separated precisions to measure, float32 first (what the plan falls back on)")] = "float32,mixed_bfloat16",
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Measure this machine on the workload's profiled preset and record it for `burst plan`."""
+    """Measure this machine on the workload's profiled preset, in float32 and in bfloat16, and record it for `burst plan`."""
+    from workloads.common import precision as precision_names
+
     from ..placement import profile
 
     w = workloads.get(workload)
     for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
         if v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
-    command = w.bench_command(batch, steps, repeats)
-    if command is None:
+    asked = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not asked or asked[0] != precision_names.FLOAT32 or any(p not in precision_names.PRECISIONS for p in asked):
+        raise BurstError(f"--precisions {precisions}: a comma-separated list that starts with float32, of {', '.join(precision_names.PRECISIONS)}")
+    if precision_names.FLOAT16 in asked:
+        raise BurstError("--precisions: mixed_float16 runs on GPUs only; `burst bench` measures this machine's CPUs")
+    if w.bench_command(batch, steps, repeats) is None:
         raise BurstError(f"workload {workload} has no benchmark; `burst calibrate RUN` measures it from finished runs instead")
-    console.print(f"measuring the {w.profile_preset} preset of {workload} on {os.cpu_count()} CPUs ({repeats} blocks of {steps} steps of {batch} events)...")
+    results = {}
+    for precision in asked:
+        console.print(f"measuring the {w.profile_preset} preset of {workload} in {precision} on {os.cpu_count()} CPUs "
+                      f"({repeats} blocks of {steps} steps of {batch} events)...")
+        results[precision] = _bench_once(w.bench_command(batch, steps, repeats, precision))
+    first = results[precision_names.FLOAT32]
+    record = {"workload": workload, "preset": w.profile_preset, "events_per_s": first["samples_per_s"],
+              "events_per_s_median": first["samples_per_s_median"], "gflops": first["gflops"],
+              "cpus": os.cpu_count(), "batch": batch, "by_precision": {p: r["samples_per_s"] for p, r in results.items()},
+              "cpu_flags": first.get("machine", {}).get("simd", [])}
+    path = profile.record_local(workload, record)
+    if as_json:
+        _emit_json({**record, "recorded_in": str(path)})
+        return
+    out.print(f"{record['events_per_s']:.2f} events/s ({record['gflops']:.1f} GFLOP/s) in float32 on {record['cpus']} CPUs; recorded in {path}")
+    for precision, r in list(results.items())[1:]:
+        out.print(f"{r['samples_per_s']:.2f} events/s in {precision}: {r['samples_per_s'] / first['samples_per_s']:.2f}x float32 "
+                  f"(CPU flags: {' '.join(record['cpu_flags']) or 'unknown'})")
+
+
+def _bench_once(command: list[str]) -> dict:
+    """One benchmark subprocess's JSON result; BurstError (one line) when it fails or hangs."""
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=3600)
     except subprocess.TimeoutExpired:
@@ -274,12 +302,4 @@ def bench(
     if proc.returncode != 0 or not lines:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BurstError(f"the benchmark failed: {last}", exit_code=1)
-    result = json.loads(lines[-1])
-    record = {"workload": workload, "preset": w.profile_preset, "events_per_s": result["samples_per_s"],
-              "events_per_s_median": result["samples_per_s_median"], "gflops": result["gflops"],
-              "cpus": os.cpu_count(), "batch": batch}
-    path = profile.record_local(workload, record)
-    if as_json:
-        _emit_json({**record, "recorded_in": str(path)})
-    else:
-        out.print(f"{record['events_per_s']:.2f} events/s ({record['gflops']:.1f} GFLOP/s) on {record['cpus']} CPUs; recorded in {path}")
+    return json.loads(lines[-1])

@@ -95,13 +95,14 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     ``staged_on``: stores already holding the run's dataset (a store among them costs no staging)."""
     facts = provider_facts()[layout.provider]
     batch = batch or profile.default_batch()
+    precision = profile.precision(layout.accelerator, policy.precision)[0]
     if scan is None:
-        epoch_s = profile.epoch_seconds(layout.accelerator, layout.count, layout.nodes, batch, events)
+        epoch_s = profile.epoch_seconds(layout.accelerator, layout.count, layout.nodes, batch, events, precision)
         training_h = epochs * epoch_s / 3600
     else:
         per_trial = scan.devices_per_trial
         trial_nodes = -(-per_trial // max(1, layout.count // layout.nodes))
-        epoch_s = profile.epoch_seconds(layout.accelerator, per_trial, trial_nodes, batch, events)
+        epoch_s = profile.epoch_seconds(layout.accelerator, per_trial, trial_nodes, batch, events, precision)
         training_h = scan.wall_epochs(epochs, layout.count // per_trial) * epoch_s / 3600
     est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=training_h, batch=batch)
     if scan is not None:
@@ -139,6 +140,7 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
     if stale:
         est.notes.append(stale)
     _speed_note(est, profile, layout.accelerator)
+    _precision_note(est, profile, layout.accelerator, policy.precision)
     est.energy_kwh = profile.watts(layout.accelerator) * layout.count / 1000 * facts.pue * (est.training_h + est.preemption_h)
     grid = carbon.intensity(layout.provider, layout.region)
     if grid is None:
@@ -177,6 +179,14 @@ def _speed_note(est: Estimate, profile: Profile, accelerator: str) -> None:
                          else f"{accelerator} speed is derived, not measured (±30 %)")
 
 
+def _precision_note(est: Estimate, profile: Profile, accelerator: str, asked: str) -> None:
+    """Which precision the estimate assumes, and the speed-up it counted for it (and from where)."""
+    est.precision, speedup, basis = profile.precision(accelerator, asked)
+    if est.precision != "float32":
+        est.notes.append(f"computes in {est.precision}" + (f" ({asked})" if asked == "auto" else "")
+                         + (f": x{speedup:g} on the per-event time ({basis})" if speedup != 1.0 else f": {basis}"))
+
+
 def onprem_nodes(profile: Profile, policy: Policy, count: int) -> int:
     """Nodes ``count`` devices of the site span: CPU nodes are the devices; GPUs fill nodes of
     gpus_per_node (0: GPUs not scheduled per node, one node)."""
@@ -193,12 +203,13 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
     if site is None:
         raise BurstError("the policy has no onprem section")
     batch = batch or profile.default_batch()
+    precision = profile.precision(site.accelerator, policy.precision)[0]
     if scan is None:
-        epoch_s = profile.epoch_seconds(site.accelerator, gpus, onprem_nodes(profile, policy, gpus), batch, events)
+        epoch_s = profile.epoch_seconds(site.accelerator, gpus, onprem_nodes(profile, policy, gpus), batch, events, precision)
         training_h = epochs * epoch_s / 3600
     else:
         per_trial = scan.devices_per_trial
-        epoch_s = profile.epoch_seconds(site.accelerator, per_trial, onprem_nodes(profile, policy, per_trial), batch, events)
+        epoch_s = profile.epoch_seconds(site.accelerator, per_trial, onprem_nodes(profile, policy, per_trial), batch, events, precision)
         training_h = scan.wall_epochs(epochs, gpus // per_trial) * epoch_s / 3600
     live = queue_h is not None
     est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=training_h,
@@ -217,6 +228,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
     if site.usd_per_gpu_hour is None:
         est.notes.append(f"on-prem price {est.price_basis}")
     _speed_note(est, profile, site.accelerator)
+    _precision_note(est, profile, site.accelerator, policy.precision)
     if live:
         est.notes.append(f"on-prem queue wait {est.queue_h:.2f} h, asked from the scheduler now" + (f" ({queue_note})" if queue_note else ""))
     elif site.queue_wait_hours or queue_note:

@@ -60,7 +60,7 @@ class Candidate:
             "after_lease_usd_per_hour": None if after is None else after.usd_per_hour,
             "target": self.target, "provider": self.provider, "region": self.region, "accelerator": self.accelerator,
             "count": self.count, "layout": self.layout.to_dict() if self.layout else {"description": self.layout_text},
-            "preemptible": self.preemptible, "batch_per_replica": e.batch, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
+            "preemptible": self.preemptible, "batch_per_replica": e.batch, "precision": e.precision, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
             "est_cost_usd": round(e.cost_usd, 2), "hourly_usd": round(e.hourly_usd, 4),
             "est_kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3), "energy_kwh": round(e.energy_kwh, 3),
             "grid_gco2_per_kwh": e.grid_g_per_kwh, "feasible": self.feasible,
@@ -159,7 +159,7 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
 
     local = [p for p in providers if kinds[p] == "local"]
     if local and (gpus is None or cpu_scan) and accelerator is None and preemptible is not True and region is None and nodes in (None, 1):
-        rate, basis = local_throughput(profile)
+        rate, basis = local_throughput(profile, policy.precision)
         e = est_mod.local(rate, basis, profile, policy, epochs, events, scan=scan)
         out.append(Candidate("local", local[0], "this machine", "cpu", os.cpu_count() or 1, False, e))
 

@@ -32,8 +32,18 @@ from .names import canonical
 _SLICE = re.compile(r"^(tpu-v[0-9a-z]+?)-(\d+)$")  # tpu-v3-32 → family tpu-v3
 
 
+class MixedPrecision(BaseModel):
+    """The 16-bit format an accelerator runs fast, and how much faster the workload's step is in it."""
+
+    model_config = ConfigDict(extra="forbid")
+    precision: Literal["mixed_bfloat16", "mixed_float16"]
+    speedup: float = Field(gt=0)  # per-event seconds in float32 (the tables) / in ``precision``
+    basis: str
+
+
 class AcceleratorSpeed(BaseModel):
-    """One accelerator family: measured (it has tables) or derived from another one by a ratio."""
+    """One accelerator family: measured (it has tables) or derived from another one by a ratio.
+    ``mixed``: the 16-bit format it runs fast (none: float32 is its fastest)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -46,6 +56,7 @@ class AcceleratorSpeed(BaseModel):
     watts: float = Field(gt=0)                 # board power under training load, per chip / GPU / node
     watts_basis: str
     basis: str = "measured (the tables below)"
+    mixed: Optional[MixedPrecision] = None
 
     @model_validator(mode="after")
     def _ratio_with_from(self):
@@ -240,6 +251,18 @@ class Profile(BaseModel):
             factor *= entry.ratio
             name = entry.from_
 
+    def precision(self, accelerator: str, asked: str = "auto") -> tuple[str, float, str]:
+        """(the precision a run on ``accelerator`` computes in, its speed-up over the float32 tables,
+        where the figure comes from). ``auto`` is the accelerator's fast 16-bit format, if it has one."""
+        mixed = self.accelerators[self.family(accelerator)].mixed
+        if asked == "auto":
+            asked = mixed.precision if mixed else "float32"
+        if asked == "float32":
+            return asked, 1.0, "float32, as the tables were measured"
+        if mixed is None or mixed.precision != asked:
+            return asked, 1.0, f"no speed-up counted: {accelerator} does not run {asked} fast"
+        return asked, mixed.speedup, mixed.basis
+
     def speed(self, accelerator: str) -> float:
         """Per-replica throughput relative to one V100 replica (for tables and explanations)."""
         return self.per_event_s("V100") / self.per_event_s(accelerator)
@@ -253,13 +276,16 @@ class Profile(BaseModel):
         return max(nodes, -(-count // acc.chips_per_host)) if acc.kind == "tpu" else nodes
 
     def epoch_seconds(self, accelerator: str, count: int, nodes: int = 1, batch: Optional[int] = None,
-                      events: Optional[int] = None) -> float:
-        """Seconds per epoch on ``count`` devices (GPUs, TPU chips or CPU nodes) over ``nodes`` hosts."""
+                      events: Optional[int] = None, precision: str = "float32") -> float:
+        """Seconds per epoch on ``count`` devices (GPUs, TPU chips or CPU nodes) over ``nodes`` hosts,
+        computing in ``precision`` (its speed-up shortens the per-event term; the per-step and
+        all-reduce terms stay: the gradients are all-reduced in float32 either way)."""
         if count < 1 or nodes < 1:
             raise BurstError("need at least one device on one node")
         fit = self.fit()
         acc = self.accelerators[self.family(accelerator)]
-        return fit.epoch_s(self.per_event_s(accelerator, fit), acc.network, self.replicas(accelerator, count),
+        speedup = self.precision(accelerator, precision)[1]
+        return fit.epoch_s(self.per_event_s(accelerator, fit) / speedup, acc.network, self.replicas(accelerator, count),
                            self.hosts(accelerator, count, nodes), batch or self.default_batch(), events or self.events)
 
     def default_batch(self) -> int:
@@ -327,10 +353,12 @@ class CalibrationRecord(BaseModel):
 
 
 class BenchRecord(BaseModel):
-    """``bench/<workload>.json``, written by `burst bench`: this machine's events per second."""
+    """``bench/<workload>.json``, written by `burst bench`: this machine's events per second (in
+    float32), and in every precision it measured."""
 
     events_per_s: float = Speed
     cpus: Optional[int] = Field(None, ge=1, le=1_000_000)
+    by_precision: dict[str, float] = Field(default_factory=dict)
 
 
 def calibration(profile: Profile) -> dict[str, dict]:
@@ -365,11 +393,18 @@ def record_local(workload: str, result: dict) -> Path:
     return path
 
 
-def local_throughput(profile: Profile) -> tuple[float, str]:
-    """Events per second of the paper preset on this machine, and where the figure comes from."""
+def local_throughput(profile: Profile, precision: str = "float32") -> tuple[float, str]:
+    """Events per second of the paper preset on this machine in ``precision`` (``auto``: what this
+    CPU runs fast), and where the figure comes from."""
+    from workloads.common import precision as precisions  # light: names and /proc/cpuinfo
+
+    if precision == precisions.AUTO:
+        precision = precisions.for_cpu(precisions.cpu_flags())[0]
     path = bench_path(profile.workload)
     try:
         rec = read_record(path, "bench record", f"run `burst bench` again or remove it (rm -r {path})", BenchRecord)
     except FileNotFoundError:
-        return profile.local_default.events_per_s, f"profile default ({profile.local_default.basis}); run `burst bench` to measure this machine"
-    return rec.events_per_s, f"measured by `burst bench` ({rec.cpus or '?'} CPUs)"
+        return profile.local_default.events_per_s, f"profile default ({profile.local_default.basis}, float32); run `burst bench` to measure this machine"
+    if precision in rec.by_precision:
+        return rec.by_precision[precision], f"measured by `burst bench` in {precision} ({rec.cpus or '?'} CPUs)"
+    return rec.events_per_s, f"measured by `burst bench` in float32 ({rec.cpus or '?'} CPUs; {precision} not measured)"

@@ -188,6 +188,7 @@ class Estimate:
     energy_kwh: float = 0.0             # accelerators x PUE over the training (and re-training) hours
     grid_g_per_kwh: Optional[float] = None  # None: no figure for where the run draws its power
     price_basis: str = ""               # where the hourly price comes from (local/on-prem)
+    precision: str = "float32"          # what the run computes in (the policy's, auto resolved for the accelerator)
 
     @property
     def kgco2e(self) -> Optional[float]:

@@ -96,10 +96,10 @@ class Workload(ABC):
         """The command that writes ``events`` synthetic Monte Carlo events into ``out`` (for `burst pack`)."""
         return [sys.executable, "-m", self.module, "generate", "--out", str(out), "--events", str(events)]
 
-    def bench_command(self, batch: int, steps: int, repeats: int) -> list[str] | None:
-        """The command that measures ``profile_preset``'s training throughput on this machine and
-        prints one JSON line with ``samples_per_s``, ``samples_per_s_median`` and ``gflops``; None
-        when the workload has no benchmark."""
+    def bench_command(self, batch: int, steps: int, repeats: int, precision: str = "float32") -> list[str] | None:
+        """The command that measures ``profile_preset``'s training throughput on this machine in
+        ``precision`` and prints one JSON line with ``samples_per_s``, ``samples_per_s_median`` and
+        ``gflops``; None when the workload has no benchmark."""
         return None
 
     def epoch_line(self, metrics: dict) -> str:

@@ -20,13 +20,14 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def throughput(preset: str, batch: int, steps: int, repeats: int) -> dict:
+def throughput(preset: str, batch: int, steps: int, repeats: int, precision: str = "float32") -> dict:
     from ..common.cpu import machine_facts
     from . import pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
         train_dir, _ = pipeline.prepare_synthetic(Path(tmp), max(1000, batch * steps), seed=0)
-        trainer, dataset_fn, _ = pipeline.prepare_training(sorted(train_dir.glob("*.h5")), preset, batch, steps_per_epoch=steps)
+        trainer, dataset_fn, _ = pipeline.prepare_training(sorted(train_dir.glob("*.h5")), preset, batch, steps_per_epoch=steps,
+                                                           precision=precision)
         trainer.fit(dataset_fn, 1, steps)  # warm-up: tracing
         rates = []
         for block in range(repeats):
@@ -43,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workloads.calo.bench")
     p.add_argument("--throughput", required=True, help='JSON: {"preset": "small", "batch": 32, "steps": 40, "repeats": 2}')
     a = p.parse_args(argv)
-    spec = {"preset": "small", "batch": 32, "steps": 40, "repeats": 2, **json.loads(a.throughput)}
-    print(json.dumps(throughput(spec["preset"], int(spec["batch"]), int(spec["steps"]), int(spec["repeats"]))))
+    spec = {"preset": "small", "batch": 32, "steps": 40, "repeats": 2, "precision": "float32", **json.loads(a.throughput)}
+    print(json.dumps(throughput(spec["preset"], int(spec["batch"]), int(spec["steps"]), int(spec["repeats"]), spec["precision"])))
     return 0
 
 

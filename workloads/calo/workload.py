@@ -36,12 +36,13 @@ class Calo(Workload):
             raise ValueError(f"{knob} is a whole number, got {value!r}")
         preset_data.tuned(preset_data.get_preset(preset), {knob: value})
 
-    def bench_command(self, batch: int, steps: int, repeats: int) -> list[str]:
+    def bench_command(self, batch: int, steps: int, repeats: int, precision: str = "float32") -> list[str]:
         import json
         import sys
 
         return [sys.executable, "-m", "workloads.calo.bench", "--throughput",
-                json.dumps({"preset": self.profile_preset, "batch": batch, "steps": steps, "repeats": repeats})]
+                json.dumps({"preset": self.profile_preset, "batch": batch, "steps": steps, "repeats": repeats,
+                            "precision": precision})]
 
     def epoch_line(self, m: dict) -> str:
         return f"{m.get('samples_per_s')} samples/s, denoising loss {m.get('loss', float('nan')):.4f}"

@@ -122,7 +122,7 @@ def _worker(cfg: dict) -> dict:
     from .train import GAN3DTrainer
 
     preset = get_preset(cfg["preset"])
-    trainer = GAN3DTrainer(preset, cfg["batch"], strategy=strategy, seed=0)
+    trainer = GAN3DTrainer(preset, cfg["batch"], strategy=strategy, seed=0, precision=cfg.get("precision", "float32"))
     gb = trainer.global_batch
     steps = cfg["steps"]
     spec = data.InputSpec.discover(cfg["data"], preset)
@@ -293,8 +293,8 @@ def _print(r: dict) -> None:
             print(f"  oneDNN {str(s['onednn']):5s} intra {s['intra']} inter {s['inter']}: {s['samples_per_s']} samples/s, {s['gflops']} GFLOP/s, {100 * s['fraction_of_peak']:.2f}% of peak" + (f"  error: {s['error']}" if s["error"] else ""))
 
 
-def throughput(preset: str, batch: int, steps: int, repeats: int) -> dict:
-    """Training events/s of the optimised loop on this machine (what `burst bench` records)."""
+def throughput(preset: str, batch: int, steps: int, repeats: int, precision: str = "float32") -> dict:
+    """Training events/s of the optimised loop on this machine in ``precision`` (what `burst bench` records)."""
     from .synthetic import write_dataset
 
     cores = cpu_info()["cores"]
@@ -302,7 +302,7 @@ def throughput(preset: str, batch: int, steps: int, repeats: int) -> dict:
         n_events = max(2 * batch * steps + 64, 128)
         write_dataset(Path(tmp) / "h5", n_events, seed=1, events_per_file=n_events)
         cfg = {"preset": preset, "batch": batch, "steps": steps, "data": str(Path(tmp) / "h5"), "repeats": repeats,
-               "mode": "optimised", "replicas": 1, "intra": cores, "inter": 2}
+               "mode": "optimised", "replicas": 1, "intra": cores, "inter": 2, "precision": precision}
         return _run_worker(cfg, timeout=3600)
 
 
@@ -310,7 +310,7 @@ if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == WORKER_FLAG:
     print(json.dumps(_worker(json.loads(sys.argv[2]))))
 elif __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "--throughput":
     cfg = json.loads(sys.argv[2])
-    result = throughput(cfg["preset"], cfg["batch"], cfg["steps"], cfg["repeats"])
+    result = throughput(cfg["preset"], cfg["batch"], cfg["steps"], cfg["repeats"], cfg.get("precision", "float32"))
     if "error" in result:
         print(result["error"], file=sys.stderr)
         sys.exit(1)

@@ -44,11 +44,12 @@ class GAN3D(Workload):
             raise ValueError(f"{knob} is a number, got {value!r}")
         preset_data.tuned(preset_data.get_preset(preset), {knob: value})
 
-    def bench_command(self, batch: int, steps: int, repeats: int) -> list[str]:
+    def bench_command(self, batch: int, steps: int, repeats: int, precision: str = "float32") -> list[str]:
         import json
 
         return [sys.executable, "-m", "workloads.gan3d.bench", "--throughput",
-                json.dumps({"preset": self.profile_preset, "batch": batch, "steps": steps, "repeats": repeats})]
+                json.dumps({"preset": self.profile_preset, "batch": batch, "steps": steps, "repeats": repeats,
+                            "precision": precision})]
 
     def epoch_line(self, m: dict) -> str:
         nan = float("nan")
