@@ -77,7 +77,7 @@ def _flag_error(exc: ValidationError) -> str:
     value = err.get("input")
     if err["type"] in ("greater_than", "greater_than_equal"):
         return f"{flag} must be a positive {'number' if field == 'budget_usd' else 'whole number'}, got {value}"
-    return f"{flag}: {err['msg']}"
+    return f"{flag}: {err['msg'].removeprefix('Value error, ')}"
 
 
 def cluster(name: str) -> ClusterHandle:

@@ -82,7 +82,7 @@ class TuneRequest(TrainSettings):
             err = exc.errors()[0]
             flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
             flag = {"--budget-usd": "--budget", "--steps-per-epoch": "--steps", "--cancel-on-interrupt": "--cancel"}.get(flag, flag)
-            raise BurstError(f"{flag}: {err['msg']} (got {err.get('input')!r})") from None
+            raise BurstError(f"{flag}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
         from .runs import check_data
 
         check_data(request.data, request.synthetic)

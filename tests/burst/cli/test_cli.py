@@ -20,6 +20,7 @@ def burst(*args, home, cwd=None, timeout=60):
         (["up", "--cpus", "0"], "--cpus must be a positive"),
         (["up", "--provider", "local", "--gpus", "64"], "--gpus 64: this machine has"),
         (["train", "nope"], "unknown workload 'nope'"),
+        (["run", "--precision", "fp8"], "--precision: unknown precision 'fp8'; choose one of: auto, float32, mixed_bfloat16"),
         (["train", "gan3d", "--cluster", "ghost"], "no cluster named 'ghost'"),
         (["train", "gan3d", "--epochs", "0"], "--epochs must be a positive"),
         (["train", "gan3d", "--preset", "huge"], "unknown preset 'huge'"),

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from workloads.common import precision
 from tests.support import census, cli_runs, slurm_site
 from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events, stopped_by_budget
 
@@ -144,6 +145,8 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     machine = provenance["machine"]  # as the training worker's TensorFlow saw it
     assert machine["onednn_enabled"] is True and machine["onednn_requested"] == "1"
     assert machine["cpu_model"] and machine["simd"] and machine["intra_op_threads"] == 2
+    # auto: what this CPU runs fast (float32 without AVX512-BF16 or AMX), and why, as the worker decided
+    assert (machine["precision"], machine["precision_why"]) == precision.for_cpu(precision.cpu_flags())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.01 < metrics["summary"]["sf_mc"] < 0.03
     status = json.loads(burst("status", "--json", home=home, cwd=cwd).stdout)
@@ -793,6 +796,19 @@ def test_a_run_that_misses_its_quality_gate_ends_failed_quality_with_its_report(
     assert metrics["verdict"]["passed"] is False and set(metrics["verdict"]["failing"]) == {"classifier_auc"}
     assert metrics["noise_floor"]["events"] == metrics["gan_same_size"]["events"] == 50
     assert "<b>Verdict:</b> FAILED the quality gate" in (run_dir / "report" / "report.html").read_text()
+
+
+def test_float16_on_a_cpu_cluster_is_one_line_before_the_run_starts(cluster, home, tmp_path):
+    """mixed_float16 is for NVIDIA GPUs (TensorFlow has no float16 CPU kernel for the GAN's 3D
+    pooling): refused before the run is recorded or its data staged, not three Ray Train restarts later."""
+    runs_before = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"]
+    proc = burst("train", "gan3d", "--cluster", "t", "--epochs", "1", *TRAIN_ARGS, "--precision", "mixed_float16",
+                 home=home, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: --precision mixed_float16 needs NVIDIA GPUs, and cluster t has none; use mixed_bfloat16 or float32 (or auto)"]
+    assert json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"] == runs_before
+    assert not (tmp_path / "burst-runs").exists()
 
 
 def test_run_never_takes_down_a_cluster_it_did_not_start(cluster, home, tmp_path):

@@ -174,3 +174,14 @@ def test_api_check_asks_the_provider_and_creates_nothing(tmp_path, monkeypatch):
     with pytest.raises(BurstError, match="pre-flight for gcp found 3 problems"):
         api.check("gcp", gpus=128, accelerator="V100", preemptible=True, region="us-central1")
     assert calls.asked and not list(tmp_path.glob("clusters/*"))  # asked the APIs, recorded nothing
+
+
+def test_float16_needs_gpus_and_bfloat16_runs_everywhere():
+    from burst.targets.base import JobResources
+
+    JobResources(workers=1, gpus_per_worker=1).runs_precision("mixed_float16", "c")
+    for resources, has in ((JobResources(workers=2), "none"), (JobResources(workers=1, tpu=True), "TPUs")):
+        with pytest.raises(BurstError, match=f"mixed_float16 needs NVIDIA GPUs, and cluster c has {has}"):
+            resources.runs_precision("mixed_float16", "c")
+        for fine in (None, "auto", "float32", "mixed_bfloat16"):
+            resources.runs_precision(fine, "c")
