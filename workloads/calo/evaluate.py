@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.gate import gate_verdict
+from ..common.gate import BROKEN, finite_part, gate_verdict
 from .geometry import LAYERS, R_CENTRES_MM, cell_xy_mm, cells
 from .metrics import GROUPS, VERDICT_METRICS
 
@@ -139,7 +139,10 @@ def evaluate(ref_showers: np.ndarray, energies: np.ndarray, model_showers: np.nd
     """Every metric of the model against the reference, the noise floor (reference half A against
     half B) and the model at the same size (its showers for half B's energies against half A),
     and the verdict against ``gate``. ``model_b_showers`` are generated for ``energies[halves()[1]]``."""
+    model_showers, broken = finite_part(model_showers)
+    model_b_showers = finite_part(model_b_showers)[0]
     summary, seps = _summary(ref_showers, energies, model_showers, energies, seed)
+    summary[BROKEN] = broken
     a, b = halves(len(energies), seed)
     floor, _ = _summary(ref_showers[a], energies[a], ref_showers[b], energies[b], seed)
     same, _ = _summary(ref_showers[a], energies[a], model_b_showers, energies[b], seed)
@@ -199,6 +202,7 @@ def write_report(ref: np.ndarray, energies: np.ndarray, model: np.ndarray, model
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = evaluate(ref, energies, model, model_b, gate, seed)
+    model = finite_part(model)[0]
     if extra:
         metrics["run"] = extra
     figures = _figures(ref, model, energies, out_dir, metrics["separation_power"])

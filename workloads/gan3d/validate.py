@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.gate import gate_verdict
+from ..common.gate import BROKEN, finite_part, gate_verdict
 from .features import hit_counts, measured_angle, moments, profiles
 from .metrics import EPOCH_METRICS, GATE_METRICS, VERDICT_METRICS  # noqa: F401  (the tables, kept importable from here)
 from .synthetic import STORED_PER_GEV
@@ -323,8 +323,10 @@ def verdict(metrics: dict, gate: dict[str, float] | None) -> dict:
 def evaluate(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray,
              gate: dict[str, float] | None = None, seed: int = 0) -> dict:
     """Every metric of the GAN against MC, the same against half of MC with the other half as the
-    noise floor, the sample distances, and the verdict."""
+    noise floor, the sample distances, and the verdict (NaN or infinite cells fail it, counted and set to 0)."""
+    gan_stored, broken = finite_part(gan_stored)
     metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
+    metrics["summary"][BROKEN] = broken
     mc, gan = np.asarray(mc_stored, np.float64) / STORED_PER_GEV, np.asarray(gan_stored, np.float64) / STORED_PER_GEV
     metrics["summary"].update(sample_distances(mc, gan, energy_gev, energy_gev, seed))
     # mean profiles (GeV per cell), so runs can be compared or averaged without their showers
@@ -355,6 +357,9 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics = evaluate(mc_stored, gan_stored, energy_gev, theta_rad, gate)
+    gan_stored = finite_part(gan_stored)[0]
+    if extra:
+        metrics["run"] = extra  # the preset, the epochs and the precision the judged model was trained in
     if initial_stored is not None:
         metrics["initial"] = {"summary": compare(mc_stored, initial_stored, energy_gev, theta_rad)["summary"]}
     figures = _figures(np.asarray(mc_stored) / STORED_PER_GEV, np.asarray(gan_stored) / STORED_PER_GEV, energy_gev, theta_rad, out_dir)

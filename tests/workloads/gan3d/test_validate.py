@@ -175,3 +175,24 @@ def test_validate_command_states_the_noise_floor_and_the_verdict(tiny_h5, tmp_pa
     assert out["noise_floor"]["events"] == 24 and out["summary"]["events"] == 48  # the held-out file, split in two paired halves
     assert out["verdict"].startswith("no quality gate; at 24 events per sample: optimisation_metric")
     assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_showers_with_nan_or_infinite_cells_fail_with_or_without_a_gate(mc, tmp_path):
+    """What a 16-bit run whose arithmetic overflowed generates: judged (the finite cells still
+    measured), not crashed on, and failed whatever the gate says."""
+    from workloads.gan3d.validate import evaluate
+
+    broken = mc["ECAL"].astype(np.float32).copy()
+    broken[:3, 10, 10, :] = np.nan
+    broken[3, 0, 0, 0] = np.inf
+    got = write_report(mc["ECAL"], broken, mc["energy"], mc["theta"], tmp_path, extra={"precision": "mixed_float16"})
+    fraction = (3 * 25 + 1) / broken.size
+    assert got["summary"]["non_finite_fraction"] == pytest.approx(fraction)
+    assert np.isfinite(got["summary"]["sf_rel_error"]) and np.isfinite(got["summary"]["classifier_auc"])
+    assert got["verdict"]["passed"] is False and got["verdict"]["line"].startswith("FAILED: 0.")
+    assert "NaN or infinite" in got["verdict"]["line"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["run"] == {"precision": "mixed_float16"}
+    gated = evaluate(mc["ECAL"], broken, mc["energy"], mc["theta"], gate={"optimisation_metric": 1e9})
+    assert gated["verdict"]["passed"] is False and set(gated["verdict"]["failing"]) == {"non_finite_fraction"}
+    clean = evaluate(mc["ECAL"], mc["ECAL"].copy(), mc["energy"], mc["theta"], gate={"optimisation_metric": 1e9})
+    assert clean["verdict"]["passed"] is True and clean["summary"]["non_finite_fraction"] == 0.0
