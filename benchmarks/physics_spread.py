@@ -28,13 +28,15 @@ from pathlib import Path
 import numpy as np
 
 
-def run_seed(seed: int, epochs: int, synthetic: int, work: Path, precision: str = "auto") -> tuple[dict, dict, float]:
-    """One default run with ``seed`` in ``precision``: its metrics, the machine its worker saw, its wall seconds."""
+def run_seed(seed: int, epochs: int, synthetic: int, work: Path, precision: str = "auto", steps: int | None = None) -> tuple[dict, dict, float]:
+    """One default run with ``seed`` in ``precision`` (``steps`` per epoch: all the events' by default):
+    its metrics, the machine its worker saw, its wall seconds."""
     cwd = work / f"seed{seed}-{precision}"
     cwd.mkdir()
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "local", "--name", f"spread{seed}",
-                           "--seed", str(seed), "--epochs", str(epochs), "--synthetic", str(synthetic), "--precision", precision],
+                           "--seed", str(seed), "--epochs", str(epochs), "--synthetic", str(synthetic), "--precision", precision,
+                           *(["--steps", str(steps)] if steps else [])],
                           capture_output=True, text=True, cwd=cwd, env={**os.environ, "BURST_HOME": str(work / "home")})
     if proc.returncode != 0:
         raise SystemExit(f"seed {seed} failed: {proc.stderr[-2000:]}")
