@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from workloads.common import precision
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -55,6 +57,8 @@ def test_nothing_feasible_exits_1_and_shows_the_nearest(tmp_path):
         (["catalog", "--accelerator", "B200"], "no catalog rows match"),
         (["policy", "check", "/no/such.yaml"], "cannot read policy"),
         (["bench", "--steps", "0"], "--steps must be a positive"),
+        (["bench", "--precisions", "mixed_bfloat16"], "--precisions mixed_bfloat16: a comma-separated list that starts with float32"),
+        (["bench", "--precisions", "float32,mixed_float16"], "mixed_float16 runs on GPUs only"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, fragment):
@@ -101,10 +105,13 @@ def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout)
     assert rec["events_per_s"] > 0 and Path(rec["recorded_in"]).exists()
+    assert set(rec["by_precision"]) == {"float32", "mixed_bfloat16"} and all(v > 0 for v in rec["by_precision"].values())
+    assert rec["by_precision"]["float32"] == rec["events_per_s"]
     plan = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)
     local = next(c for c in plan["candidates"] if c["target"] == "local")
-    assert local["est_epoch_s"] == pytest.approx(124987 / rec["events_per_s"], rel=0.01)
-    assert any("measured by `burst bench`" in r for r in local["reasons"])
+    here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: what this CPU runs fast
+    assert local["est_epoch_s"] == pytest.approx(124987 / rec["by_precision"][here], rel=0.01)
+    assert any(f"measured by `burst bench` in {here}" in r for r in local["reasons"])
 
 
 def test_up_without_provider_takes_the_plans_choice(tmp_path):
