@@ -51,7 +51,19 @@ def _measured(run_id: str) -> dict:
         raise BurstError(f"run {run_id} measured no epoch time")
     if cost.predicted.epoch_s is None or cost.predicted.events_per_epoch is None:
         raise BurstError(f"run {run_id} is not comparable with the time model: {cost.predicted.why}")
-    return {"run": run_id, "workload": record.workload, "plan": plan, "epoch_s": measured, "events": cost.predicted.events_per_epoch}
+    return {"run": run_id, "workload": record.workload, "plan": plan, "epoch_s": measured, "events": cost.predicted.events_per_epoch,
+            "precision": _precision_of(Path(record.run_dir), plan)}
+
+
+def _precision_of(run_dir: Path, plan: dict) -> str:
+    """What the run computed in: as its worker decided (provenance), else as planned, else float32 (runs before precision)."""
+    import json
+
+    try:
+        machine = json.loads((run_dir / "provenance.json").read_text()).get("machine", {})
+    except (OSError, ValueError):
+        machine = {}
+    return machine.get("precision") or plan.get("precision") or "float32"
 
 
 def calibrate(run_ids: list[str]) -> Calibration:
@@ -81,9 +93,12 @@ def calibrate(run_ids: list[str]) -> Calibration:
         if a <= 0:
             raise BurstError(f"run {m['run']}: its steps ({m['epoch_s'] / steps:.3f} s) are shorter than the model's fixed per-step "
                              f"cost; it cannot calibrate {family}")
-        solved.append(a)
+        # the profile's speeds are float32's; a run in a 16-bit precision was faster by its speed-up
+        solved.append(a * prof.precision(p["accelerator"], m["precision"])[1])
     before = prof.per_event_s(family, fit)
     per_event = statistics.mean(solved)
-    basis = f"measured here: {len(solved)} run(s) ({', '.join(run_ids)}), calibrated {date.today().isoformat()}"
+    sixteen = sorted({m["precision"] for m in measured} - {"float32"})
+    basis = (f"measured here: {len(solved)} run(s) ({', '.join(run_ids)}), calibrated {date.today().isoformat()}"
+             + (f" (runs in {', '.join(sixteen)}, scaled to float32 by the profile's speed-up)" if sixteen else ""))
     path = profile_mod.record_calibration(prof, family, per_event, basis, list(run_ids))
     return Calibration(family, per_event, before, list(run_ids), path)

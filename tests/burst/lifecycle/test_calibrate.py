@@ -51,6 +51,24 @@ def test_a_run_on_a_twice_as_fast_v100_calibrates_twice_the_speed_and_plans_use_
     assert PROFILE.per_event_s("T4") == pytest.approx(fast / 0.356, rel=1e-4)  # derived speeds follow their base
 
 
+def test_a_run_in_bfloat16_calibrates_the_float32_speed_the_plan_then_scales(tmp_path):
+    """An H100 run in mixed_bfloat16 (its provenance says so) was faster by the profile's speed-up:
+    the calibration divides that back out, so a plan does not count the speed-up twice."""
+    fit = PROFILE.fit()
+    name, speedup, _ = PROFILE.precision("H100")
+    assert name == "mixed_bfloat16" and speedup > 1
+    float32_here = PROFILE.per_event_s("H100") / 2  # this site's H100s: twice the profile's speed
+    samples = 64 * 8 * 10
+    finished_run(tmp_path, "h", {**plan_for("H100", 8, 1), "precision": name},
+                 fit.epoch_s(float32_here / speedup, "ethernet", 8, 1, 64, samples), samples)
+    (tmp_path / "runs" / "h" / "provenance.json").write_text(json.dumps({"machine": {"precision": name}}))
+    result = calibrate(["h"])
+    assert result.per_event_s == pytest.approx(float32_here, rel=1e-3)
+    assert "runs in mixed_bfloat16, scaled to float32 by the profile's speed-up" in PROFILE.basis("H100")
+    assert PROFILE.epoch_seconds("H100", 8, 1, 64, samples, name) == pytest.approx(
+        fit.epoch_s(float32_here / speedup, "ethernet", 8, 1, 64, samples), rel=1e-3)
+
+
 def test_runs_that_cannot_calibrate_say_why_in_one_line(tmp_path):
     finished_run(tmp_path, "pinned", {}, 10.0, 100)
     with pytest.raises(BurstError, match="started without a plan .* measured by `burst bench`"):
