@@ -352,6 +352,9 @@ def _kueue(fake: Path, pending: int, used: int, quota: int = 32) -> None:
 
 def test_the_plan_reads_kueue_and_weighs_the_cluster_against_the_clouds(tmp_path, site, fake):
     policy = site(", local_queue: gpu-queue, queue_wait_hours: 6")
+    # both sides in float32: under auto, the clouds' V100s in mixed float16 (x2.12, derived) would
+    # outrun the site's A100s in bfloat16 (x1.12) and change what this test weighs
+    policy.write_text(policy.read_text() + "precision: float32\n")
     _kueue(fake, pending=0, used=8)
     plan = json.loads(burst("plan", "--policy", str(policy), "--json", "--all", home=tmp_path, fake=fake).stdout)
     k8s = [c for c in plan["candidates"] if c["provider"] == "kubernetes"]
