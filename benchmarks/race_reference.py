@@ -216,6 +216,7 @@ def main() -> int:
         for who in contenders:
             who_alone, _, precision = who.partition(":")
             results[f"{who}/onednn={onednn}"] = run_part({**base, "contender": who_alone, "precision": precision or "float32"}, onednn)
+            print(f"{who} oneDNN {onednn}: {json.dumps(results[f'{who}/onednn={onednn}'])}", file=sys.stderr, flush=True)  # a long race keeps what it has
     report = {"machine": {"cpu_model": info["model"], "cores": info["cores"], "simd": info["simd"]}, "settings": base, "results": results}
     if a.json:
         print(json.dumps(report, indent=1))
