@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -358,7 +358,7 @@ class BenchRecord(BaseModel):
 
     events_per_s: float = Speed
     cpus: Optional[int] = Field(None, ge=1, le=1_000_000)
-    by_precision: dict[str, float] = Field(default_factory=dict)
+    by_precision: dict[str, Annotated[float, Speed]] = Field(default_factory=dict)
 
 
 def calibration(profile: Profile) -> dict[str, dict]:
