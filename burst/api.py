@@ -311,8 +311,8 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
     if request.detach and not request.managed:
         raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
-    if policy is not None:
-        policy = _policy(policy)  # loaded once: its checkpoint interval, and the placement below
+    if policy is not None or request.precision is not None:
+        policy = policy_for(request, policy)  # loaded once: its checkpoint interval and precision, and the placement below
         request = with_policy_settings(request, policy)
     from .home import staged
 
@@ -320,6 +320,15 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
     if request.managed:
         return _run_managed(request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
+
+
+def policy_for(request, policy):
+    """The loaded policy, with the request's own precision in place of the policy's: the plan then
+    estimates the precision the run will compute in."""
+    policy = _policy(policy)
+    if request.precision is not None and request.precision != policy.precision:
+        policy = policy.model_copy(update={"precision": request.precision})
+    return policy
 
 
 def with_policy_settings(request: TrainRequest, policy) -> TrainRequest:
@@ -394,6 +403,9 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
     under the policy; ``placement``: as ``up``'s) and taken down after (success, failure and Ctrl-C alike)."""
     from .lifecycle import scans
 
+    if policy is not None or request.precision is not None:
+        policy = policy_for(request, policy)
+        request = with_policy_settings(request, policy)
     if not start:
         return scans.tune(request, report)
     if provider is None:  # the plan sizes the scan and picks where it runs

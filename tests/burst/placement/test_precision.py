@@ -74,3 +74,18 @@ def test_a_policy_with_an_unknown_precision_is_refused_in_one_line(tmp_path):
     path.write_text("precision: fp8\n")
     with pytest.raises(BurstError, match="precision.*unknown precision 'fp8'"):
         policy.load(path)
+
+
+def test_a_run_s_own_precision_is_what_its_plan_estimates(tmp_path):
+    """`burst run --precision float32` on an H100 cloud: the plan estimates float32, not the
+    policy's auto; a run that names none keeps the policy's."""
+    from burst import api
+
+    path = tmp_path / "p.yaml"
+    path.write_text("precision: mixed_bfloat16\nproviders: [gcp]\n")
+    flagged = api.policy_for(api.TrainRequest.of(precision="float32"), path)
+    assert flagged.precision == "float32" and flagged.providers == ["gcp"]
+    assert api.policy_for(api.TrainRequest.of(), path).precision == "mixed_bfloat16"
+    assert api.with_policy_settings(api.TrainRequest.of(), api.policy_for(api.TrainRequest.of(), path)).precision == "mixed_bfloat16"
+    h100 = flagged.model_copy(update={"preemptible": "never", "accelerators": ["H100"]})
+    assert {c.estimate.precision for c in placement.plan(h100, PROFILE, OFFERS).candidates} == {"float32"}
