@@ -311,7 +311,7 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
     if request.detach and not request.managed:
         raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
-    if policy is not None or request.precision is not None:
+    if policy is not None or _plans_precision(request, provider):
         policy = policy_for(request, policy)  # loaded once: its checkpoint interval and precision, and the placement below
         request = with_policy_settings(request, policy)
     from .home import staged
@@ -320,6 +320,12 @@ def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, h
     if request.managed:
         return _run_managed(request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
     return _on_own_cluster(runs.train, request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
+
+
+def _plans_precision(request, provider: Optional[str]) -> bool:
+    """Whether a plan will estimate this request, so that the request's own precision must reach it
+    (this machine, named, is placed without a plan unless a policy is given)."""
+    return request.precision is not None and (provider is None or targets.get(provider).kind != "local")
 
 
 def policy_for(request, policy):
@@ -403,7 +409,7 @@ def tune(request, provider: Optional[str] = None, *, start: bool = False, policy
     under the policy; ``placement``: as ``up``'s) and taken down after (success, failure and Ctrl-C alike)."""
     from .lifecycle import scans
 
-    if policy is not None or request.precision is not None:
+    if policy is not None or (start and _plans_precision(request, provider)):
         policy = policy_for(request, policy)
         request = with_policy_settings(request, policy)
     if not start:
