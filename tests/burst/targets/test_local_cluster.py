@@ -801,13 +801,13 @@ def test_a_run_that_misses_its_quality_gate_ends_failed_quality_with_its_report(
 def test_float16_on_a_cpu_cluster_is_one_line_before_the_run_starts(cluster, home, tmp_path):
     """mixed_float16 is for NVIDIA GPUs (TensorFlow has no float16 CPU kernel for the GAN's 3D
     pooling): refused before the run is recorded or its data staged, not three Ray Train restarts later."""
-    runs_before = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"]
+    runs_before = {r["run_id"] for r in json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"]}
     proc = burst("train", "gan3d", "--cluster", "t", "--epochs", "1", *TRAIN_ARGS, "--precision", "mixed_float16",
                  home=home, cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: --precision mixed_float16 needs NVIDIA GPUs, and cluster t has none; use mixed_bfloat16 or float32 (or auto)"]
-    assert json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"] == runs_before
+    assert {r["run_id"] for r in json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)["runs"]} == runs_before  # none recorded
     assert not (tmp_path / "burst-runs").exists()
 
 
