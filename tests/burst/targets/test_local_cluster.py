@@ -559,7 +559,8 @@ def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home
     handle, _ = cluster
     policy = tmp_path / "site.yaml"
     policy.write_text(f"onprem:\n  accelerator: V100\n  gpus: 8\n  usd_per_gpu_hour: 0.9\n  ray_address: {handle['dashboard_url']}\n"
-                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n")
+                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n"
+                      "precision: float32\n")  # the 'V100' is this CPU: a float32 run, so the plan must assume float32
     site = json.loads(burst("up", "--provider", "ray", "--name", "site", "--policy", str(policy), "--json", home=home, cwd=tmp_path).stdout)
     assert site["provider"] == "ray" and site["layout"]["cpus"] == 2 and site["layout"]["gpus"] == 0  # CPU-only: trains on CPUs
     proc = burst("train", "gan3d", "--cluster", "site", "--epochs", "1", "--steps", "2", *TRAIN_ARGS, "--json", home=home, cwd=tmp_path)
