@@ -614,7 +614,8 @@ def test_the_plan_hands_its_batch_to_the_job_and_the_run_records_predicted_again
     handle, _ = cluster
     policy = tmp_path / "site.yaml"
     policy.write_text(f"onprem:\n  accelerator: V100\n  gpus: 1\n  ray_address: {handle['dashboard_url']}\n"
-                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n")
+                      f"  token_file: {handle['token_path']}\n  storage: {tmp_path / 'site-storage'}\n"
+                      "precision: float32\n")  # the 'V100' is this CPU: a float32 run, so the plan must assume float32
     site = json.loads(burst("up", "--provider", "ray", "--name", "planned", "--policy", str(policy), "--batch-per-replica", "2",
                             "--epochs", "2", "--json", home=home, cwd=tmp_path).stdout)
     assert site["plan"]["batch_per_replica"] == 2 and site["plan"]["preset"] == "paper" and site["plan"]["epoch_s"] > 0
