@@ -8,7 +8,7 @@ H100 to a CPU site goes on) and computes the layers in 16 bits. What hardware ru
   A100, L4, H100), CPUs with AVX512-BF16 or AMX (Cooper Lake, Sapphire Rapids, Zen 4 and later);
 * float16 with loss scaling: Volta and Turing GPUs (V100, T4: tensor cores, no bfloat16);
 * neither: older GPUs, and CPUs without those flags, where TensorFlow emulates bfloat16 in
-  software (measured slower than float32 on an AVX2 EPYC: ``benchmarks/race_precision.py``).
+  software (measured slower than float32 on an AVX2 EPYC: ``benchmarks/race_reference.py``).
 
 ``auto`` picks from the hardware the worker sees. Light to import: TensorFlow and Keras only
 inside the functions that need them.
@@ -17,7 +17,6 @@ inside the functions that need them.
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
 FLOAT32 = "float32"
 BFLOAT16 = "mixed_bfloat16"
@@ -56,13 +55,10 @@ def for_gpu(compute_capability: tuple[int, int], name: str = "GPU") -> tuple[str
 
 
 def cpu_flags() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return []
+    """This CPU's SIMD flags as ``cpu.cpu_info`` reads them (the bfloat16 ones among them)."""
+    from .cpu import cpu_info
+
+    return cpu_info()["simd"]
 
 
 def resolve(asked: str, strategy=None) -> tuple[str, str]:
