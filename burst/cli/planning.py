@@ -253,10 +253,12 @@ def bench(
     batch: Annotated[int, typer.Option(help="events per step")] = 4,
     steps: Annotated[int, typer.Option(help="steps per timed block")] = 3,
     repeats: Annotated[int, typer.Option(help="timed blocks (the best is kept)")] = 2,
-    precisions: Annotated[str, typer.Option(help="comma-separated precisions to measure, float32 first (what the plan falls back on)")] = "float32,mixed_bfloat16",
+    precisions: Annotated[Optional[str], typer.Option(
+        help="comma-separated precisions to measure, float32 first (what the plan falls back on); default: float32, and "
+             "bfloat16 too where this CPU runs it in hardware (AVX512-BF16 or AMX)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Measure this machine on the workload's profiled preset, in float32 and in bfloat16, and record it for `burst plan`."""
+    """Measure this machine on the workload's profiled preset, in float32 and in what `auto` computes in here, and record it for `burst plan`."""
     from workloads.common import precision as precision_names
 
     from ..placement import profile
@@ -265,9 +267,7 @@ def bench(
     for name, v in (("batch", batch), ("steps", steps), ("repeats", repeats)):
         if v < 1:
             raise BurstError(f"--{name} must be a positive whole number, got {v}")
-    asked = [p.strip() for p in precisions.split(",") if p.strip()]
-    if not asked or asked[0] != precision_names.FLOAT32 or any(p not in precision_names.PRECISIONS for p in asked):
-        raise BurstError(f"--precisions {precisions}: a comma-separated list that starts with float32, of {', '.join(precision_names.PRECISIONS)}")
+    asked = _bench_precisions(precisions, precision_names.cpu_flags())
     if precision_names.FLOAT16 in asked:
         raise BurstError("--precisions: mixed_float16 runs on GPUs only; `burst bench` measures this machine's CPUs")
     if w.bench_command(batch, steps, repeats) is None:
@@ -290,6 +290,21 @@ def bench(
     for precision, r in list(results.items())[1:]:
         out.print(f"{r['samples_per_s']:.2f} events/s in {precision}: {r['samples_per_s'] / first['samples_per_s']:.2f}x float32 "
                   f"(CPU flags: {' '.join(record['cpu_flags']) or 'unknown'})")
+
+
+def _bench_precisions(asked: str | None, cpu_flags: list[str]) -> list[str]:
+    """The precisions `burst bench` measures: those asked for, else float32 and, where different, what
+    `auto` computes in on this CPU (bfloat16 emulated without AVX512-BF16 or AMX is many times slower
+    than float32 and never chosen, so measuring it by default only costs minutes)."""
+    from workloads.common import precision as precision_names
+
+    if asked is None:
+        here = precision_names.for_cpu(cpu_flags)[0]
+        return list(dict.fromkeys([precision_names.FLOAT32, here]))
+    names = [p.strip() for p in asked.split(",") if p.strip()]
+    if not names or names[0] != precision_names.FLOAT32 or any(p not in precision_names.PRECISIONS for p in names):
+        raise BurstError(f"--precisions {asked}: a comma-separated list that starts with float32, of {', '.join(precision_names.PRECISIONS)}")
+    return names
 
 
 def _bench_once(command: list[str]) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from workloads.common import precision
+from burst.errors import BurstError
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -105,13 +106,24 @@ def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout)
     assert rec["events_per_s"] > 0 and Path(rec["recorded_in"]).exists()
-    assert set(rec["by_precision"]) == {"float32", "mixed_bfloat16"} and all(v > 0 for v in rec["by_precision"].values())
+    here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: what this CPU runs fast
+    assert set(rec["by_precision"]) == {"float32", here} and all(v > 0 for v in rec["by_precision"].values())
     assert rec["by_precision"]["float32"] == rec["events_per_s"]
     plan = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)
     local = next(c for c in plan["candidates"] if c["target"] == "local")
-    here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: what this CPU runs fast
     assert local["est_epoch_s"] == pytest.approx(124987 / rec["by_precision"][here], rel=0.01)
     assert any(f"measured by `burst bench` in {here}" in r for r in local["reasons"])
+
+
+def test_bench_measures_bfloat16_by_default_only_where_the_cpu_runs_it_in_hardware():
+    from burst.cli.planning import _bench_precisions
+
+    assert _bench_precisions(None, ["avx2", "fma"]) == ["float32"]  # emulated bfloat16: auto never picks it
+    assert _bench_precisions(None, ["avx512f", "avx512_bf16"]) == ["float32", "mixed_bfloat16"]
+    assert _bench_precisions(None, ["amx_bf16"]) == ["float32", "mixed_bfloat16"]
+    assert _bench_precisions("float32,mixed_bfloat16", ["avx2"]) == ["float32", "mixed_bfloat16"]  # asked for: measured
+    with pytest.raises(BurstError, match="starts with float32"):
+        _bench_precisions("mixed_bfloat16", ["avx2"])
 
 
 def test_up_without_provider_takes_the_plans_choice(tmp_path):
