@@ -222,12 +222,14 @@ def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
     return psutil.wait_procs(procs, timeout=timeout)[1]
 
 
-def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 3.0, spare: int | None = None) -> list[int]:
+def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 0.5, spare: int | None = None) -> list[int]:
     """SIGTERM every process of the cluster (all found before any signal), give Ray's own daemons
     (those carrying the marker) ``grace_s`` to shut down, then SIGKILL whatever is left: Ray's
     agents ignore SIGTERM, so waiting on them would only spend the whole grace period. GCS and
     raylet take ~10 s to honour SIGTERM, and a local cluster keeps nothing that needs a clean
-    shutdown (results are collected before `down`), so the grace is short.
+    shutdown (results are collected before `down`), so the grace is short. Measured on a local
+    cluster of Ray 2.60 (2-core EPYC): every process that honours SIGTERM is gone within 0.25 s; GCS,
+    raylet and the dashboard were still there after 5 s (a 3 s grace cost every `down` 3 s for nothing).
     Returns the pids that survived. ``spare``: a process of the cluster left running (the keeper
     that stops its own cluster)."""
     import psutil
