@@ -258,7 +258,7 @@ def bench(
              "bfloat16 too where this CPU runs it in hardware (AVX512-BF16 or AMX)")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Measure this machine on the workload's profiled preset, in float32 and in what `auto` computes in here, and record it for `burst plan`."""
+    """Measure this machine on the workload's profiled preset, in float32 (and bfloat16 where the CPU has it), and record it for `burst plan`."""
     from workloads.common import precision as precision_names
 
     from ..placement import profile
@@ -293,14 +293,14 @@ def bench(
 
 
 def _bench_precisions(asked: str | None, cpu_flags: list[str]) -> list[str]:
-    """The precisions `burst bench` measures: those asked for, else float32 and, where different, what
-    `auto` computes in on this CPU (bfloat16 emulated without AVX512-BF16 or AMX is many times slower
-    than float32 and never chosen, so measuring it by default only costs minutes)."""
+    """The precisions `burst bench` measures: those asked for, else float32, and bfloat16 too where
+    the CPU runs it in hardware (AVX512-BF16 or AMX: worth seeing there; emulated elsewhere, many
+    times slower than float32, so measuring it by default would only cost minutes)."""
     from workloads.common import precision as precision_names
 
     if asked is None:
-        here = precision_names.for_cpu(cpu_flags)[0]
-        return list(dict.fromkeys([precision_names.FLOAT32, here]))
+        native = [precision_names.BFLOAT16] if precision_names.cpu_bf16_hardware(cpu_flags) else []
+        return [precision_names.FLOAT32, *native]
     names = [p.strip() for p in asked.split(",") if p.strip()]
     if not names or names[0] != precision_names.FLOAT32 or any(p not in precision_names.PRECISIONS for p in names):
         raise BurstError(f"--precisions {asked}: a comma-separated list that starts with float32, of {', '.join(precision_names.PRECISIONS)}")

@@ -147,7 +147,7 @@ class Policy(_Strict):
     stores: Stores = Field(default_factory=Stores, description="where runs keep checkpoints, datasets and results, apart from clusters")
     max_price_age_days: int = Field(90, gt=0, le=3650, description="a plan whose price row was read longer ago than this says so (`burst catalog refresh` renews Azure's rows)")
     checkpoint_every_steps: Optional[int] = Field(None, gt=0, le=10_000_000, description="also checkpoint inside an epoch every this many steps (default: whole epochs only; a notice of lost capacity checkpoints either way)")
-    precision: str = Field("auto", description="what a run's layers compute in: auto (what the target's hardware runs fast: bfloat16 on TPUs, A100/L4/H100 and CPUs with AVX512-BF16 or AMX; float16 on V100/T4; else float32), float32, mixed_bfloat16 or mixed_float16; a run's --precision wins")
+    precision: str = Field("auto", description="what a run's layers compute in: auto (what the target's hardware runs fast: bfloat16 on TPUs and A100/L4/H100; float16 on V100/T4; float32 on CPUs and elsewhere), float32, mixed_bfloat16 or mixed_float16; a run's --precision wins")
 
     @field_validator("precision")
     @classmethod

@@ -5,12 +5,15 @@ checkpoints hold only float32, so a run may resume in another precision: a run m
 H100 to a CPU site goes on) and computes the layers in 16 bits. What hardware runs 16 bits fast:
 
 * bfloat16: TPUs (the MXU's own format), NVIDIA GPUs from Ampere on (compute capability 8.0:
-  A100, L4, H100), CPUs with AVX512-BF16 or AMX (Cooper Lake, Sapphire Rapids, Zen 4 and later);
+  A100, L4, H100);
 * float16 with loss scaling: Volta and Turing GPUs (V100, T4: tensor cores, no bfloat16);
-* neither: older GPUs, and CPUs without those flags, where TensorFlow emulates bfloat16 in
-  software (measured slower than float32 on an AVX2 EPYC: ``benchmarks/race_reference.py``).
+* neither: older GPUs, and CPUs. Without AVX512-BF16 or AMX TensorFlow emulates bfloat16 (about
+  25 times slower than float32 on an AVX2 EPYC: ``benchmarks/race_reference.py``); with them it
+  runs natively but the 3DGAN's small 3D convolutions were measured no faster (paper preset, batch
+  4: x1.02) or slower (small preset, batch 32: x0.51) on an idle 16-CPU AMX Xeon, TensorFlow 2.21.
 
-``auto`` picks from the hardware the worker sees. Light to import: TensorFlow and Keras only
+``auto`` picks from the hardware the worker sees: float32 on every CPU (`--precision
+mixed_bfloat16` still runs bfloat16 there when asked). Light to import: TensorFlow and Keras only
 inside the functions that need them.
 """
 
@@ -36,11 +39,18 @@ def check(name: str) -> str:
     return name
 
 
+def cpu_bf16_hardware(flags) -> list[str]:
+    """The flags among ``flags`` under which oneDNN runs bfloat16 natively (empty: emulated)."""
+    return [f for f in CPU_BF16_FLAGS if f in set(flags)]
+
+
 def for_cpu(flags) -> tuple[str, str]:
-    """(precision, why) for a CPU with these ``/proc/cpuinfo`` flags."""
-    have = [f for f in CPU_BF16_FLAGS if f in set(flags)]
+    """(precision, why) for a CPU with these ``/proc/cpuinfo`` flags: float32, whatever they are
+    (bfloat16 measured no faster than float32 for this model even with AMX; see the module's text)."""
+    have = cpu_bf16_hardware(flags)
     if have:
-        return BFLOAT16, f"the CPU has {' and '.join(have)}"
+        return FLOAT32, (f"a CPU (it has {' and '.join(have)}, but bfloat16 measured no faster than float32 for these "
+                         f"small 3D convolutions on an AMX Xeon)")
     return FLOAT32, "the CPU has no AVX512-BF16 or AMX (bfloat16 would be emulated, slower than float32)"
 
 

@@ -106,8 +106,9 @@ def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout)
     assert rec["events_per_s"] > 0 and Path(rec["recorded_in"]).exists()
-    here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: what this CPU runs fast
-    assert set(rec["by_precision"]) == {"float32", here} and all(v > 0 for v in rec["by_precision"].values())
+    here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: float32 on a CPU
+    native = {"mixed_bfloat16"} if precision.cpu_bf16_hardware(precision.cpu_flags()) else set()
+    assert set(rec["by_precision"]) == {"float32", *native} and all(v > 0 for v in rec["by_precision"].values())
     assert rec["by_precision"]["float32"] == rec["events_per_s"]
     plan = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)
     local = next(c for c in plan["candidates"] if c["target"] == "local")
@@ -118,7 +119,7 @@ def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
 def test_bench_measures_bfloat16_by_default_only_where_the_cpu_runs_it_in_hardware():
     from burst.cli.planning import _bench_precisions
 
-    assert _bench_precisions(None, ["avx2", "fma"]) == ["float32"]  # emulated bfloat16: auto never picks it
+    assert _bench_precisions(None, ["avx2", "fma"]) == ["float32"]  # emulated bfloat16: many times slower, never chosen
     assert _bench_precisions(None, ["avx512f", "avx512_bf16"]) == ["float32", "mixed_bfloat16"]
     assert _bench_precisions(None, ["amx_bf16"]) == ["float32", "mixed_bfloat16"]
     assert _bench_precisions("float32,mixed_bfloat16", ["avx2"]) == ["float32", "mixed_bfloat16"]  # asked for: measured
