@@ -59,9 +59,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     print(f"machine: {machine.get('cpu_model')}; SIMD {' '.join(machine.get('simd', []))}; oneDNN "
           f"{'on' if machine.get('onednn_enabled') else 'off'}; {args.epochs} epochs of {args.steps or 'all'} steps, {args.synthetic} synthetic events, seeds {args.seeds}")
-    ref, other = runs["float32"], runs[args.precision]
+    print_table(runs["float32"], runs[args.precision], args.precision)
+
+
+def print_table(ref: list[dict], other: list[dict], precision: str) -> None:
+    """Per summary metric: float32's spread over the seeds (``ref``: each run's metrics.json),
+    ``precision``'s mean and range, the distance, the MC-vs-MC floor, whether it held; then the count."""
     keys = [k for k, v in ref[0]["summary"].items() if isinstance(v, (int, float)) and k != "events"]
-    print(f"{'metric (GAN vs MC)':22s} {'fp32 mean':>10s} {'fp32 std':>9s} {'fp32 range':>21s} {args.precision + ' mean':>20s} "
+    print(f"{'metric (GAN vs MC)':22s} {'fp32 mean':>10s} {'fp32 std':>9s} {'fp32 range':>21s} {precision + ' mean':>20s} "
           f"{'its range':>21s} {'sigmas':>7s} {'MC-vs-MC':>9s}  held")
     count = 0
     for key in keys:
@@ -71,8 +76,7 @@ def main() -> None:
         floor = statistics.fmean(r["noise_floor"][key] for r in ref) if key in ref[0]["noise_floor"] else float("nan")
         print(f"{key:22s} {statistics.fmean(a):10.4g} {statistics.stdev(a) if len(a) > 1 else 0:9.3g} [{min(a):9.4g}, {max(a):9.4g}] "
               f"{statistics.fmean(b):20.4g} [{min(b):9.4g}, {max(b):9.4g}] {sigmas:7.2f} {floor:9.4g}  {'yes' if ok else 'NO'}")
-    print(f"{args.precision} held {count} of {len(keys)} metrics within float32's run-to-run spread")
-
+    print(f"{precision} held {count} of {len(keys)} metrics within float32's run-to-run spread")
 
 if __name__ == "__main__":
     main()

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from physics_precision import held
+from physics_precision import print_table
 
 ONE_RUN = r"""
 import json, sys, time
@@ -80,18 +80,7 @@ def main() -> None:
     for p in precisions:
         walls = [r["wall"]["train"] for r in runs[p]]
         print(f"{p}: training {min(walls):.0f} to {max(walls):.0f} s per run; precision recorded {[r['run']['precision'] for r in runs[p]]}")
-    ref, other = runs["float32"], runs[args.precision]
-    keys = [k for k, v in ref[0]["summary"].items() if isinstance(v, (int, float)) and k != "events"]
-    count = 0
-    for key in keys:
-        a, b = [r["summary"][key] for r in ref], [r["summary"][key] for r in other]
-        ok, sigmas = held(a, b)
-        count += ok
-        floor = sum(r["noise_floor"][key] for r in ref) / len(ref) if key in ref[0]["noise_floor"] else float("nan")
-        print(f"{key:24s} float32 {min(a):9.4g} .. {max(a):9.4g}  {args.precision} {min(b):9.4g} .. {max(b):9.4g}  "
-              f"{sigmas:6.2f} sigma  floor {floor:9.4g}  {'held' if ok else 'NOT held'}")
-    print(f"{args.precision} held {count} of {len(keys)} metrics within float32's run-to-run spread")
-
+    print_table(runs["float32"], runs[args.precision], args.precision)
 
 if __name__ == "__main__":
     main()
