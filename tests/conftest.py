@@ -1,4 +1,5 @@
-"""Shared fixtures: small real-format data sets written once per test session."""
+"""Shared fixtures: small real-format data sets written once per test session; and how the suite
+shares this machine between pytest-xdist's workers (``pytest -n auto``, what the README runs)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,48 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
+from tests.support import census
+
 # No test may reach a cloud (scrubbed environment + a guard that fails any test that tried);
 # pytester runs the guard's own tests.
 pytest_plugins = ["tests.support.cloud_guard", "pytester"]
+
+MAX_WORKERS = 4  # the end-to-end tests use about two thirds of 2 cores each; more than 4 only queue
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per core (at most 4), and none where the census could not tell two
+    workers' processes apart (no control groups here: the suite then runs one test at a time)."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2 or not census.groups_available():
+        return 0
+    return min(cpus, MAX_WORKERS)
+
+
+def pytest_configure(config) -> None:
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and not census.groups_available():
+        raise pytest.UsageError(f"-n {workers}: the tests' process census needs a control group per worker, and this machine "
+                                "gives none (it needs root and cgroup v2 or v1's pids); run with -n auto or without -n")
+    if not (isinstance(workers, int) and workers > 0):  # a worker, or a run without workers: this process runs tests
+        census.join_own_group()
+
+
+def pytest_unconfigure(config) -> None:
+    census.leave_own_group()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """Keep the tests that share a module-scoped fixture (a cluster, a Slurm site, a trained model)
+    on one worker, so that it is set up once; send the end-to-end tests out first, so that the
+    longest ones do not start last."""
+    for item in items:
+        shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                        if defs[-1].scope == "module" and name in item.fixturenames)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{','.join(shared)}"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
