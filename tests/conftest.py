@@ -4,6 +4,8 @@ shares this machine between pytest-xdist's workers (``pytest -n auto``, what the
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,10 +36,20 @@ def pytest_configure(config) -> None:
                                 "gives none (it needs root and cgroup v2 or v1's pids); run with -n auto or without -n")
     if not (isinstance(workers, int) and workers > 0):  # a worker, or a run without workers: this process runs tests
         census.join_own_group()
+        # Ray's session directories of this process's clusters in a root of its own (short: Ray's
+        # sockets live there), so that a test that looks at the root sees no other worker's cluster.
+        global _runtime_dir
+        _runtime_dir = tempfile.mkdtemp(prefix="bt", dir="/tmp")
+        os.environ["XDG_RUNTIME_DIR"] = _runtime_dir
+
+
+_runtime_dir: str | None = None
 
 
 def pytest_unconfigure(config) -> None:
     census.leave_own_group()
+    if _runtime_dir:
+        shutil.rmtree(_runtime_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -30,7 +30,7 @@ def test_the_readme_opens_with_the_two_set_up_commands_and_stays_a_front_page():
     assert text.startswith("```"), "README.md must begin with the two set-up commands"
     run, test = _first_code_block(text)
     assert run.endswith("burst run gan3d --provider local") and "pip install -e ." in run
-    assert test.endswith("python -m pytest -q") and "'.[dev]'" in test
+    assert test.endswith("python -m pytest -q -n auto") and "'.[dev]'" in test  # -n auto: two tests at a time where they can be told apart
     # a front page, not the manual: the manual is the site under docs/
     assert len(text.encode()) < 12_000, f"README.md is {len(text.encode())} bytes: move detail into docs/"
     for heading in ("## Words", "## Commands", "## Documentation"):

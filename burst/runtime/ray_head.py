@@ -35,6 +35,8 @@ PORT_ROLES = ("GCS server", "dashboard", "client server", "dashboard agent (HTTP
               "dashboard metrics", "autoscaler metrics")
 # The longest socket Ray creates under its temp dir: session dir (timestamp, microseconds, pid) + socket.
 LONGEST_RAY_SOCKET = "/session_2026-11-23_02-46-37_123456_4194304/sockets/plasma_store"
+# Ray's dashboard starts its modules through a multiprocessing forkserver, whose socket is made in TMPDIR
+FORKSERVER_SOCKET = "/pymp-abcdefgh/listener-abcdefgh"
 
 
 def _free_ports(n: int) -> list[int]:
@@ -143,12 +145,19 @@ def temp_dir_of(cluster_id: str) -> Path:
     return runtime_root() / cluster_id
 
 
-def check_socket_room(temp_dir: Path) -> None:
-    """Fail in one line, before starting anything, when Ray's sockets would not fit in a path."""
+def check_socket_room(temp_dir: Path, tmp: str | None = None) -> None:
+    """Fail in one line, before starting anything, when Ray's sockets would not fit in a path:
+    those in its session directory, and its dashboard's forkserver socket in TMPDIR."""
     longest = f"{temp_dir}{LONGEST_RAY_SOCKET}"
     if len(longest.encode()) > SOCKET_PATH_MAX:
         raise BurstError(f"Ray's socket path {longest} would be {len(longest.encode())} bytes, over the {SOCKET_PATH_MAX}-byte limit of "
                          f"Unix sockets; set XDG_RUNTIME_DIR to a shorter directory of yours", exit_code=1)
+    forkserver = f"{tmp or tempfile.gettempdir()}{FORKSERVER_SOCKET}"
+    if len(forkserver.encode()) > SOCKET_PATH_MAX:
+        room = SOCKET_PATH_MAX - len(FORKSERVER_SOCKET)
+        raise BurstError(f"TMPDIR ({tmp or tempfile.gettempdir()}) is too long: Ray's dashboard makes a Unix socket under it "
+                         f"({len(forkserver.encode())} bytes, over the {SOCKET_PATH_MAX}-byte limit); set TMPDIR to a directory of at most "
+                         f"{room} bytes", exit_code=1)
 
 
 def is_alive(handle: ClusterHandle, timeout: float = 2.0) -> bool:

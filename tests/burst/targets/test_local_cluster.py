@@ -520,8 +520,9 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
 
 def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monkeypatch):
     # The path cloud clusters take (storage in a bucket), driven here through pyarrow's file:// filesystem.
-    job_tmp = tmp_path / "node-tmp"  # the cluster's local disk: the job's work copies go here, not to /tmp
-    job_tmp.mkdir()
+    # the cluster's local disk: the job's work copies go here, not to /tmp; short, as Ray's dashboard
+    # makes a Unix socket under TMPDIR (a worker's tmp_path under pytest-xdist is too long for one)
+    job_tmp = Path(tempfile.mkdtemp(prefix="bn", dir="/tmp"))
     monkeypatch.setenv("TMPDIR", str(job_tmp))
     bucket = tmp_path / "bucket"
     dataset = bucket / "datasets" / "ele"  # CERN-format files already in the bucket
@@ -552,6 +553,7 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monk
         assert not (scratch / "checkpoints" / run["run_id"]).exists()  # and its checkpoint scratch
     finally:
         burst("down", "bucket", home=home, cwd=tmp_path)
+        shutil.rmtree(job_tmp, ignore_errors=True)
 
 
 def test_an_existing_ray_cluster_is_attached_used_and_left_running(cluster, home, tmp_path):
