@@ -104,7 +104,7 @@ def _remove_group(group: Path) -> None:
     group.rmdir()
 
 
-def _members() -> set[int] | None:
+def members() -> set[int] | None:
     """PIDs in this process's group and every group below it (None: no group, count the machine)."""
     if _group is None:
         return None
@@ -148,10 +148,10 @@ def survivors(before: set[tuple[int, float]], exempt_roots=()) -> list[str]:
     """Processes started after ``before`` that are alive now (zombies excluded), as 'pid name cmdline'."""
     roots = set(exempt_roots)
     me = psutil.Process()
-    members = _members()
+    in_group = members()
     out = []
     for p in psutil.process_iter(["pid", "create_time", "name", "cmdline", "status"]):
-        if members is not None and p.info["pid"] not in members:
+        if in_group is not None and p.info["pid"] not in in_group:
             continue
         if (p.info["pid"], p.info["create_time"]) in before or p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == me.pid:
             continue

@@ -59,8 +59,12 @@ def home():
     path = top / ("a-long-home-directory-" * 6)[: 120 - len(str(top)) - 1]
     path.mkdir()
     assert len(str(path)) == 120
+    node_tmp = top / "tmp"  # this module's clusters' TMPDIR: what a test finds there is theirs, not another worker's
+    node_tmp.mkdir()
     with pytest.MonkeyPatch.context() as mp:  # this process reads burst's state too; later modules must not
         mp.setenv("BURST_HOME", str(path))
+        mp.setenv("TMPDIR", str(node_tmp))
+        mp.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
         yield path
     env = {**os.environ, "BURST_HOME": str(path)}
     subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env=env, capture_output=True, timeout=120)

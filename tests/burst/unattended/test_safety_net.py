@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import census
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -54,6 +56,7 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     from burst.home.state import ClusterHandle
     from burst.values.site import OnPrem
 
+    before = census.snapshot()
     hanging = tmp_path / "bin"
     hanging.mkdir()
     (hanging / "ssh").write_text("#!/bin/sh\nexec sleep 300\n")
@@ -82,8 +85,10 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
         state.delete(ClusterHandle, "idle")
         state.delete(ClusterHandle, "lab")
     wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the watcher to end")
-    for p in psutil.process_iter(["cmdline"]):  # the ssh stand-ins status left behind
-        if p.info["cmdline"] and p.info["cmdline"][:2] == ["sleep", "300"]:
+    ours = census.members()  # this test process's own (another worker's stand-ins are not ours to kill)
+    for p in psutil.process_iter(["cmdline", "create_time"]):  # the ssh stand-ins status left behind
+        if p.info["cmdline"] and p.info["cmdline"][:2] == ["sleep", "300"] and (p.pid, p.info["create_time"]) not in before \
+                and (ours is None or p.pid in ours):
             p.kill()
 
 
@@ -303,7 +308,6 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     import signal
 
     from burst.runtime.ray_head import cluster_processes
-    from tests.support import census
     from tests.support.cli_runs import TRAIN, finished, handed_over, managed
 
     before = census.snapshot()
