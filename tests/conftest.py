@@ -35,7 +35,9 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(f"-n {workers}: the tests' process census needs a control group per worker, and this machine "
                                 "gives none (it needs root and cgroup v2 or v1's pids); run with -n auto or without -n")
     if not (isinstance(workers, int) and workers > 0):  # a worker, or a run without workers: this process runs tests
-        census.join_own_group()
+        if census.join_own_group() is None and os.environ.get("PYTEST_XDIST_WORKER"):
+            raise pytest.UsageError("a pytest-xdist worker could not make a control group of its own, so its process census would "
+                                    "see the other workers' clusters; run without -n")
         # Ray's session directories of this process's clusters in a root of its own (short: Ray's
         # sockets live there), so that a test that looks at the root sees no other worker's cluster.
         global _runtime_dir
