@@ -54,16 +54,11 @@ def pytest_unconfigure(config) -> None:
         shutil.rmtree(_runtime_dir, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    """Keep the tests that share a module-scoped fixture (a cluster, a Slurm site, a trained model)
-    on one worker, so that it is set up once; send the end-to-end tests out first, so that the
-    longest ones do not start last."""
-    for item in items:
-        shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
-                        if defs[-1].scope == "module" and name in item.fixturenames)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}:{','.join(shared)}"))
+    """Hand the end-to-end tests out first, so that the longest ones do not start last. (Tests that
+    share a module fixture are not kept on one worker: pytest-xdist 3.8's ``xdist_group`` renames
+    the test's node id, which pytest 9.2 no longer lets it do, so each worker that runs such a test
+    sets the fixture up once.)"""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
