@@ -40,10 +40,26 @@ def detect_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU ")) if out.returncode == 0 else 0
 
 
+# Ray waits a fixed 30 s for a new raylet to register (ray/_private/node.py, no setting); on a
+# machine whose cores are busy (a shared login node, two trainings beside it) it can miss that.
+RAY_STARTUP_TIMED_OUT = "timed out during startup"
+
+
 def up(name: str, cpus: int | None = None, gpus: int | None = None, hourly_usd: float = 0.0,
        storage_uri: str | None = None, hours: float | None = None,
        idle_minutes: float | None = None) -> tuple[ClusterHandle, bool]:
-    """Start (or find) the local cluster ``name``; returns (handle, created)."""
+    """Start (or find) the local cluster ``name``; returns (handle, created). A start that Ray
+    timed out on a busy machine (it left nothing running) is tried once more, on new ports."""
+    try:
+        return _up_once(name, cpus, gpus, hourly_usd, storage_uri, hours, idle_minutes)
+    except BurstError as exc:
+        if RAY_STARTUP_TIMED_OUT not in str(exc):
+            raise
+    return _up_once(name, cpus, gpus, hourly_usd, storage_uri, hours, idle_minutes)
+
+
+def _up_once(name: str, cpus: int | None, gpus: int | None, hourly_usd: float, storage_uri: str | None,
+             hours: float | None, idle_minutes: float | None) -> tuple[ClusterHandle, bool]:
     available = detect_gpus()
     if gpus is None:
         gpus = available

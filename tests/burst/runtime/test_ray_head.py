@@ -28,3 +28,43 @@ def test_a_tmpdir_too_long_for_the_dashboard_s_socket_is_one_line_before_anythin
 
 def test_a_short_tmpdir_passes():
     ray_head.check_socket_room(ray_head.runtime_root() / "0123456789ab", tmp="/tmp/node-tmp")
+
+
+@pytest.mark.slow
+def test_a_ray_start_that_ray_timed_out_is_tried_once_more_and_another_failure_is_not(tmp_path, monkeypatch):
+    """Ray gives a new raylet a fixed 30 s; on a busy machine `ray start` can fail so, leaving
+    nothing: `up` starts again, on new ports. Any other failure is reported, not retried."""
+    import sys
+
+    from burst.home import state
+    from burst.home.state import ClusterHandle
+    from burst.targets import local
+    from tests.support import census
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    before = census.snapshot()
+    said = "Exception: The current node timed out during startup. This could happen because some of the raylet failed to startup"
+    failing = [sys.executable, "-c", f"import sys; print({said!r}); sys.exit(1)"]
+    calls = []
+    real = local.head_command
+
+    def first_fails(*args, **kwargs):
+        calls.append(args[0])
+        return failing if len(calls) == 1 else real(*args, **kwargs)
+
+    monkeypatch.setattr(local, "head_command", first_fails)
+    handle, created = local.up("again", cpus=1)
+    try:
+        assert created and handle.state == "running" and len(calls) == 2 and calls[0] != calls[1]  # new ports the second time
+        assert ray_head.is_alive(handle)
+    finally:
+        local.down(handle)
+    assert state.load(ClusterHandle, "again") is None
+    census.assert_none_left(before)
+
+    calls.clear()
+    other = [sys.executable, "-c", "import sys; print('Exception: something else broke'); sys.exit(1)"]
+    monkeypatch.setattr(local, "head_command", lambda *a, **k: calls.append(1) or other)
+    with pytest.raises(BurstError, match="something else broke"):
+        local.up("other", cpus=1)
+    assert len(calls) == 1 and state.load(ClusterHandle, "other") is None
