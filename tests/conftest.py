@@ -17,7 +17,8 @@ from tests.support import census
 # pytester runs the guard's own tests.
 pytest_plugins = ["tests.support.cloud_guard", "pytester"]
 
-MAX_WORKERS = 4  # the end-to-end tests use about two thirds of 2 cores each; more than 4 only queue
+MAX_WORKERS = 4  # two workers already keep 2 cores busy (0 to 4 % idle by vmstat); more only queue
+_runtime_dir: str | None = None  # this test process's Ray runtime root (pytest_configure)
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
@@ -43,9 +44,6 @@ def pytest_configure(config) -> None:
         global _runtime_dir
         _runtime_dir = tempfile.mkdtemp(prefix="bt", dir="/tmp")
         os.environ["XDG_RUNTIME_DIR"] = _runtime_dir
-
-
-_runtime_dir: str | None = None
 
 
 def pytest_unconfigure(config) -> None:

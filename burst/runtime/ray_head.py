@@ -152,10 +152,11 @@ def check_socket_room(temp_dir: Path, tmp: str | None = None) -> None:
     if len(longest.encode()) > SOCKET_PATH_MAX:
         raise BurstError(f"Ray's socket path {longest} would be {len(longest.encode())} bytes, over the {SOCKET_PATH_MAX}-byte limit of "
                          f"Unix sockets; set XDG_RUNTIME_DIR to a shorter directory of yours", exit_code=1)
-    forkserver = f"{tmp or tempfile.gettempdir()}{FORKSERVER_SOCKET}"
+    tmp = tmp or tempfile.gettempdir()
+    forkserver = f"{tmp}{FORKSERVER_SOCKET}"
     if len(forkserver.encode()) > SOCKET_PATH_MAX:
         room = SOCKET_PATH_MAX - len(FORKSERVER_SOCKET)
-        raise BurstError(f"TMPDIR ({tmp or tempfile.gettempdir()}) is too long: Ray's dashboard makes a Unix socket under it "
+        raise BurstError(f"TMPDIR ({tmp}) is too long: Ray's dashboard makes a Unix socket under it "
                          f"({len(forkserver.encode())} bytes, over the {SOCKET_PATH_MAX}-byte limit); set TMPDIR to a directory of at most "
                          f"{room} bytes", exit_code=1)
 
