@@ -53,11 +53,16 @@ def pytest_unconfigure(config) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Hand the end-to-end tests out first, so that the longest ones do not start last. (Tests that
-    share a module fixture are not kept on one worker: pytest-xdist 3.8's ``xdist_group`` renames
-    the test's node id, which pytest 9.2 no longer lets it do, so each worker that runs such a test
-    sets the fixture up once.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The files with the most end-to-end tests first, so that the longest do not start last.
+
+    Under ``-n``, pytest-xdist hands out whole files (``--dist loadfile``, in this order): a module
+    fixture (a cluster, a Slurm site, a bundle) is set up once, on the one worker that runs the
+    file. (pytest-xdist 3.8's ``xdist_group`` would do it per fixture, but it renames the test's
+    node id, which pytest 9.2 no longer lets it do.)"""
+    slow_in_file: dict[str, int] = {}
+    for item in items:
+        slow_in_file[item.nodeid.split("::")[0]] = slow_in_file.get(item.nodeid.split("::")[0], 0) + bool(item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (-slow_in_file[item.nodeid.split("::")[0]], item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture(scope="session")

@@ -33,9 +33,14 @@ def _prepare_data(cfg: JobConfig, storage_dir: Path) -> tuple[list[Path], list[P
 
     workload = workloads.get(cfg.workload)
     if cfg.synthetic:
-        emit(StatusEvent(message=f"generating {cfg.synthetic} synthetic Monte Carlo events"))
+        from . import synthetic_cache
+
+        emit(StatusEvent(message=f"preparing {cfg.synthetic} synthetic Monte Carlo events"))
         name = f"synthetic-{cfg.workload}-{cfg.synthetic}-s{cfg.seed}"
-        train_dir, test_dir = workload.prepare_synthetic(storage_dir / "data" / name, cfg.synthetic, seed=cfg.seed)
+        (train_dir, test_dir), generated = synthetic_cache.prepared(
+            storage_dir / "data" / name, name, workload.package_dir, lambda root: workload.prepare_synthetic(root, cfg.synthetic, seed=cfg.seed))
+        if not generated:
+            emit(StatusEvent(message="synthetic events: this node's copy from an earlier run (the same generator and seed)"))
         train_files, test_files = workload.list_files(train_dir), workload.list_files(test_dir)
     elif storage.is_remote(cfg.data):  # a bucket: copy to this node's disk first
         source = storage_dir / "data-source"

@@ -25,7 +25,7 @@ def test_a_full_local_run_through_the_python_api(tmp_path, monkeypatch, capfd):
         (row,) = api.status().clusters
         assert (row.name, row.provider, row.state) == ("notebook", "local", "running")
 
-        request = api.TrainRequest.of(cluster="notebook", epochs=2, synthetic=200, val_events=100, batch_per_replica=8)
+        request = api.TrainRequest.of(cluster="notebook", epochs=2, steps_per_epoch=3, synthetic=200, val_events=100, batch_per_replica=8)
         run = api.train(request)
         assert isinstance(run, RunRecord) and run.state == "SUCCEEDED" and run.provider == "local"
         assert run.progress == {"epoch": 2, "epochs": 2, "samples_per_s": run.progress["samples_per_s"]} and run.progress["samples_per_s"] > 0

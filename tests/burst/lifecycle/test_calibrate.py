@@ -93,3 +93,5 @@ def test_cost_json_compares_the_plan_with_the_run_at_the_events_it_had():
     assert block["measured"]["kgco2e"] == pytest.approx(2.4 * 0.5 * 200 / 1000)
     other = predicted_vs_measured(plan, {"preset": "paper", "batch_per_replica": 32}, history, 0.5)
     assert other["predicted"] == {"epoch_s": None, "why": "the plan was for batch 64 per replica; this run used 32"}
+    small = predicted_vs_measured(plan, {"preset": "small", "batch_per_replica": 64}, history, 0.5)  # a site's plan describes the paper preset
+    assert small["predicted"] == {"epoch_s": None, "why": "the time model describes the paper preset; this run trained small"}

@@ -52,7 +52,7 @@ def test_burst_run_on_slurm_trains_end_to_end_and_leaves_nothing(site, home, tmp
     ray_dirs = set(ray_head.runtime_root().glob("*"))
     policy = site.policy(tmp_path / "slurm.yaml")
     proc = burst(site, "run", "gan3d", "--provider", "slurm", "--name", "sl-run", "--policy", str(policy), "--hours", "1",
-                 "--epochs", "2", *TRAIN, home=home, cwd=tmp_path)
+                 "--epochs", "2", "--steps", "3", *TRAIN, home=home, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Slurm job" in proc.stderr and "cluster sl-run stopped" in " ".join(proc.stderr.split())
     (run_dir,) = list((tmp_path / "burst-runs").iterdir())
