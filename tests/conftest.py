@@ -65,6 +65,44 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: (-slow_in_file[item.nodeid.split("::")[0]], item.get_closest_marker("slow") is None))
 
 
+_CPU_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    cpu = census.cpu_seconds()
+    if cpu is not None:
+        item.stash[_CPU_START] = cpu
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test's CPU time, from its setup to its teardown, its clusters', daemons' and subprocesses'
+    included (what its process's control group used meanwhile; a module fixture counts with the
+    first test that uses it): it travels to the controller with the teardown's report."""
+    outcome = yield
+    if call.when == "teardown" and _CPU_START in item.stash and (now := census.cpu_seconds()) is not None:
+        outcome.get_result().user_properties.append(("cpu_s", round(now - item.stash[_CPU_START], 1)))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Where the suite's CPU time goes (the 2 cores are busy through a run: the sum, not the wall
+    clock, is what a shorter suite must cut): the heaviest tests and files."""
+    cpu = {r.nodeid: dict(r.user_properties)["cpu_s"] for reports in terminalreporter.stats.values() for r in reports
+           if getattr(r, "when", None) == "teardown" and "cpu_s" in dict(getattr(r, "user_properties", ()))}
+    if not cpu:
+        return
+    files: dict[str, float] = {}
+    for nodeid, seconds in cpu.items():
+        files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + seconds
+    terminalreporter.write_sep("=", f"CPU time: {sum(cpu.values()):.0f} s in {len(cpu)} tests")
+    for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu {nodeid}")
+    terminalreporter.write_line("by file:")
+    for path, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f}s cpu {path}")
+
+
 @pytest.fixture(scope="session")
 def tiny_h5(tmp_path_factory):
     """Two synthetic files of 48 events each, in the CERN layout."""

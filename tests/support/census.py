@@ -117,6 +117,18 @@ def members() -> set[int] | None:
     return found
 
 
+def cpu_seconds() -> float | None:
+    """CPU time used so far by this process's group, every process ever in it and its groups below
+    (cgroup v2's ``cpu.stat``, kept by the kernel for exited processes too); None without a v2 group."""
+    try:
+        for line in (_group / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+    except (OSError, TypeError):
+        pass
+    return None
+
+
 def _ours(info: dict) -> bool:
     cmdline = " ".join(info.get("cmdline") or [])
     name = info.get("name") or ""
