@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -59,10 +60,12 @@ def pytest_collection_modifyitems(config, items) -> None:
     fixture (a cluster, a Slurm site, a bundle) is set up once, on the one worker that runs the
     file. (pytest-xdist 3.8's ``xdist_group`` would do it per fixture, but it renames the test's
     node id, which pytest 9.2 no longer lets it do.)"""
-    slow_in_file: dict[str, int] = {}
-    for item in items:
-        slow_in_file[item.nodeid.split("::")[0]] = slow_in_file.get(item.nodeid.split("::")[0], 0) + bool(item.get_closest_marker("slow"))
-    items.sort(key=lambda item: (-slow_in_file[item.nodeid.split("::")[0]], item.get_closest_marker("slow") is None))
+    slow_in_file = Counter(_file(item.nodeid) for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: (-slow_in_file[_file(item.nodeid)], item.get_closest_marker("slow") is None))
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
 
 
 _CPU_START = pytest.StashKey[float]()
@@ -88,18 +91,18 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter) -> None:
     """Where the suite's CPU time goes (the 2 cores are busy through a run: the sum, not the wall
     clock, is what a shorter suite must cut): the heaviest tests and files."""
-    cpu = {r.nodeid: dict(r.user_properties)["cpu_s"] for reports in terminalreporter.stats.values() for r in reports
-           if getattr(r, "when", None) == "teardown" and "cpu_s" in dict(getattr(r, "user_properties", ()))}
+    cpu = {r.nodeid: props["cpu_s"] for reports in terminalreporter.stats.values() for r in reports
+           if getattr(r, "when", None) == "teardown" and "cpu_s" in (props := dict(getattr(r, "user_properties", ())))}
     if not cpu:
         return
-    files: dict[str, float] = {}
+    files: Counter[str] = Counter()
     for nodeid, seconds in cpu.items():
-        files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + seconds
+        files[_file(nodeid)] += seconds
     terminalreporter.write_sep("=", f"CPU time: {sum(cpu.values()):.0f} s in {len(cpu)} tests")
     for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
         terminalreporter.write_line(f"{seconds:8.1f}s cpu {nodeid}")
     terminalreporter.write_line("by file:")
-    for path, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:15]:
+    for path, seconds in files.most_common(15):
         terminalreporter.write_line(f"{seconds:8.1f}s cpu {path}")
 
 
