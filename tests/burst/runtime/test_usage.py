@@ -58,23 +58,28 @@ def test_a_slow_input_is_seen_in_ray_s_metrics_and_its_idle_time_priced(tmp_path
         assert 0 <= node["cpu_percent"] <= 100 and node["cpus"] >= 1 and 0 < node["mem_used_bytes"] < node["mem_total_bytes"]
     published = [w for row in rows for w in row["workers"]]
     assert published and {w["rank"] for w in published} == {"0"}  # the worker's own gauges, this run's only
-    last = published[-1]
-    assert 40 < last["samples_per_s"] < 100  # 8 samples every ~0.1 s
-    assert 0.6 < last["input_wait_fraction"] < 0.95  # 80 ms of every 100 waiting
+    # What the worker measured on its own clock over the whole epoch: 80 ms of every ~100 waiting when
+    # the machine is idle, less when a busy machine stretches the rest of its step (a CI run saw 55 %).
+    epoch = json.loads((tmp_path / "epoch.json").read_text())
+    own_rate, own_wait = epoch["samples"] / epoch["seconds"], epoch["input_wait_s"] / epoch["seconds"]
+    assert own_wait > 0.3 and own_rate > 20
+    last = published[-1]  # sampled at most a second before the end: the running figures have settled by then
+    assert last["samples_per_s"] == pytest.approx(own_rate, rel=0.1)
+    assert last["input_wait_fraction"] == pytest.approx(own_wait, abs=0.05)
 
     events = [e for e in parse_events(proc.stdout) if isinstance(e, UsageEvent)]
     assert len(events) >= 3  # every 4 s
     said = events[-1]
     assert said.accelerator == "CPU" and said.nodes == 1 and said.hourly_usd == 36.0
-    assert 40 < said.samples_per_s < 100 and 60 < said.input_wait_percent < 95
+    assert said.samples_per_s == pytest.approx(own_rate, rel=0.15)
+    assert said.input_wait_percent == pytest.approx(100 * own_wait, abs=8)
     assert said.idle_usd_per_h == pytest.approx(36.0 * (1 - said.accelerator_percent / 100), abs=0.01)
     assert 0 < said.spent_usd < 36.0 * 60 / 3600  # less than a minute at $36/h
     assert "samples/s, input wait" in said.line() and "/h idle" in said.line()
 
-    epoch = json.loads((tmp_path / "epoch.json").read_text())
     summary = usage.summarise(rows, [epoch], 36.0)
     assert summary["accelerator"] == "CPU" and summary["samples"] == len(rows)
-    assert 60 < summary["input_wait_percent"] < 95  # from the epoch's own clock, as the history holds it
+    assert summary["input_wait_percent"] == round(100 * own_wait, 1)  # from the epoch's own clock, as the history holds it
     idle_h = summary["sampled_s"] / 3600 * (1 - summary["busy_percent"] / 100)
     assert summary["idle_usd"] == pytest.approx(36.0 * idle_h, abs=0.001)
     assert usage.figure(rows, tmp_path / "usage.png").stat().st_size > 10_000
