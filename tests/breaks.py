@@ -346,7 +346,7 @@ BREAKS = [
     Break("monitor-scrapes-around-the-tunnel", "burst/monitor.py",
           (('    (here / "prometheus.yml").write_text(config_text(discovery, proxy_url=proxy_url))\n',
             '    (here / "prometheus.yml").write_text(config_text(discovery))\n'),),
-          ("tests/burst/targets/test_kubernetes.py::test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token",),
+          ("tests/burst/targets/test_kubernetes.py::test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token_and_outlives_its_tunnel",),
           "a tunnelled cluster's nodes scraped at addresses this machine cannot reach, not through the head's relay"),
     Break("ecal-sum-in-16-bits", "workloads/gan3d/model.py",
           (('    ecal = EcalSum(preset.power, name="ecal", dtype=FLOAT32)(image)\n', '    ecal = EcalSum(preset.power, name="ecal")(image)\n'),),

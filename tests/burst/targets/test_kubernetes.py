@@ -414,12 +414,15 @@ def cpu_site(tmp_path: Path, fake: Path):
 
 
 @pytest.mark.slow
-def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp_path, fake):
+def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token_and_outlives_its_tunnel(tmp_path, fake):
     """Every step burst takes from this machine, for real, against a stand-in cluster whose RayCluster
-    head is a real Ray head here: `up` applies the objects (stand-in kubectl), `train` reaches the head
-    through `kubectl port-forward` (the stand-in proxies TCP as the real one does) with the token the
-    Secret holds, submits the job, follows it and collects the results from the bucket; `down`
-    deletes the objects. Without the token the head refuses the job."""
+    head is a real Ray head here: `up` applies the objects (stand-in kubectl); without the token the
+    Secret holds the head refuses the job; `burst monitor` scrapes the nodes through a relay on the
+    head; a managed run reaches the head through `kubectl port-forward` (the stand-in proxies TCP as
+    the real one does), and when that tunnel breaks mid-run (the process killed, as when a laptop's
+    network changes) the controller reopens it after REOPEN_AFTER_S and follows the run to its end,
+    collecting the results from the bucket; `down` deletes the objects and stops Prometheus.
+    (One run for both: the attached and the managed submission share the port-forward and the token.)"""
     from tests.support import census
 
     before = census.snapshot()
@@ -432,7 +435,7 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         assert handle["storage_uri"] == f"file://{bucket}" and handle["layout"]["workers"] == 1
         env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "FAKE_KUBE_HEAD": head["dashboard_url"].rsplit(":", 1)[1],
                "PATH": env_path}
-        train = ["train", "gan3d", "--cluster", "k8s", "--epochs", "1", "--steps", "2", "--synthetic", "200", "--val-events", "100",
+        train = ["train", "gan3d", "--cluster", "k8s", "--epochs", "4", "--steps", "8", "--synthetic", "200", "--val-events", "100",
                  "--batch-per-replica", "4"]
         refused = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
         assert refused.returncode != 0  # the token up generated is not the head's: the Jobs API refuses it
@@ -444,16 +447,34 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         mon, checked = json.loads(shown.stdout), False
         try:
             assert mon["relay_url"].startswith("http://127.0.0.1:") and psutil.pid_exists(mon["forward_pid"])
-            proc = subprocess.run([sys.executable, "-m", "burst.cli", *train], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+            proc = subprocess.run([sys.executable, "-m", "burst.cli", *train, "--managed", "--detach", "--policy", str(policy)],
+                                  capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
             assert proc.returncode == 0, proc.stderr[-3000:]
-            (record,) = [r for p in (home / "runs").glob("*.json") if (r := json.loads(p.read_text()))["state"] == "SUCCEEDED"]
+            run_id = " ".join(proc.stderr.split()).split("run ", 1)[1].split(" ", 1)[0]
+            relay_port = f"{mon['relay_url'].rsplit(':', 1)[1]}:8266"  # the relay's port, which the head Service lists
+            run_tunnels = lambda: [c["argv"] for c in calls(fake) if "port-forward" in c["argv"] and relay_port not in c["argv"]]  # noqa: E731
+            killed_pids = _break_the_run_s_tunnel(home, run_id, spare=mon["forward_pid"])
+            opened_before = len(run_tunnels())
+            managed = home / "managed" / f"{run_id}.json"
+            deadline = time.time() + 600
+            while json.loads(managed.read_text())["phase"] != "finished":
+                assert time.time() < deadline, "the run did not finish after its tunnel broke"
+                time.sleep(1)
+            record = json.loads((home / "runs" / f"{run_id}.json").read_text())
+            assert record["state"] == "SUCCEEDED", record
             assert record["cluster"] == "k8s" and record["provider"] == "kubernetes"
-            assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()
+            assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3, 4]
+            assert (Path(record["run_dir"]) / "report" / "metrics.json").exists()  # collected from the site's bucket
+            (attempt,) = json.loads(managed.read_text())["attempts"]  # the same cluster throughout: no move, no loss
+            moves = (home / "managed" / f"{run_id}.log").read_text() if (home / "managed" / f"{run_id}.log").exists() else ""
+            assert "reopening the way to it" in moves, moves
             forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
             assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
-            assert any(f"{mon['relay_url'].rsplit(':', 1)[1]}:8266" in a for a in forwards)  # the relay's port, which the head Service lists
+            assert any(relay_port in a for a in forwards)
+            assert killed_pids and len(run_tunnels()) > opened_before  # the run's tunnel opened again after it was killed
+            assert psutil.pid_exists(mon["forward_pid"])  # the monitor's own tunnel was not the run's to break
             _scraped_through_the_relay(mon)
-            # the tunnel breaks: the node is no longer scraped (every scrape goes through it); `burst monitor` again opens a new one
+            # the monitor's tunnel breaks: the node is no longer scraped (every scrape goes through it); `burst monitor` again opens a new one
             psutil.Process(mon["forward_pid"]).kill()
             assert _wait_for_up(mon["url"], "0"), "scrapes still answered with the tunnel gone"
             again = json.loads(subprocess.run([sys.executable, "-m", "burst.cli", "monitor", "k8s", "--json"], capture_output=True, text=True,
@@ -468,6 +489,29 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token(tmp
         assert not psutil.pid_exists(again["pid"]) and not psutil.pid_exists(again["forward_pid"])  # down stops Prometheus and its tunnel
         assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
     census.assert_none_left(before)
+
+
+def _break_the_run_s_tunnel(home: Path, run_id: str, spare: int) -> set[int]:
+    """Once the run has trained an epoch, kill the stand-in `kubectl port-forward` its controller
+    follows it through (this test process's own, not ``spare``, the monitor's); the pids killed."""
+    from tests.support import census
+
+    def progress() -> int:
+        return (json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0
+
+    def forwards() -> list:
+        group = census.members()  # this test process's own: another worker's tunnel is not this test's to break
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "port-forward" in p.info["cmdline"]
+                and any(str(FAKES) in part for part in p.info["cmdline"]) and (group is None or p.pid in group) and p.pid != spare]
+
+    deadline = time.time() + 400
+    while progress() < 1 or not forwards():
+        assert time.time() < deadline, "no epoch through the port-forward"
+        time.sleep(0.5)
+    killed = forwards()
+    for p in killed:
+        p.kill()  # the tunnel breaks mid-run
+    return {p.pid for p in killed}
 
 
 def _wait_for_up(url: str, value: str, within_s: float = 60) -> bool:
@@ -507,65 +551,6 @@ def _scraped_through_the_relay(mon: dict) -> None:
     for pid in (mon["pid"], mon["forward_pid"]):
         listening = [c.laddr.ip for c in psutil.Process(pid).net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
         assert listening and set(listening) == {"127.0.0.1"}, (pid, listening)
-
-
-@pytest.mark.slow
-def test_a_managed_run_whose_port_forward_is_killed_reopens_it_and_finishes(tmp_path, fake):
-    """The tunnel to a Kubernetes head breaks mid-run (the `kubectl port-forward` process killed, as
-    when a laptop's network changes): the controller cannot ask the job, reopens the tunnel after
-    REOPEN_AFTER_S and follows the run to its end, instead of counting misses for ever."""
-    import psutil
-
-    from tests.support import census
-
-    before = census.snapshot()
-    with cpu_site(tmp_path, fake) as (home, policy, head, env_path, bucket):
-        env = {**os.environ, "BURST_HOME": str(home), "FAKE_KUBE": str(fake), "FAKE_KUBE_HEAD": head["dashboard_url"].rsplit(":", 1)[1],
-               "PATH": env_path}
-        up = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "kubernetes", "--policy", str(policy), "--name", "k8s",
-                             "--image", "registry.example.org/burst:1", "--json"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
-        assert up.returncode == 0, up.stderr
-        Path(json.loads(up.stdout)["token_path"]).write_text(Path(head["token_path"]).read_text())  # the Secret's token is the head's
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "k8s", "--managed", "--detach", "--policy",
-                               str(policy), "--epochs", "4", "--steps", "8", "--synthetic", "200", "--val-events", "100",
-                               "--batch-per-replica", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        run_id = " ".join(proc.stderr.split()).split("run ", 1)[1].split(" ", 1)[0]
-
-        def progress() -> int:
-            return (json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0
-
-        ours = census.members  # this test process's own: another worker's tunnel is not this test's to break
-
-        def forwards() -> list:
-            group = ours()
-            return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "port-forward" in p.info["cmdline"]
-                    and any(str(FAKES) in part for part in p.info["cmdline"]) and (group is None or p.pid in group)]
-
-        deadline = time.time() + 400
-        while progress() < 1 or not forwards():
-            assert time.time() < deadline, "no epoch through the port-forward"
-            time.sleep(0.5)
-        killed = forwards()
-        for p in killed:
-            p.kill()  # the tunnel breaks mid-run
-        killed_pids = {p.pid for p in killed}
-        deadline = time.time() + 600
-        managed = home / "managed" / f"{run_id}.json"
-        while json.loads(managed.read_text())["phase"] != "finished":
-            assert time.time() < deadline, "the run did not finish after its tunnel broke"
-            time.sleep(1)
-        record = json.loads((home / "runs" / f"{run_id}.json").read_text())
-        assert record["state"] == "SUCCEEDED", record
-        assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3, 4]
-        (attempt,) = json.loads(managed.read_text())["attempts"]  # the same cluster throughout: no move, no loss
-        moves = (home / "managed" / f"{run_id}.log").read_text() if (home / "managed" / f"{run_id}.log").exists() else ""
-        assert "reopening the way to it" in moves, moves
-        opened = [c for c in calls(fake) if "port-forward" in c["argv"]]
-        assert len(opened) >= 2 and killed_pids  # a second port-forward was opened after the first was killed
-        print(moves)
-        assert burst("down", "k8s", home=home, fake=fake).returncode == 0
-    census.assert_none_left(before)
 
 
 # ---------------------------------------------------------------------- Kubernetes as it really behaves

@@ -747,7 +747,9 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
 def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhere(cluster, home, tmp_path):
     """The head of the cluster a run trains on dies (every process SIGKILLed, as in a machine
     crash): `burst train` says the cluster stopped, where the last checkpoint is and how to go
-    on (exit 1, run LOST); `burst train --resume RUN` on another cluster finishes every epoch once."""
+    on (exit 1, run LOST), and leaves nothing running. Going on from that checkpoint on another
+    cluster, every epoch once, is the managed run's move in test_stores.py (a killed head, the same
+    resume); `--resume` by hand onto another cluster is the budget stop's there."""
     from burst.runtime.ray_head import cluster_processes
 
     before = census.snapshot()
@@ -771,13 +773,8 @@ def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhe
     assert f"run {run_id} lost its cluster" in error and "the cluster stopped (its Ray head does not answer)" in error
     assert f"the run's last checkpoint is {storage}/checkpoint_" in error and f"--resume {run_id}` continues" in error
     record = json.loads((home / "runs" / f"{run_id}.json").read_text())
-    assert record["state"] == "LOST"
+    assert record["state"] == "LOST" and f"--resume {run_id}" in record["message"]
     burst("down", "doomed", home=home, cwd=tmp_path)
-    resumed = burst("train", "gan3d", "--cluster", "t", "--resume", run_id, home=home, cwd=tmp_path)
-    assert f"resuming run {run_id} (attempt 2)" in " ".join(resumed.stderr.split())
-    record = json.loads((home / "runs" / f"{run_id}.json").read_text())
-    assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
-    assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3]
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
