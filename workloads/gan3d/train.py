@@ -107,7 +107,7 @@ class GAN3DTrainer(EpochLoop):
         )
         self.history: list[dict] = []
         self._init_loop(METRIC_NAMES)
-        self._step = tf.function(self._distributed_step)
+        self._step = tf.function(self._distributed_step, autograph=False)  # as the loop's own step (EpochLoop)
 
     # ------------------------------------------------------------------ the step
 

@@ -314,7 +314,8 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     env = {"BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "2", "--hours", "0.03", "--managed", "--detach",
+    # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.03", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
     run_id = handed_over(proc)
     wait_until(lambda: ((json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0) >= 1,
