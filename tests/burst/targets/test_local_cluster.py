@@ -744,7 +744,7 @@ def test_slurm_head_on_another_node_is_reached_through_the_login_host(cluster, h
     assert not psutil.pid_exists(mon.pid) and not psutil.pid_exists(mon.forward_pid)
 
 
-def test_a_lost_head_is_reported_with_its_checkpoint_and_the_run_resumes_elsewhere(cluster, home, tmp_path):
+def test_a_lost_head_is_reported_with_its_checkpoint_and_how_to_resume(cluster, home, tmp_path):
     """The head of the cluster a run trains on dies (every process SIGKILLed, as in a machine
     crash): `burst train` says the cluster stopped, where the last checkpoint is and how to go
     on (exit 1, run LOST), and leaves nothing running. Going on from that checkpoint on another
