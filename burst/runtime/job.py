@@ -370,5 +370,8 @@ def failure_line(exc: BaseException) -> str:
     found = _DATA_ERROR.findall(text)
     if found:
         return f"bad input data: {found[-1].strip()}"
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if first.endswith(":") and len(lines) > 1:  # a heading ("Training failed due to controller error:"): its cause is the next line
+        first = f"{first} {lines[1]}"
     return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
