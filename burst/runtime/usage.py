@@ -49,6 +49,7 @@ BUSY_FIELD = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}
 # What each training worker publishes (``WorkerGauges``), by run and rank.
 SAMPLES_GAUGE = "burst_samples_per_second"
 INPUT_WAIT_GAUGE = "burst_input_wait_fraction"
+WORKER_GAUGES = (f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}")  # the names Ray's exporter gives them
 
 
 class WorkerGauges:
@@ -86,13 +87,12 @@ def parse_node(text: str, run_id: str) -> tuple[dict, list[dict]]:
     workers: dict[str, dict] = {}
     # A node's page holds every metric of Ray's; the parser is pure Python, so only the lines of the
     # gauges read here are handed to it (a local node's page, 286 kB in 1,035 lines: 61 ms whole, 1 ms so).
-    wanted = (*NODE_GAUGES, f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}")
-    text = "\n".join(line for line in text.splitlines() if line.startswith(wanted))
+    text = "\n".join(line for line in text.splitlines() if line.startswith((*NODE_GAUGES, *WORKER_GAUGES)))
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name in NODE_GAUGES:
                 series.setdefault(sample.name, []).append(float(sample.value))
-            elif sample.name in (f"ray_{SAMPLES_GAUGE}", f"ray_{INPUT_WAIT_GAUGE}") and _ours(sample.labels.get("run", ""), run_id):
+            elif sample.name in WORKER_GAUGES and _ours(sample.labels.get("run", ""), run_id):
                 key = "samples_per_s" if sample.name.endswith(SAMPLES_GAUGE) else "input_wait_fraction"
                 run, rank = sample.labels["run"], sample.labels.get("rank", "?")
                 name = rank if run == run_id else f"{run[len(run_id) + 1:]}/{rank}"  # a scan's trial: trial/rank
