@@ -57,7 +57,7 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     """Data ready for the workers: (config naming the files every worker reads, this job's working
     directory, training files, held-out files here). A bucket cannot be written like a directory:
     the job then works on local disk, and workers on other nodes read the files from the bucket
-    (``with_test_files``: the held-out files too, for a scan's per-epoch validation)."""
+    (``with_test_files``: the held-out files too, for the worker that validates)."""
     from . import scratch, storage
 
     files = RunFiles(cfg.storage, cfg.run_id)
@@ -89,7 +89,8 @@ def run(cfg: JobConfig) -> int:
 
     timings: dict[str, float] = {"job_start": time.time()}
     files = RunFiles(cfg.storage, cfg.run_id)
-    cfg, storage_dir, train_files, test_files = stage_inputs(cfg)
+    # the held-out files go to the workers too (not to a TPU host): the final one validates there
+    cfg, storage_dir, train_files, test_files = stage_inputs(cfg, with_test_files=not cfg.tpu)
     timings["data_ready"] = time.time()
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage_dir / "runs" / cfg.run_id
@@ -122,11 +123,19 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         publish(out_dir, cfg)
         emit(DoneEvent(run_dir=str(out_dir), stopped=True))
         return 0
-    emit(StatusEvent(message="validating against held-out Monte Carlo"))
     from .. import workloads
+    from .training import VALIDATION_DONE, validation_made_with
 
     workload = workloads.get(cfg.workload)
-    metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
+    made = validation_made_with(ckpt_dir)
+    if made is not None:  # validated by the worker that trained these weights: publish its report
+        timings["validated_in_worker_s"] = json.loads((made / VALIDATION_DONE).read_text())["seconds"]
+        shutil.copytree(made, out_dir / "report", dirs_exist_ok=True, ignore=shutil.ignore_patterns(VALIDATION_DONE))
+        shutil.rmtree(made)
+        metrics = json.loads((out_dir / "report" / "metrics.json").read_text())
+    else:  # a TPU host's checkpoint, or the worker's validation failed: validate from the checkpoint here
+        emit(StatusEvent(message="validating against held-out Monte Carlo"))
+        metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()
     from . import tensorboard_log
 

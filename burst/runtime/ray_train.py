@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .job import JobConfig, RunFiles, failure_line
 from .scratch import private_dir
-from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir
+from .training import (announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir,
+                       validate_into_checkpoint)
 
 
 def _strategy(world_size: int):
@@ -80,12 +81,17 @@ def train_loop_per_worker(loop_config: dict) -> None:
                 if cfg.validate_each_epoch and rank == 0 else None)
 
     scratch = private_dir(node_scratch_dir(cfg.run_id))
+    # a run's final checkpoint carries its validation, made here where the model is (a scan's
+    # trials are judged every epoch instead, and their scan validates its best)
+    validates_here = rank == 0 and bool(cfg.val_files) and not cfg.validate_each_epoch
 
     def save_epoch(metrics: dict) -> None:
         if held_out is not None:  # a scan's trial: the epoch's physics goes into its history and its report
             metrics.update(held_out.summary(trainer))
         with tempfile.TemporaryDirectory(dir=scratch) as tmp:
             trainer.save(tmp)  # every worker saves (collective under MultiWorkerMirroredStrategy)
+            if validates_here and len(trainer.history) >= cfg.epochs:
+                validate_into_checkpoint(trainer, cfg, Path(tmp))
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank == 0 else None)
 
     def save_position(position: dict) -> None:

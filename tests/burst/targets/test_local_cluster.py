@@ -146,6 +146,7 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     assert provenance["target"]["provider"] == "local"
     assert provenance["versions"]["tensorflow"] and provenance["data_hashes"]
     assert provenance["timings"]["submit_to_first_step_s"] > 0
+    assert provenance["timings"]["validated_in_worker_s"] > 0  # by the worker that trained: no second TensorFlow in the job
     machine = provenance["machine"]  # as the training worker's TensorFlow saw it
     assert machine["onednn_enabled"] is True and machine["onednn_requested"] == "1"
     assert machine["cpu_model"] and machine["simd"] and machine["intra_op_threads"] == 2
