@@ -149,15 +149,50 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     )
 
 
-def train(cfg: JobConfig, root: str, dest: Path) -> tuple[Path | None, str | None]:
-    """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed)."""
-    from . import storage
+FITS_AFTER_AN_ACTOR_DIED = 1  # how many times a run's workers are started again when Ray Train lost one of its actors
 
-    trainer = tensorflow_trainer(cfg, root)
-    try:
-        result = trainer.fit()
-    finally:  # a worker killed while saving leaves its half-written checkpoint here, on this node
-        shutil.rmtree(node_scratch_dir(cfg.run_id), ignore_errors=True)
+
+def an_actor_died(exc: BaseException) -> bool:
+    """Whether Ray Train's controller failed because one of the run's actors died (a worker, or a
+    helper such as its synchronisation actor): a process lost, not the training function raising.
+
+    Ray Train restarts the workers after such a loss while they train (``max_failures``), but not
+    when it comes while the worker group starts, from a setup step (our ``TF_CONFIG``, its own
+    helpers): it raises a ``ControllerError`` at once. Seen on a 2-core machine at load 6: a run
+    failed 23 s after it was submitted, before its first step, with "The actor died unexpectedly
+    before finishing this task."."""
+    from ray.exceptions import RayActorError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    return isinstance(exc, ControllerError) and isinstance(getattr(exc, "controller_failure", None), RayActorError)
+
+
+def train(cfg: JobConfig, root: str, dest: Path) -> tuple[Path | None, str | None]:
+    """Run the Ray Train job; (final checkpoint copied to ``dest``, None) or (None, why it failed).
+
+    A run whose actor died while its workers started is started once more (``an_actor_died``): the
+    workers resume from the newest checkpoint on storage, as after any restart, and the whole error
+    (with Ray's account of the death) stays in the job's log."""
+    import traceback
+
+    from . import storage
+    from .job import StatusEvent, emit
+
+    fits = 0
+    while True:
+        trainer = tensorflow_trainer(cfg, root)
+        try:
+            result = trainer.fit()
+            break
+        except Exception as exc:
+            if not an_actor_died(exc) or fits >= FITS_AFTER_AN_ACTOR_DIED:
+                raise
+            fits += 1
+            traceback.print_exc()
+            emit(StatusEvent(message=f"Ray Train lost an actor of the run ({failure_line(exc)}); starting its workers again "
+                                     "from the newest checkpoint"))
+        finally:  # a worker killed while saving leaves its half-written checkpoint here, on this node
+            shutil.rmtree(node_scratch_dir(cfg.run_id), ignore_errors=True)
     bad_data = RunFiles(cfg.storage, cfg.run_id).data_error
     if storage.exists(bad_data):
         return None, storage.read_text(bad_data)

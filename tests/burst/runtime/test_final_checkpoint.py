@@ -62,3 +62,56 @@ def test_a_tie_goes_to_the_later_checkpoint(tmp_path):
     result = SimpleNamespace(checkpoint=_RayCheckpoint(stop), best_checkpoints=[])
     dest = _final_checkpoint(result, JobConfig(storage=str(tmp_path / "storage"), run_id="r2"), tmp_path / "out")
     assert (dest / "stopped.json").exists()
+
+
+class _Fits:
+    """Ray Train's trainer as ``ray_train.train`` sees it: each ``fit`` raises the next error given,
+    or returns the run's result once they are spent."""
+
+    def __init__(self, errors: list, result):
+        self.errors, self.result, self.fits = list(errors), result, 0
+
+    def trainer(self, cfg, root):
+        return self
+
+    def fit(self):
+        self.fits += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.result
+
+
+def _actor_died():
+    from ray.exceptions import ActorDiedError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    return ControllerError(ActorDiedError())
+
+
+def test_a_run_whose_actor_died_while_its_workers_started_is_started_once_more_and_nothing_else_is(tmp_path, monkeypatch, capsys):
+    """Ray Train raises a ControllerError at once when an actor of the run dies while the worker
+    group starts (seen on a loaded 2-core machine); burst starts the workers once more, from the
+    newest checkpoint on storage. A controller error of any other cause, or a second death, ends
+    the run as before."""
+    import pytest
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from burst.runtime import ray_train
+
+    runs = tmp_path / "storage" / "ray-train" / "r3"
+    done = _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 2)
+    cfg = JobConfig(storage=str(tmp_path / "storage"), run_id="r3")
+    fits = _Fits([_actor_died()], SimpleNamespace(checkpoint=_RayCheckpoint(done), best_checkpoints=[]))
+    monkeypatch.setattr(ray_train, "tensorflow_trainer", fits.trainer)
+    ckpt, failure = ray_train.train(cfg, str(tmp_path / "storage" / "ray-train"), tmp_path / "out")
+    assert (failure, fits.fits) == (None, 2) and (ckpt / "gan3d.data-00000-of-00001").read_text() == "weights after 2"
+    said = capsys.readouterr()
+    assert "Ray Train lost an actor of the run (ControllerError: " in said.out
+    assert said.err.startswith("Traceback") and "The actor died unexpectedly" in said.err  # the whole error, for the log
+
+    for errors in ([ControllerError(ValueError("a callback's own bug"))], [_actor_died(), _actor_died()]):
+        fits = _Fits(errors, None)
+        monkeypatch.setattr(ray_train, "tensorflow_trainer", fits.trainer)
+        with pytest.raises(ControllerError):
+            ray_train.train(cfg, str(tmp_path / "storage" / "ray-train"), tmp_path / "out")
+        assert fits.fits == len(errors)
