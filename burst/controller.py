@@ -381,9 +381,23 @@ class Controller:
         if not target.is_alive(handle):
             return self.lost(attempt, target.stopped_reason(handle))
         self.end_attempt(attempt, f"job {status.lower()}")
+        self.keep_log(reachable, record)  # before the cluster goes: what says why it failed
         if attempt.own:
             self.take_down(handle)
         self.finish("FAILED", tracker.failure or f"job ended {status}; see `burst logs {record.run_id}`")
+
+    def keep_log(self, reachable: ClusterHandle, record: RunRecord) -> None:
+        """The job's log, saved with the run on this machine (``burst logs RUN`` reads it there once
+        the cluster is gone; a run that succeeded keeps it with its results)."""
+        from .lifecycle.rundir import RunDirectory
+        from .runtime import jobs
+
+        try:
+            log = jobs.client(reachable).get_job_logs(record.job_id)
+        except (ConnectionError, RuntimeError, OSError) as exc:
+            self.say(f"the job's log could not be kept: {exc.__class__.__name__}: {str(exc)[:160]}")
+            return
+        RunDirectory(record.run_id).save_log(log)
 
     # ------------------------------------------------------------------ endings
 

@@ -455,13 +455,15 @@ def test_ctrl_c_on_run_tears_everything_down(cluster, home, tmp_path):
     census.assert_none_left(before_procs, exempt_roots=cluster[0]["pids"])
 
 
-@pytest.mark.parametrize("key, value, words", [("energy", np.nan, "NaN"), ("ECAL", -1.0, "negative")],
-                         ids=["condition-found-before-training", "image-found-by-the-worker"])
-def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, home, tmp_path, key, value, words):
+@pytest.mark.parametrize("key, value, words, managed", [("energy", np.nan, "NaN", False), ("ECAL", -1.0, "negative", True)],
+                         ids=["condition-found-before-training", "image-found-by-the-worker-of-a-managed-run"])
+def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, home, tmp_path, key, value, words, managed):
     """Corrupt training data: the job fails on the cluster, `burst run` exits 1 with one line that
     names the file, the key and what is wrong, the run is FAILED, and the temporary cluster is gone.
     A bad condition is found by the driver before any worker starts; a bad image only by the
-    worker's input pipeline, which reports it once instead of being restarted to read it again."""
+    worker's input pipeline, which reports it once instead of being restarted to read it again.
+    A managed run's controller keeps the job's log before it takes the cluster down, as `burst run`
+    does: what says why it failed outlives the cluster."""
     import h5py
 
     data = tmp_path / "data"
@@ -474,7 +476,7 @@ def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, hom
         f[key][:] = values
     before = census.snapshot()
     proc = burst("run", "gan3d", "--provider", "local", "--name", f"failing-{key.lower()}", "--cpus", "1", "--data", str(data), "--epochs", "1",
-                 "--val-events", "20", home=home, cwd=tmp_path, check=False)
+                 "--val-events", "20", *(["--managed"] if managed else []), home=home, cwd=tmp_path, check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
