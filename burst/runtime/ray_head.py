@@ -181,8 +181,16 @@ def choose_ports() -> dict[str, int]:
     return dict(zip(PORT_ROLES, _free_ports(len(PORT_ROLES))))
 
 
-def head_env(cluster_id: str, token_path: Path | str, ports: dict[str, int], loopback: bool = True) -> dict[str, str]:
-    """The environment of a burst Ray head: its marker, token authentication, no usage stats."""
+def head_env(cluster_id: str, token_path: Path | str, ports: dict[str, int], loopback: bool = True, node_ip: str = "127.0.0.1") -> dict[str, str]:
+    """The environment of a burst Ray head: its marker, token authentication, no usage stats, and
+    its own address for every process of it.
+
+    ``RAY_ADDRESS`` is this cluster's GCS: Ray code that looks for "the" cluster without being told
+    (the state API, which Ray Train's placement-group cleaner asks every second whether the run's
+    controller is alive) otherwise takes any ``gcs_server`` on the machine, or the last cluster
+    ``/tmp/ray`` remembers. With a second Ray on the machine (another user's on a login node, a
+    second burst cluster) the cleaner asked the wrong cluster, found no controller, and removed the
+    run's placement group, killing its workers: the run failed with "The actor died unexpectedly"."""
     env = dict(os.environ)
     env.update({MARKER: cluster_id, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path),
                 "RAY_USAGE_STATS_ENABLED": "0", "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -193,7 +201,7 @@ def head_env(cluster_id: str, token_path: Path | str, ports: dict[str, int], loo
         # (services.resolve_ip_for_localhost) unless multi-node clusters are off, which is
         # what Ray does on macOS and Windows: then every component binds 127.0.0.1.
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    env.pop("RAY_ADDRESS", None)
+    env["RAY_ADDRESS"] = f"{node_ip}:{ports['GCS server']}"  # never a RAY_ADDRESS of the user's
     return env
 
 

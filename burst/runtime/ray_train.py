@@ -158,9 +158,10 @@ def an_actor_died(exc: BaseException) -> bool:
 
     Ray Train restarts the workers after such a loss while they train (``max_failures``), but not
     when it comes while the worker group starts, from a setup step (our ``TF_CONFIG``, its own
-    helpers): it raises a ``ControllerError`` at once. Seen on a 2-core machine at load 6: a run
-    failed 23 s after it was submitted, before its first step, with "The actor died unexpectedly
-    before finishing this task."."""
+    helpers): it raises a ``ControllerError`` at once. Seen in test runs with a second Ray on the
+    machine: a run failed before its first step with "The actor died unexpectedly before finishing
+    this task." (that cause, Ray Train's placement-group cleaner asking the other cluster about the
+    run, is gone: ``ray_head.head_env``; a node's hiccup while workers start remains)."""
     from ray.exceptions import RayActorError
     from ray.train.v2.api.exceptions import ControllerError
 

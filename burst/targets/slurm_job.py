@@ -82,7 +82,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     ports = ray_head.choose_ports()
     dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
-    env = ray_head.head_env(cluster_id, token, ports, loopback=not multi)
+    env = ray_head.head_env(cluster_id, token, ports, loopback=not multi, node_ip=node_ip)
     procs = [subprocess.Popen(ray_head.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)]
     if multi:
         # One Ray worker per other node; srun runs them as a step of this job, so Slurm tracks them.

@@ -356,10 +356,43 @@ def _listening(pids: list[int]) -> list[tuple[str, int, str]]:
     return out
 
 
+# A job whose actor asks Ray's state API about itself without naming a cluster, as Ray Train's
+# placement-group cleaner asks every second whether the run's controller still lives.
+ASKS_ABOUT_ITSELF = """
+import ray
+ray.init()
+
+@ray.remote(num_cpus=0)
+class Asker:
+    def ask(self):
+        from ray.util.state import get_actor
+        me = get_actor(ray.get_runtime_context().get_actor_id(), timeout=20)
+        return me.state if me else "not found"
+
+print("STATE", ray.get(Asker.remote().ask.remote()))
+"""
+
+
+def _asked_about_itself(name: str) -> str:
+    from burst.home import state
+    from burst.home.state import ClusterHandle
+    from burst.runtime import jobs
+
+    client = jobs.client(state.load(ClusterHandle, name))
+    job = client.submit_job(entrypoint=f"{sys.executable} -c '{ASKS_ABOUT_ITSELF}'")
+    deadline = time.monotonic() + 120
+    while jobs.job_status(client, job) not in jobs.TERMINAL:
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+    return client.get_job_logs(job)
+
+
 def test_every_socket_of_a_local_cluster_listens_on_loopback_and_a_second_cluster_coexists(cluster, home, tmp_path):
     """The socket table of two live local clusters: every listening socket of every process of
     either is on 127.0.0.1 (nothing reachable from the network), the two share no port, and the
-    second one starts and stops beside the first without touching it."""
+    second one starts and stops beside the first without touching it. The second one's processes
+    find their own cluster when Ray looks for "the" cluster unasked: with two on the machine, Ray
+    Train's placement-group cleaner asked the wrong one, and removed a live run's workers."""
     handle, cwd = cluster
     before = census.snapshot()
     first = _listening(marked(handle["cluster_id"]))
@@ -370,6 +403,8 @@ def test_every_socket_of_a_local_cluster_listens_on_loopback_and_a_second_cluste
         exposed = [s for s in first + other if not _loopback(s[0])]
         assert not exposed, f"sockets reachable from the network: {exposed}"
         assert not {s[1] for s in first} & {s[1] for s in other}
+        log = _asked_about_itself("beside")  # with "t" beside it on the machine
+        assert "STATE ALIVE" in log, log[-3000:]
     finally:
         burst("down", "beside", home=home, cwd=tmp_path)
     census.assert_none_left(before, exempt_roots=handle["pids"])
