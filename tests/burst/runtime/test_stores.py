@@ -450,6 +450,7 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
     from burst.runtime.ray_head import cluster_processes
+    from burst.unattended.managed import FINAL_STATES
     from tests.support import census
     from tests.support.cli_runs import TRAIN, burst, finished, handed_over, history_of, managed, wait_until
 
@@ -466,8 +467,9 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
 
     def progressed():
         ckpts = [d for d in storage.list_dirs(RunFiles(gs, run_id).ray_train_dir) if d.startswith("checkpoint_")]
-        progress = json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}
-        return (progress.get("epoch") or 0) >= 1 and len(ckpts) >= 2
+        record = json.loads((home / "runs" / f"{run_id}.json").read_text())
+        assert record["state"] not in FINAL_STATES, record  # ended before its head was killed: say why now, not in 400 s
+        return ((record.get("progress") or {}).get("epoch") or 0) >= 1 and len(ckpts) >= 2
 
     wait_until(progressed, 400, "an epoch and a checkpoint after it in the gs:// store")
     head = json.loads((home / "clusters" / "mg.json").read_text())
