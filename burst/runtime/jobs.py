@@ -22,6 +22,7 @@ from .job import EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFi
 __all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+PREEMPTION_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # Ray Train's switch for its node-drain watcher
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class JobRuntime:
 
     python: str = sys.executable
     runtime_env: dict = field(default_factory=dict)
+    # whether Ray may be told that a node is going (a cloud's spot notice, an autoscaler's
+    # scale-down): Ray Train then runs an actor per run that watches for it; on a machine or an
+    # allocation nobody drains, that is one more Python process per run for nothing
+    nodes_drain: bool = True
 
 
 def client(handle: ClusterHandle):
@@ -53,7 +58,7 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     from . import storage
 
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0",
-           **storage.emulator_env()}
+           **storage.emulator_env(), **({} if runtime.nodes_drain else {PREEMPTION_WATCHER: "0"})}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster

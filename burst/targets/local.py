@@ -22,6 +22,7 @@ from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
 from ..runtime import ray_head
+from ..runtime.jobs import JobRuntime
 from ..runtime.ray_head import check_socket_room, choose_ports, cluster_processes, head_command, head_env, is_alive, new_token, stop_processes
 from .base import QUIET, Lease, Reporter, Target
 
@@ -268,6 +269,10 @@ class LocalTarget(Target):
 
     def down(self, handle: ClusterHandle, report: Reporter = QUIET) -> None:
         down(handle)
+
+    def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
+        """This machine's Python; nothing drains this machine's one node."""
+        return JobRuntime(nodes_drain=False)
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)

@@ -147,8 +147,9 @@ class SlurmTarget(Target):
         return site.scheduler == "slurm"
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
-        """The Python the allocation runs: this machine's, the bundle's venv, or the container's."""
-        return JobRuntime(python=handle.outputs.get("python") or sys.executable)
+        """The Python the allocation runs: this machine's, the bundle's venv, or the container's. An
+        allocation ends by Slurm's signals (its notice), never by Ray draining a node."""
+        return JobRuntime(python=handle.outputs.get("python") or sys.executable, nodes_drain=False)
 
     # ------------------------------------------------------------------ asking Slurm
 
