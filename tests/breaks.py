@@ -400,16 +400,31 @@ def _kill_leftovers(before: set, copy: Path, ray_too: bool) -> None:
 SKIPPED_HERE = "not run: its tests skipped here"
 
 
+_shadowing: list[str] = []  # why the first copy's packages did not shadow the installed ones ("" when they did)
+
+# the plugins the suite uses, loaded by name: pytest's scan of every installed plugin costs each
+# break's pytest about 0.7 CPU-s, the breaks' largest fixed cost beside Python's start
+PLUGINS = ("-p", "xdist.plugin", "-p", "_hypothesis_pytestplugin")
+
+
+def _shadowed(copy: Path, env: dict) -> str:
+    """"" when ``copy``'s packages are the ones its Python imports, else what it imports instead;
+    asked of the first copy only (every copy is made and put on the path the same way)."""
+    if not _shadowing:
+        which = subprocess.run([sys.executable, "-c", "import burst, workloads; print(burst.__file__, workloads.__file__)"],
+                               cwd=copy, env=env, capture_output=True, text=True)
+        _shadowing.append("" if all(path.startswith(str(copy)) for path in which.stdout.split()) else which.stdout.strip() or which.stderr[-300:])
+    return _shadowing[0]
+
+
 def _run_tests(copy: Path, tests: tuple[str, ...], ray_too: bool = True) -> tuple[subprocess.CompletedProcess, float, str | None]:
     """The tests from ``copy`` (its packages first on the path); (result, seconds, why not run)."""
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    which = subprocess.run([sys.executable, "-c", "import burst, workloads; print(burst.__file__, workloads.__file__)"],
-                           cwd=copy, env=env, capture_output=True, text=True)
-    if not all(path.startswith(str(copy)) for path in which.stdout.split()):
-        return None, 0.0, f"not run: the copy's packages do not shadow the installed ones ({which.stdout.strip()})"
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if elsewhere := _shadowed(copy, env):
+        return None, 0.0, f"not run: the copy's packages do not shadow the installed ones ({elsewhere})"
     before = census.snapshot()
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PLUGINS, *tests],
                           cwd=copy, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     _kill_leftovers(before, copy, ray_too)
