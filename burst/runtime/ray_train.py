@@ -82,8 +82,10 @@ def train_loop_per_worker(loop_config: dict) -> None:
 
     scratch = private_dir(node_scratch_dir(cfg.run_id))
     # a run's final checkpoint carries its validation, made here where the model is (a scan's
-    # trials are judged every epoch instead, and their scan validates its best)
-    validates_here = rank == 0 and bool(cfg.val_files) and not cfg.validate_each_epoch
+    # trials are judged every epoch instead, and their scan validates its best). One worker only:
+    # under MultiWorkerMirroredStrategy, reading a batch-norm statistic outside a step is a
+    # collective every worker must join, and the others have finished; the job validates those.
+    validates_here = world == 1 and bool(cfg.val_files) and not cfg.validate_each_epoch
 
     def save_epoch(metrics: dict) -> None:
         if held_out is not None:  # a scan's trial: the epoch's physics goes into its history and its report
