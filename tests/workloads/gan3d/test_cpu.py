@@ -30,16 +30,9 @@ def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
     from burst.runtime.job import JobConfig
     from burst.home.state import ClusterHandle, RunRecord
     from burst.runtime.jobs import JobRuntime
+    from tests.support.job_submission import caught_submissions
 
-    sent = {}
-
-    class Client:
-        def submit_job(self, **kwargs):
-            sent.update(kwargs)
-            return kwargs["submission_id"]
-
-    monkeypatch.setattr(jobs, "client", lambda handle: Client())
-    monkeypatch.setattr(jobs.state, "save", lambda record: None)
+    sent = caught_submissions(monkeypatch)
     handle = ClusterHandle(name="c", provider="local", cluster_id="x", state="running", storage_uri="/s")
     for user_value, expected in ((None, "1"), ("0", "0")):
         if user_value is None:
