@@ -394,7 +394,7 @@ class Controller:
 
         try:
             log = jobs.client(reachable).get_job_logs(record.job_id)
-        except (ConnectionError, RuntimeError, OSError) as exc:
+        except (BurstError, ConnectionError, RuntimeError, OSError) as exc:  # the run still ends, and its cluster goes
             self.say(f"the job's log could not be kept: {exc.__class__.__name__}: {str(exc)[:160]}")
             return
         RunDirectory(record.run_id).save_log(log)

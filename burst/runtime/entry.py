@@ -133,7 +133,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         shutil.copytree(made, out_dir / "report", dirs_exist_ok=True, ignore=shutil.ignore_patterns(VALIDATION_DONE))
         shutil.rmtree(made)
         metrics = json.loads((out_dir / "report" / "metrics.json").read_text())
-    else:  # a TPU host's checkpoint, or the worker's validation failed: validate from the checkpoint here
+    else:  # several workers, a TPU host's checkpoint, or the worker's validation failed: validate from the checkpoint here
         emit(StatusEvent(message="validating against held-out Monte Carlo"))
         metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()

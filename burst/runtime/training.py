@@ -181,9 +181,9 @@ def validate_into_checkpoint(trainer, cfg: JobConfig, checkpoint_dir: Path) -> N
     """Validate the final weights where they are (the training worker, TensorFlow loaded, the model
     in memory) into ``checkpoint_dir/validation``, before the checkpoint is reported: the job then
     only publishes that report, where it would otherwise import TensorFlow and rebuild the model to
-    make the very same showers (about 6 CPU-seconds a run on a 2-core EPYC, and on a GPU cluster the
-    showers are made on the GPU). A failure is said and left to the job, which validates from the
-    checkpoint as it always could."""
+    make the very same showers (9 of the driver's 12 CPU-seconds in a short run on a 2-core Xeon;
+    on a GPU cluster the showers are made on the GPU). A failure is said and left to the job, which
+    validates from the checkpoint as it always could."""
     import shutil
     import traceback
 
