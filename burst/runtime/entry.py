@@ -57,7 +57,7 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     """Data ready for the workers: (config naming the files every worker reads, this job's working
     directory, training files, held-out files here). A bucket cannot be written like a directory:
     the job then works on local disk, and workers on other nodes read the files from the bucket
-    (``with_test_files``: the held-out files too, for the worker that validates)."""
+    (``with_test_files``: the held-out files too, for a scan's trials and for the worker that validates)."""
     from . import scratch, storage
 
     files = RunFiles(cfg.storage, cfg.run_id)
@@ -84,13 +84,23 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     return cfg.model_copy(update=update), storage_dir, train_files, test_files
 
 
+def worker_validates(cfg: JobConfig) -> bool:
+    """Whether the training worker is handed the held-out files to validate the final weights
+    (``training.validate_into_checkpoint``): where it reads them in place, as it reads the training
+    files (this machine, a site's shared file system). Not on a TPU host, and not where the store is
+    a bucket or a claim: there they would be uploaded and copied to a node for a few hundred events,
+    so the job validates from the checkpoint, as it always could."""
+    from . import storage
+
+    return not cfg.tpu and not storage.is_remote(cfg.storage) and not (cfg.data is not None and storage.is_remote(cfg.data))
+
+
 def run(cfg: JobConfig) -> int:
     import ray
 
     timings: dict[str, float] = {"job_start": time.time()}
     files = RunFiles(cfg.storage, cfg.run_id)
-    # the held-out files go to the workers too (not to a TPU host): the final one validates there
-    cfg, storage_dir, train_files, test_files = stage_inputs(cfg, with_test_files=not cfg.tpu)
+    cfg, storage_dir, train_files, test_files = stage_inputs(cfg, with_test_files=worker_validates(cfg))
     timings["data_ready"] = time.time()
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage_dir / "runs" / cfg.run_id
@@ -133,7 +143,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
         shutil.copytree(made, out_dir / "report", dirs_exist_ok=True, ignore=shutil.ignore_patterns(VALIDATION_DONE))
         shutil.rmtree(made)
         metrics = json.loads((out_dir / "report" / "metrics.json").read_text())
-    else:  # several workers, a TPU host's checkpoint, or the worker's validation failed: validate from the checkpoint here
+    else:  # several workers, a TPU host, a bucket store, or the worker's validation failed: validate from the checkpoint here
         emit(StatusEvent(message="validating against held-out Monte Carlo"))
         metrics = workload.validate(ckpt_dir, test_files, out_dir / "report", events=cfg.val_events, seed=cfg.seed, gate=cfg.gate)
     timings["validated"] = time.time()

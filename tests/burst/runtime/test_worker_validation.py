@@ -67,3 +67,15 @@ def test_a_worker_whose_validation_fails_leaves_none_and_says_so(trained, tmp_pa
     validate_into_checkpoint(trainer, cfg.model_copy(update={"val_files": (str(broken),)}), tmp_path / "ckpt")
     assert validation_made_with(tmp_path / "ckpt") is None and not (tmp_path / "ckpt" / VALIDATION_DIR).exists()
     assert "the job validates from the checkpoint" in capsys.readouterr().out
+
+
+def test_the_worker_validates_where_it_reads_the_held_out_files_in_place(tmp_path):
+    """This machine's or a site's files, yes; a bucket store, a dataset staged in a store or a TPU
+    host, no: the held-out files would be uploaded and copied to a node for a few hundred events."""
+    def cfg(**kw):
+        return JobConfig(run_id="r", **{"storage": str(tmp_path), **kw})
+
+    assert entry.worker_validates(cfg()) and entry.worker_validates(cfg(data=str(tmp_path / "data")))
+    assert not entry.worker_validates(cfg(storage="gs://bucket/burst"))
+    assert not entry.worker_validates(cfg(data="abfs://container/datasets/abc"))
+    assert not entry.worker_validates(cfg(tpu=True))
