@@ -129,13 +129,34 @@ def train_loop_per_worker(loop_config: dict) -> None:
             announce_stop(trainer, notices)
 
 
+def helpers_not_needed(one_run_per_job: bool) -> tuple[str, ...]:
+    """Ray Train's default callbacks that start a helper actor a burst run has no use for; each is
+    a Ray worker process that imports Ray Train (about 2.5 CPU-seconds, and a core's share while
+    the run's own worker starts beside it).
+
+    - ``DatasetsCallback`` starts a ``DatasetManager`` actor for Ray Data's datasets, even when the
+      trainer is given none: burst's workloads read their HDF5 files themselves.
+    - ``PlacementGroupCleanerCallback`` starts a detached actor that removes the run's placement
+      group if the controller dies while its driver lives on. Where the job runs one trainer (a
+      run, not a scan) the driver fails with its controller and the job ends, and Ray removes a
+      job's placement groups with it. A scan's driver goes on with other trials, so it keeps its
+      cleaner."""
+    return ("DatasetsCallback", "PlacementGroupCleanerCallback") if one_run_per_job else ("DatasetsCallback",)
+
+
 def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_best: str | None = None):
     """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
     (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as RayTrainer
 
     from .tf_backend import TfConfig
+
+    dropped = helpers_not_needed(one_run_per_job=keep_best is None)
+
+    class DataParallelTrainer(RayTrainer):
+        def _create_default_callbacks(self):  # Ray's own list, less the helpers burst has no use for
+            return [c for c in super()._create_default_callbacks() if type(c).__name__ not in dropped]
 
     resources = {"CPU": float(cfg.cpus_per_worker)}
     if cfg.gpus_per_worker:

@@ -115,3 +115,24 @@ def test_a_run_whose_actor_died_while_its_workers_started_is_started_once_more_a
         with pytest.raises(ControllerError):
             ray_train.train(cfg, str(tmp_path / "storage" / "ray-train"), tmp_path / "out")
         assert fits.fits == len(errors)
+
+
+def test_a_run_s_trainer_starts_no_helper_it_has_no_use_for_and_a_scan_s_keeps_its_placement_group_cleaner(tmp_path):
+    """Each helper Ray Train starts is a Ray worker process importing Ray Train (about 2.5 CPU-s):
+    Ray Data's DatasetManager (burst gives Ray Train no dataset) never; the placement-group cleaner
+    only in a scan, whose driver outlives a trial's controller. Ray's own list is read, so a Ray
+    that renames these callbacks fails here instead of starting them again unseen."""
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from burst.runtime import ray_train
+
+    cfg = JobConfig(storage=str(tmp_path), run_id="r4")
+    trainer = ray_train.tensorflow_trainer(cfg, str(tmp_path))
+    ray_s = {type(c).__name__ for c in DataParallelTrainer._create_default_callbacks(trainer)}
+    assert {"DatasetsCallback", "PlacementGroupCleanerCallback"} <= ray_s  # the names filtered out are Ray's
+    run = {type(c).__name__ for c in ray_train.tensorflow_trainer(cfg, str(tmp_path))._create_default_callbacks()}
+    scan = {type(c).__name__ for c in ray_train.tensorflow_trainer(cfg, str(tmp_path), keep_best="loss")._create_default_callbacks()}
+    assert {"BackendSetupCallback", "AcceleratorSetupCallback"} <= run  # what a run needs is still there
+    assert not run & {"DatasetsCallback", "PlacementGroupCleanerCallback"}
+    assert "PlacementGroupCleanerCallback" in scan and "DatasetsCallback" not in scan
+    assert scan - run == {"PlacementGroupCleanerCallback"}
