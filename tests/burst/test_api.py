@@ -1,15 +1,42 @@
-"""burst from Python: a whole local run through ``burst.api`` alone, checking the returned objects."""
+"""burst from Python: a whole local run through ``burst.api`` alone, checking the returned objects.
+The run is the second workload's (calo) end-to-end run too: gan3d's are the CLI's everywhere else."""
 
+import json
 from pathlib import Path
 
 import pytest
 
+from burst.targets.base import Reporter
 from tests.support import census
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_full_local_run_through_the_python_api(tmp_path, monkeypatch, capfd):
+class _Heard(Reporter):
+    """A Reporter that keeps what a run's events said (the workload's own words), as a notebook might."""
+
+    def __init__(self):
+        self.epochs: list[str] = []
+        self.done: list[str] = []
+
+    def run_progress(self, run, tracker):
+        from contextlib import nullcontext
+
+        from burst.runtime.job import DoneEvent, EpochEvent
+
+        heard = self
+
+        class Watcher:
+            def on_event(self, event) -> None:
+                if isinstance(event, EpochEvent) and not event.replayed:
+                    heard.epochs.append(f"epoch {event.epoch}/{event.epochs}: {event.said}")
+                elif isinstance(event, DoneEvent):
+                    heard.done.append(event.said)
+
+        return nullcontext(Watcher())
+
+
+def test_a_full_local_run_of_the_second_workload_through_the_python_api(tmp_path, monkeypatch, capfd):
     from burst import api
     from burst.home.state import ClusterHandle, RunRecord
 
@@ -25,15 +52,26 @@ def test_a_full_local_run_through_the_python_api(tmp_path, monkeypatch, capfd):
         (row,) = api.status().clusters
         assert (row.name, row.provider, row.state) == ("notebook", "local", "running")
 
-        request = api.TrainRequest.of(cluster="notebook", epochs=2, steps_per_epoch=3, synthetic=200, val_events=100, batch_per_replica=8)
-        run = api.train(request)
+        request = api.TrainRequest.of(cluster="notebook", workload="calo", epochs=2, synthetic=600, val_events=200)
+        heard = _Heard()
+        run = api.train(request, report=heard)
         assert isinstance(run, RunRecord) and run.state == "SUCCEEDED" and run.provider == "local"
+        assert run.workload == "calo" and run.kind == "run" and run.config["preset"] == "small"
         assert run.progress == {"epoch": 2, "epochs": 2, "samples_per_s": run.progress["samples_per_s"]} and run.progress["samples_per_s"] > 0
-        assert run.config["epochs"] == 2 and run.config["batch_per_replica"] == 8 and run.config["synthetic"] == 200
+        assert run.config["epochs"] == 2 and run.config["synthetic"] == 600
+        # the workload's own words reach the caller through the Reporter: its loss, its validation
+        assert [line.split(":")[0] for line in heard.epochs] == ["epoch 1/2", "epoch 2/2"] and "denoising loss" in heard.epochs[-1]
+        assert len(heard.done) == 1 and heard.done[0].startswith("E_dep/E_inc MC"), heard.done
         run_dir = Path(run.run_dir)
         assert run_dir == (tmp_path / "burst-runs" / run.run_id).resolve()
         for name in ("job.log", "history.json", "metrics.json", "cost.json", "provenance.json"):
             assert (run_dir / name).is_file(), name
+        assert len(json.loads((run_dir / "history.json").read_text())) == 2
+        # calo's validation: every summary metric, on the held-out events asked for, above MC's own spread
+        metrics = json.loads((run_dir / "report" / "metrics.json").read_text())
+        s = metrics["summary"]
+        assert {"sep_power_mean", "sep_etot", "classifier_auc", "hl_classifier_auc", "fpd", "kpd"} <= set(s) and s["events"] == 200
+        assert metrics["noise_floor"]["sep_power_mean"] < s["sep_power_mean"]  # two epochs do not reach MC's own spread
         assert api.report(run.run_id) == run_dir / "report" / "report.html"
         assert '"type": "done"' in api.logs(run.run_id)
         assert [r.run_id for r in api.status().runs] == [run.run_id]

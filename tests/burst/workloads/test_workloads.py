@@ -137,31 +137,6 @@ def test_a_held_out_set_judges_a_calo_trial_on_the_epoch_metrics(tmp_path):
     assert all(0 <= v <= 1 for k, v in summary.items() if k.startswith("sep_"))
 
 
-@pytest.mark.slow
-def test_burst_run_calo_on_this_machine_trains_validates_and_reports(tmp_path):
-    """The done-when of the second workload: `burst run calo --provider local`, end to end, with its report."""
-    from tests.support import census
-
-    before = census.snapshot()
-    proc = burst("run", "calo", "--provider", "local", "--epochs", "2", "--synthetic", "600", "--val-events", "200", home=tmp_path,
-                 cwd=tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
-    assert "epoch 2/2: " in out and "denoising loss" in out and "validation: E_dep/E_inc MC" in out
-    (record,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
-    assert record["workload"] == "calo" and record["kind"] == "run" and record["state"] == "SUCCEEDED"
-    assert record["config"]["preset"] == "small" and record["config"]["workload"] == "calo"
-    metrics = json.loads((Path(record["run_dir"]) / "report" / "metrics.json").read_text())
-    s = metrics["summary"]
-    assert {"sep_power_mean", "sep_etot", "classifier_auc", "hl_classifier_auc", "fpd", "kpd"} <= set(s) and s["events"] == 200
-    assert metrics["noise_floor"]["sep_power_mean"] < s["sep_power_mean"]  # two epochs do not reach MC's own spread
-    assert len(json.loads((Path(record["run_dir"]) / "history.json").read_text())) == 2
-    report = burst("report", record["run_id"], home=tmp_path, cwd=tmp_path)
-    assert report.returncode == 0 and report.stdout.strip().endswith("report/report.html")
-    assert not list((tmp_path / "clusters").glob("*.json"))
-    census.assert_none_left(before)
-
-
 def test_up_plans_with_the_profile_of_the_workload_it_is_for(tmp_path, monkeypatch):
     """The cluster a run starts for itself is sized and priced with its own workload's time model."""
     from burst import api
