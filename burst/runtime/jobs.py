@@ -23,6 +23,7 @@ __all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", 
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 PREEMPTION_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # Ray Train's switch for its node-drain watcher
+FIXED_NODES = "BURST_FIXED_NODES"  # "1": the job's cluster neither loses nor gains nodes (ray_train.fixed_nodes)
 
 
 @dataclass(frozen=True)
@@ -32,9 +33,11 @@ class JobRuntime:
 
     python: str = sys.executable
     runtime_env: dict = field(default_factory=dict)
-    # whether Ray may be told that a node is going (a cloud's spot notice, an autoscaler's
-    # scale-down): Ray Train then runs an actor per run that watches for it; on a machine or an
-    # allocation nobody drains, that is one more Python process per run for nothing
+    # whether the cluster's nodes change under a run: Ray told that a node is going (a cloud's spot
+    # notice, an autoscaler's scale-down), nodes added on demand. Ray Train then runs an actor per
+    # run that watches for drained nodes, and tells Ray's autoscaling coordinator (another actor)
+    # what its workers need; on a machine or an allocation whose nodes are fixed, each is one more
+    # Python process per run for nothing
     nodes_drain: bool = True
 
 
@@ -58,7 +61,7 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     from . import storage
 
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0",
-           **storage.emulator_env(), **({} if runtime.nodes_drain else {PREEMPTION_WATCHER: "0"})}
+           **storage.emulator_env(), **({} if runtime.nodes_drain else {PREEMPTION_WATCHER: "0", FIXED_NODES: "1"})}
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster

@@ -144,6 +144,35 @@ def helpers_not_needed(one_run_per_job: bool) -> tuple[str, ...]:
     return ("DatasetsCallback", "PlacementGroupCleanerCallback") if one_run_per_job else ("DatasetsCallback",)
 
 
+def fixed_nodes() -> bool:
+    """Whether this job's cluster neither loses nor gains nodes (this machine, a Slurm allocation:
+    ``JobRuntime.nodes_drain``), as its submitter said."""
+    return os.environ.get("BURST_FIXED_NODES") == "1"
+
+
+def fixed_cluster_scaling_policy(scaling_config):
+    """Ray Train's fixed scaling policy, less its resource requests: on a cluster whose nodes are
+    fixed, nobody acts on them, and the first one starts Ray Data's autoscaling coordinator (a
+    detached actor: one more Ray worker process per cluster). The class is made here, where Ray is
+    imported (this module is not: the CLI reads it), and travels to the controller by value."""
+    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+
+    class FixedClusterScalingPolicy(FixedScalingPolicy):
+        def after_controller_start(self, train_run_context) -> None:
+            pass
+
+        async def before_controller_shutdown(self) -> None:
+            pass
+
+        def before_controller_abort(self) -> None:
+            pass
+
+        def _maybe_send_resource_request(self) -> None:
+            pass
+
+    return FixedClusterScalingPolicy(scaling_config)
+
+
 def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_best: str | None = None):
     """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
     (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
@@ -157,6 +186,11 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     class DataParallelTrainer(RayTrainer):
         def _create_default_callbacks(self):  # Ray's own list, less the helpers burst has no use for
             return [c for c in super()._create_default_callbacks() if type(c).__name__ not in dropped]
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            if fixed_nodes():
+                controller_init_kwargs["scaling_policy"] = fixed_cluster_scaling_policy(self.scaling_config)
+            return super()._initialize_and_run_controller(**controller_init_kwargs)
 
     resources = {"CPU": float(cfg.cpus_per_worker)}
     if cfg.gpus_per_worker:

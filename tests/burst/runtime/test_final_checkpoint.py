@@ -136,3 +136,36 @@ def test_a_run_s_trainer_starts_no_helper_it_has_no_use_for_and_a_scan_s_keeps_i
     assert not run & {"DatasetsCallback", "PlacementGroupCleanerCallback"}
     assert "PlacementGroupCleanerCallback" in scan and "DatasetsCallback" not in scan
     assert scan - run == {"PlacementGroupCleanerCallback"}
+
+
+def test_on_fixed_nodes_the_controller_asks_no_autoscaler_for_workers(tmp_path, monkeypatch):
+    """Ray's fixed scaling policy sends every resize decision's resources to Ray Data's autoscaling
+    coordinator, a detached actor it starts first; on this machine or a Slurm allocation (the job's
+    environment says BURST_FIXED_NODES=1) the controller gets a policy that decides the same and
+    asks nobody. Elsewhere, Ray's own policy."""
+    import pytest
+    from ray.train import ScalingConfig
+    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy, ResizeDecision
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    from burst.runtime import jobs, ray_train
+
+    config = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1.0})
+    with pytest.raises(AssertionError):  # Ray's: no decision before its coordinator client exists
+        FixedScalingPolicy(config).make_decision_for_non_running_worker_group()
+    ours = ray_train.fixed_cluster_scaling_policy(config)
+    ours.after_controller_start(None)
+    decision = ours.make_decision_for_non_running_worker_group()
+    assert isinstance(decision, ResizeDecision) and decision.num_workers == 2 and decision.resources_per_worker == {"CPU": 1.0}
+    assert ours._coordinator_client is None  # nothing was asked of a coordinator
+
+    given = []
+    monkeypatch.setattr(DataParallelTrainer, "_initialize_and_run_controller", lambda self, **kw: given.append(kw["scaling_policy"]))
+    trainer = ray_train.tensorflow_trainer(JobConfig(storage=str(tmp_path), run_id="r5"), str(tmp_path))
+    for fixed, policy in (("1", "FixedClusterScalingPolicy"), (None, "FixedScalingPolicy")):
+        if fixed:
+            monkeypatch.setenv(jobs.FIXED_NODES, fixed)
+        else:
+            monkeypatch.delenv(jobs.FIXED_NODES, raising=False)
+        type(trainer)._initialize_and_run_controller(trainer, scaling_policy=FixedScalingPolicy(config))
+        assert type(given[-1]).__name__ == policy

@@ -23,4 +23,5 @@ def test_ray_train_watches_for_drained_nodes_only_where_something_drains_them(pr
     jobs.submit(handle, run, JobConfig(run_id="r", storage=str(tmp_path)), targets.get(provider).job_runtime(handle))
     env = sent["runtime_env"]["env_vars"]
     assert (env.get(jobs.PREEMPTION_WATCHER) != "0") is watched, env
+    assert (env.get(jobs.FIXED_NODES) == "1") is not watched, env  # nor asks an autoscaler for nodes (ray_train.fixed_nodes)
     assert run.job_id == "r"
