@@ -154,8 +154,14 @@ def fixed_cluster_scaling_policy(scaling_config):
     """Ray Train's fixed scaling policy, less its resource requests: on a cluster whose nodes are
     fixed, nobody acts on them, and the first one starts Ray Data's autoscaling coordinator (a
     detached actor: one more Ray worker process per cluster). The class is made here, where Ray is
-    imported (this module is not: the CLI reads it), and travels to the controller by value."""
-    from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+    imported (this module is not: the CLI reads it), and travels to the controller by value.
+    None where this Ray's policy has no such requests (older Ray Train): its own is kept."""
+    try:
+        from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy
+    except ImportError:
+        return None
+    if not hasattr(FixedScalingPolicy, "_maybe_send_resource_request"):
+        return None
 
     class FixedClusterScalingPolicy(FixedScalingPolicy):
         def after_controller_start(self, train_run_context) -> None:
@@ -188,8 +194,9 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
             return [c for c in super()._create_default_callbacks() if type(c).__name__ not in dropped]
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
-            if fixed_nodes():
-                controller_init_kwargs["scaling_policy"] = fixed_cluster_scaling_policy(self.scaling_config)
+            policy = fixed_cluster_scaling_policy(self.scaling_config) if fixed_nodes() else None
+            if policy is not None:
+                controller_init_kwargs["scaling_policy"] = policy
             return super()._initialize_and_run_controller(**controller_init_kwargs)
 
     resources = {"CPU": float(cfg.cpus_per_worker)}
