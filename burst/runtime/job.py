@@ -19,6 +19,9 @@ EVENT_PREFIX = "BURST_EVENT"
 EVENT_LINE = re.compile(rf"{EVENT_PREFIX} (\{{.*\}})\s*$")
 DEFAULT_VAL_EVENTS = 400  # held-out events validation generates and compares
 DEFAULT_SYNTHETIC_EVENTS = 3000
+# set to "1" in a job's environment by its submitter (jobs.submit) where the cluster neither loses nor
+# gains nodes; read by the driver (ray_train.fixed_nodes)
+FIXED_NODES = "BURST_FIXED_NODES"
 
 
 class TrainSettings(BaseModel):

@@ -17,13 +17,12 @@ from ..home.records import write_text_atomic
 from ..home.state import ClusterHandle, RunRecord
 from .ray_head import auth_headers
 
-from .job import EVENT_LINE, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
+from .job import EVENT_LINE, FIXED_NODES, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
 
 __all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 PREEMPTION_WATCHER = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"  # Ray Train's switch for its node-drain watcher
-FIXED_NODES = "BURST_FIXED_NODES"  # "1": the job's cluster neither loses nor gains nodes (ray_train.fixed_nodes)
 
 
 @dataclass(frozen=True)

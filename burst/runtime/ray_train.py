@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .job import JobConfig, RunFiles, failure_line
+from .job import FIXED_NODES, JobConfig, RunFiles, failure_line
 from .scratch import private_dir
 from .training import (announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir,
                        validate_into_checkpoint)
@@ -147,7 +147,7 @@ def helpers_not_needed(one_run_per_job: bool) -> tuple[str, ...]:
 def fixed_nodes() -> bool:
     """Whether this job's cluster neither loses nor gains nodes (this machine, a Slurm allocation:
     ``JobRuntime.nodes_drain``), as its submitter said."""
-    return os.environ.get("BURST_FIXED_NODES") == "1"
+    return os.environ.get(FIXED_NODES) == "1"
 
 
 def fixed_cluster_scaling_policy(scaling_config):

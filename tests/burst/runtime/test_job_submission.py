@@ -24,4 +24,4 @@ def test_ray_train_watches_for_drained_nodes_only_where_something_drains_them(pr
     env = sent["runtime_env"]["env_vars"]
     assert (env.get(jobs.PREEMPTION_WATCHER) != "0") is watched, env
     assert (env.get(jobs.FIXED_NODES) == "1") is not watched, env  # nor asks an autoscaler for nodes (ray_train.fixed_nodes)
-    assert run.job_id == "r"
+    assert run.job_id == "r" and run.state == "RUNNING"
