@@ -291,6 +291,8 @@ class Controller:
                 return self.lost(attempt, "it was taken down")
             if self.past_lease(target, fresh):  # not seen after its lease's end: its keeper ended it
                 return self.lease_over(attempt, fresh, record)
+            if target.is_gone(fresh):  # not a way to it that broke: the cluster ended (an allocation cancelled while no controller ran)
+                return self.lost(attempt, target.stopped_reason(fresh))
             blind_s = time.time() - seen
             if blind_s >= recovery.blind_grace_minutes * 60:
                 return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")

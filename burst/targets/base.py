@@ -153,6 +153,13 @@ class Target(ABC):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """True while the cluster can take jobs."""
 
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """True only when the target knows the cluster has ended (its scheduler says the job ended,
+        none of its processes is left), asked without reaching its Ray head: a controller that cannot
+        reach a head tells a broken way to it (wait, reopen) from a cluster that is gone (move the
+        run now). False where the target cannot tell without the head."""
+        return False
+
     def adopt(self, handle: ClusterHandle, report: Reporter = QUIET) -> Optional[ClusterHandle]:
         """A cluster whose starter died while creating it (``state`` starting): wait for what is
         still creating it to finish and return the handle, running, if it came up; None when it

@@ -277,6 +277,10 @@ class LocalTarget(Target):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         return is_alive(handle, timeout=timeout)
 
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """A running cluster none of whose processes is left on this machine (a killed head, its keeper's end)."""
+        return handle.state == "running" and not cluster_processes(handle.cluster_id, handle.temp_dir)
+
     def metrics_discovery(self, handle: ClusterHandle) -> Path:
         """Ray writes it into the cluster's temp dir, on this machine (its metrics ports: this machine's loopback)."""
         return Path(handle.temp_dir or ray_head.temp_dir_of(handle.cluster_id)) / "prom_metrics_service_discovery.json"

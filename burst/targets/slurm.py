@@ -420,6 +420,16 @@ class SlurmTarget(Target):
             return False
         return ray_head.is_alive(handle, timeout) if handle.dashboard_url else True
 
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """The scheduler says the cluster's job has ended (a failed ``squeue``, a login host that does not answer: not known)."""
+        if not handle.outputs.get("job_id"):
+            return False
+        try:
+            js = self.job_state(self._site(handle), handle.outputs["job_id"])
+        except (BurstError, subprocess.TimeoutExpired, OSError):
+            return False
+        return js.ended and js.state != "UNKNOWN"
+
     def answers_here(self, handle: ClusterHandle) -> bool:
         return bool(handle.dashboard_url)
 

@@ -1,6 +1,6 @@
 """Managed runs on real targets: a controller process carries the run with no CLI attached
-(``burst.controller``). A Slurm allocation cancelled under the run moves it to this machine; a
-killed controller is started again by ``burst status``; the budget stops a detached run; an idle
+(``burst.controller``). A killed controller is started again by ``burst status``, and a Slurm
+allocation cancelled under the run then moves it to this machine; the budget stops a detached run; an idle
 cluster takes itself down. Every test ends with a process census."""
 
 import json
@@ -35,22 +35,45 @@ def site():
     slurm_site.stop(started)
 
 
-def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trains_every_epoch_once(site, home, tmp_path):
+def test_killed_controllers_are_revived_by_status_and_move_the_run_from_a_cancelled_slurm_job_training_every_epoch_once(site, home, tmp_path):
+    """A run on a Slurm allocation outlives its controller twice. Killed while the job trains, it is
+    started again by `burst status` and follows the same attempt (the job goes on, no epoch is
+    repeated). Killed again, and the site cancels the allocation while no controller runs: the
+    next `burst status` starts one that finds the job ended (the scheduler says so; its head
+    cannot be reached) and moves the run to this machine, from the newest checkpoint. Every
+    epoch trains once across both targets and three controllers."""
     before = census.snapshot()
     policy = site.policy(tmp_path / "site.yaml")
     proc = burst("run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy), "--hours", "1", "--managed", "--detach",
                  "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=home, cwd=tmp_path, env=site.env)
     run_id = handed_over(proc)  # the CLI is gone: only the controller follows the run from here
-    storage = home / "clusters" / "mv" / "storage" / "ray-train" / run_id
-    wait_until(lambda: done_epochs(home, run_id) >= 1 and len(list(storage.glob("checkpoint_*"))) >= 2, 300, "an epoch and a checkpoint after it")
+
+    def kill_the_controller() -> int:
+        pid = managed(home, run_id)["controller_pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 30, "the kill")
+        return pid
+
+    def revived_by_status(killed: int) -> None:
+        status = burst("status", "--json", home=home, cwd=tmp_path, env=site.env)
+        assert json.loads(status.stdout)["revived"] == [run_id]
+        assert managed(home, run_id)["controller_pid"] != killed
+
+    wait_until(lambda: done_epochs(home, run_id) >= 1, 300, "an epoch")  # the controller's record: it looks every 2 s
+    revived_by_status(kill_the_controller())  # the run has no follower until then; its job trains on
+    wait_until(lambda: done_epochs(home, run_id) >= 2, 300, "an epoch recorded by the revived controller")
     assert done_epochs(home, run_id) < 4
+    killed = kill_the_controller()
     (job,) = [j.split("|")[0] for j in site.jobs()]
     cancelled_at = time.time()
-    site.slurm("scancel", job)  # the site takes the allocation back in the middle of epoch 2
+    site.slurm("scancel", job)  # the site takes the allocation back while no controller runs
+    revived_by_status(killed)
 
     run = finished(home, run_id)
     assert run["state"] == "SUCCEEDED", run
     assert history_of(run) == [1, 2, 3, 4]  # every epoch once, across both targets
+    lines = (home / "managed" / f"{run_id}.log").read_text()
+    assert lines.count("controller restarted") == 2 and lines.count("following attempt 1") == 2  # each took the attempt up, not a new one
     m = managed(home, run_id)
     attempts = m["attempts"]
     assert [(a["provider"], a["cluster"]) for a in attempts] == [("slurm", "mv"), ("local", "mv-2")]
@@ -67,9 +90,9 @@ def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trai
     assert 0 < cost["recovery_s"] < 300 and attempts[1]["first_step"] - cancelled_at < 300
 
     status = burst("status", "--json", home=home, cwd=tmp_path, env=site.env)
-    lines = json.loads(status.stdout)["moves"][run_id]
-    assert any("lost after" in line and "slurm cluster mv" in line for line in lines)
-    assert any("moving run" in line for line in lines) and any("run resumed on local cluster mv-2" in line for line in lines)
+    moves = json.loads(status.stdout)["moves"][run_id]
+    assert any("lost after" in line and "slurm cluster mv" in line for line in moves)
+    assert any("moving run" in line for line in moves) and any("run resumed on local cluster mv-2" in line for line in moves)
     print(burst("status", home=home, cwd=tmp_path, env=site.env).stdout)  # for the record (pytest -s)
     print(json.dumps(cost, indent=1))
     print(f"scancel to the loss seen: {attempts[0]['ended'] - cancelled_at:.1f} s; loss seen to the first step on local: "
@@ -78,28 +101,6 @@ def test_a_managed_run_moves_from_a_cancelled_slurm_job_to_this_machine_and_trai
     assert "managed: " in logs.stdout and "lost after" in logs.stdout
     assert json.loads(status.stdout)["clusters"] == []  # both clusters taken down by the controller
     assert site.jobs() == []
-    census.assert_none_left(before)
-
-
-def test_a_killed_controller_is_started_again_by_status_and_the_run_neither_loses_nor_repeats_an_epoch(home, tmp_path):
-    before = census.snapshot()
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "kc", "--cpus", "2", "--managed", "--detach",
-                 "--epochs", "6", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
-    run_id = handed_over(proc)
-    wait_until(lambda: done_epochs(home, run_id) >= 1, 300, "an epoch")  # the controller's record: it looks every 2 s
-    assert done_epochs(home, run_id) < 6
-    first = managed(home, run_id)["controller_pid"]
-    os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE, 30, "the kill")
-
-    status = burst("status", "--json", home=home, cwd=tmp_path)
-    assert json.loads(status.stdout)["revived"] == [run_id]
-    assert managed(home, run_id)["controller_pid"] != first
-    run = finished(home, run_id)
-    assert run["state"] == "SUCCEEDED" and run["attempts"] == 1  # the job went on; only its follower was replaced
-    assert history_of(run) == [1, 2, 3, 4, 5, 6]
-    lines = (home / "managed" / f"{run_id}.log").read_text()
-    assert "controller restarted" in lines and "following attempt 1" in lines
     census.assert_none_left(before)
 
 

@@ -178,6 +178,9 @@ class _Head:
     def stopped_reason(self, handle) -> str:
         return "its Ray head does not answer"
 
+    def is_gone(self, handle) -> bool:
+        return False
+
     def storage_outlives(self, handle) -> bool:
         return True
 
@@ -292,12 +295,43 @@ def test_a_tunnel_that_will_not_open_is_tried_again_with_growing_waits_and_said_
     assert 1 <= len(blind_lines) <= 4 < len(tries), (blind_lines, len(tries))  # 3 s blind: one line a second at most
 
 
+def test_a_controller_started_after_its_cluster_ended_moves_the_run_at_once(home, tmp_path, monkeypatch):
+    """A controller killed while its run trained on a Slurm allocation, revived by `burst status`
+    after the site cancelled the allocation: its head cannot be reached from the first look, and
+    before, the controller took that for a broken way to it and reopened it for its whole blind
+    grace (10 min) while the run stood still. Now it asks the target, which knows the job ended."""
+    from burst import controller
+    from burst.errors import BurstError
+    from burst.runtime import jobs
+
+    class _Cancelled(_Head):
+        def is_gone(self, handle) -> bool:
+            return True
+
+        def stopped_reason(self, handle) -> str:
+            return "Slurm job 3 CANCELLED"
+
+    head = _Cancelled(lambda: False, api=lambda: "RUNNING")
+    c, attempt, did = _following(home, tmp_path, monkeypatch, head, "providers: [local]\nrecovery: {blind_grace_minutes: 0.05}\n")
+
+    def unreachable(handle):
+        raise BurstError(f"cannot reach the Ray cluster {handle.name!r} at http://127.0.0.1:35419 (Failed to connect); check `burst status`")
+
+    monkeypatch.setattr(jobs, "client", unreachable)
+    monkeypatch.setattr(controller, "REOPEN_WAITS_S", (0.05,))
+    started = time.time()
+    c.follow_attempt(attempt)
+    (lost,) = [d for d in did if d[0] == "lost"]
+    assert lost[1] == "Slurm job 3 CANCELLED" and lost[2] - started < 2  # not "not seen for 0.1 min" at the (here 3 s) grace's end
+
+
 @pytest.mark.slow
 def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
-    """A managed run on this machine with a 108 s lease; its controller is SIGSTOPped (a laptop with
-    its lid closed) while training. The keeper beside the Ray head posts a stop notice at the lease's
-    end (the workers checkpoint), then stops the cluster's processes, with the controller still
-    asleep; woken, the controller ends the run STOPPED, not moved."""
+    """A managed run on this machine with a 72 s lease; its controller is SIGSTOPped (a laptop with
+    its lid closed) once its job is submitted. The keeper beside the Ray head posts a stop notice at
+    the lease's end (the workers, training by then, checkpoint), then stops the cluster's
+    processes, with the controller still asleep; woken, the controller ends the run STOPPED, not
+    moved."""
     import signal
 
     from burst.runtime.ray_head import cluster_processes
@@ -308,11 +342,10 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     home.mkdir()
     env = {"BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
     # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.03", "--managed", "--detach",
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.02", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
     run_id = handed_over(proc)
-    wait_until(lambda: ((json.loads((home / "runs" / f"{run_id}.json").read_text()).get("progress") or {}).get("epoch") or 0) >= 1,
-               300, "an epoch")
+    wait_until(lambda: json.loads((home / "runs" / f"{run_id}.json").read_text())["state"] == "RUNNING", 120, "the job's submission")
     handle = json.loads((home / "clusters" / "kp.json").read_text())
     pid = managed(home, run_id)["controller_pid"]
     os.kill(pid, signal.SIGSTOP)  # the laptop sleeps
@@ -326,6 +359,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
         assert psutil.Process(pid).status() == psutil.STATUS_STOPPED  # the controller slept through all of it
         log = (Path(handle["temp_dir"]) / "keeper.log").read_text()
         assert "ending the cluster: its lease ended" in log and "cluster ended: its lease ended" in log, log
+        assert "the workers checkpointed on the lease's notice" in log, log  # nothing trained since the last epoch is lost
         assert ended_at >= handle["expires"]  # not before the lease's end
     finally:
         os.kill(pid, signal.SIGCONT)  # the lid opens
