@@ -72,3 +72,40 @@ def test_a_run_cannot_start_once_the_budget_is_nearly_spent(guard, clock):
     with pytest.raises(BurstError, match=r"budget of \$2.00 is \(nearly\) spent") as info:
         guard.check_can_start()
     assert info.value.exit_code == 3
+
+
+def test_a_budget_stopped_run_resumed_on_its_store_is_submitted_without_the_stop_request(tmp_path, monkeypatch):
+    """The guard's stop request (and a bad-data verdict) stay on the run's store after the stop; a
+    resume there would stop again at its first step, so they are removed before the job is sent.
+    (The stop and a resume on another cloud's store run end to end in tests/burst/runtime/test_stores.py.)"""
+    from burst import targets
+    from burst.home import state
+    from burst.home.state import RunRecord
+    from burst.lifecycle import runs
+    from burst.lifecycle.runs import TrainRequest
+    from burst.runtime import storage
+    from tests.support.job_submission import caught_submissions
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    sent = caught_submissions(monkeypatch)
+    store = str(tmp_path / "storage")
+    handle = ClusterHandle(name="c", provider="local", cluster_id="x", state="running", storage_uri=store, outputs={"cpus": 2})
+    earlier = RunRecord(run_id="r1", workload="gan3d", cluster="c", provider="local", state="STOPPED_BUDGET", storage_uri=store,
+                        config={"workload": "gan3d", "epochs": 3, "synthetic": 200, "workers": 1})
+    state.save(earlier)
+    files = RunFiles(store, "r1")
+    storage.write_text(files.stop_request, "budget\n")
+    storage.write_text(files.data_error, "bad input data: x\n")
+    from burst.runtime import jobs
+
+    real_submit, at_submit = jobs.submit, {}
+
+    def submit(*args, **kwargs):  # what the store holds when the job is sent
+        at_submit.update(stop=storage.exists(files.stop_request), error=storage.exists(files.data_error))
+        return real_submit(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "submit", submit)
+    request = runs._resumed(TrainRequest.of(cluster="c", resume="r1", detach=True), earlier)
+    run = runs._train_on(targets.get("local"), handle, request, runs.Reporter(), earlier)
+    assert sent["submission_id"] and run.attempts == 2
+    assert at_submit == {"stop": False, "error": False}

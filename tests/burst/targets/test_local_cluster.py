@@ -545,23 +545,17 @@ def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, 
     assert list(ckpt.glob("gan3d.data-*")) and checkpoint_tensors(ckpt)
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
-    # With more budget, the stopped run goes on, on a cluster of the same name (the same storage, where
-    # the guard's stop request was left): every epoch trains once and the run succeeds.
+    # the stop request stays on the store with the checkpoint; a resume removes it first
+    # (tests/burst/lifecycle/test_budget.py), and goes on from the checkpoint (tests/burst/runtime/test_stores.py)
     assert (Path(handle["storage_uri"]) / "runs" / run["run_id"] / "STOP").exists()
-    burst("up", "--provider", "local", "--name", "budget", "--cpus", "2", home=home, cwd=tmp_path)
-    try:
-        resumed = burst("train", "gan3d", "--cluster", "budget", "--resume", run["run_id"], "--json", home=home, cwd=tmp_path, check=False)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        record = json.loads(resumed.stdout)
-        assert record["state"] == "SUCCEEDED" and record["attempts"] == 2
-        assert [h["epoch"] for h in json.loads((Path(record["run_dir"]) / "history.json").read_text())] == [1, 2, 3]
-    finally:
-        burst("down", "budget", home=home, cwd=tmp_path)
-    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
 
 
-def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monkeypatch):
-    # The path cloud clusters take (storage in a bucket), driven here through pyarrow's file:// filesystem.
+def test_a_run_on_bucket_storage_that_misses_its_quality_gate_shares_data_checkpoints_and_results_and_ends_failed_quality(home, tmp_path, monkeypatch):
+    """The path cloud clusters take (storage in a bucket), driven here through pyarrow's file://
+    filesystem, with a gate the model cannot meet (a classifier that cannot tell it from MC): the
+    run trains on the data where it lies in the bucket and validates, everything it made is
+    published through the bucket, and it ends FAILED_QUALITY, exit 4, one line naming the metric;
+    the report says so first."""
     # the cluster's local disk: the job's work copies go here, not to /tmp; short, as Ray's dashboard
     # makes a Unix socket under TMPDIR (a worker's tmp_path under pytest-xdist is too long for one)
     job_tmp = Path(tempfile.mkdtemp(prefix="bn", dir="/tmp"))
@@ -572,16 +566,30 @@ def test_bucket_storage_shares_data_checkpoints_and_results(home, tmp_path, monk
                    check=True, capture_output=True, timeout=300)
     burst("up", "--provider", "local", "--name", "bucket", "--cpus", "2", "--storage", bucket.as_uri(), home=home, cwd=tmp_path)
     try:
+        gate = tmp_path / "gate.yaml"
+        gate.write_text("optimisation_metric: 1000\nclassifier_auc: 0.5\n")
         proc = burst("train", "gan3d", "--cluster", "bucket", "--epochs", "1", "--steps", "3", "--data", dataset.as_uri(), "--val-events", "50",
-                     "--batch-per-replica", "8", "--json", home=home, cwd=tmp_path)
-        run = json.loads(proc.stdout)
-        assert run["state"] == "SUCCEEDED"
+                     "--batch-per-replica", "8", "--gate", str(gate), home=home, cwd=tmp_path, check=False)
+        assert proc.returncode == 4, proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "failed its quality gate: classifier_auc" in errors[0] and "> 0.5" in errors[0], proc.stderr[-3000:]
+        assert "optimisation_metric" not in errors[0]  # the metric that passed is not named as failing
+        (run_dir,) = list((tmp_path / "burst-runs").iterdir())
+        assert f"report: {run_dir.resolve()}/report/report.html" in " ".join(proc.stderr.split())
+        status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
+        (run,) = [r for r in status["runs"] if r["run_id"] == run_dir.name]
+        assert run["state"] == "FAILED_QUALITY" and "classifier_auc" in run["message"]
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert metrics["verdict"]["passed"] is False and set(metrics["verdict"]["failing"]) == {"classifier_auc"}
+        assert metrics["noise_floor"]["events"] == metrics["gan_same_size"]["events"] == 25  # MC against MC: the 50 held-out events in halves
+        assert "<b>Verdict:</b> FAILED the quality gate" in (run_dir / "report" / "report.html").read_text()
+
         published = bucket / "runs" / run["run_id"]
         assert (published / "report" / "report.html").exists() and (published / "checkpoint").is_dir()
         # the workers read the training files where they are in the bucket: no per-run copy of the split
         assert not (bucket / "data" / run["run_id"]).exists() and len(list(dataset.glob("*.h5"))) == 3
         assert list((bucket / "ray-train" / run["run_id"]).glob("checkpoint_*"))
-        local = Path(run["run_dir"])
+        local = run_dir
         assert (local / "report" / "report.html").exists() and json.loads((local / "history.json").read_text())[0]["epoch"] == 1
         # the utilisation sampled on the job's side travels through the bucket, and the cost says its idle part
         used = json.loads((local / "report" / "usage.json").read_text())
@@ -814,28 +822,6 @@ def test_a_lost_head_is_reported_with_its_checkpoint_and_how_to_resume(cluster, 
     assert record["state"] == "LOST" and f"--resume {run_id}" in record["message"]
     burst("down", "doomed", home=home, cwd=tmp_path)
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
-
-
-def test_a_run_that_misses_its_quality_gate_ends_failed_quality_with_its_report(cluster, home, tmp_path):
-    """A gate the model cannot meet (a classifier that cannot tell it from MC): the run trains and
-    validates, then ends FAILED_QUALITY, exit 4, one line naming the metric; the report says so first."""
-    gate = tmp_path / "gate.yaml"
-    gate.write_text("optimisation_metric: 1000\nclassifier_auc: 0.5\n")
-    proc = burst("train", "gan3d", "--cluster", "t", "--epochs", "1", "--steps", "2", *TRAIN_ARGS, "--gate", str(gate),
-                 home=home, cwd=tmp_path, check=False)
-    assert proc.returncode == 4, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "failed its quality gate: classifier_auc" in errors[0] and "> 0.5" in errors[0], proc.stderr[-3000:]
-    assert "optimisation_metric" not in errors[0]  # the metric that passed is not named as failing
-    (run_dir,) = list((tmp_path / "burst-runs").iterdir())
-    assert f"report: {run_dir.resolve()}/report/report.html" in " ".join(proc.stderr.split())
-    status = json.loads(burst("status", "--json", home=home, cwd=tmp_path).stdout)
-    (run,) = [r for r in status["runs"] if r["run_id"] == run_dir.name]
-    assert run["state"] == "FAILED_QUALITY" and "classifier_auc" in run["message"]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["verdict"]["passed"] is False and set(metrics["verdict"]["failing"]) == {"classifier_auc"}
-    assert metrics["noise_floor"]["events"] == metrics["gan_same_size"]["events"] == 50
-    assert "<b>Verdict:</b> FAILED the quality gate" in (run_dir / "report" / "report.html").read_text()
 
 
 def test_float16_on_a_cpu_cluster_is_one_line_before_the_run_starts(cluster, home, tmp_path):
