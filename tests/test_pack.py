@@ -92,41 +92,6 @@ def test_a_tampered_wheel_stops_install_sh_with_one_line_naming_it(bundle, tmp_p
     assert not (tmp_path / "venv").exists()  # nothing was installed
 
 
-@slurm_site.needs(slurm_site.missing())
-def test_a_slurm_allocation_runs_burst_from_the_bundle_end_to_end_and_leaves_nothing(bundle, tmp_path):
-    """`burst run --provider slurm` whole: the allocation starts a Ray head from the bundle's
-    installation, the run trains, validates and reports, and the allocation, the head's Ray directory
-    and every process go with it. (The Slurm target's own end-to-end run: the tests in
-    tests/burst/targets/test_slurm.py train on allocations of the source tree's installation.)"""
-    from burst.runtime import ray_head
-
-    site = slurm_site.start()
-    before = census.snapshot()
-    ray_dirs = set(ray_head.runtime_root().glob("*"))
-    try:
-        home = tmp_path / "home"
-        env = {**site.env, "BURST_HOME": str(home)}
-        policy = site.policy(tmp_path / "slurm.yaml")
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "packed",
-                               "--policy", str(policy), "--hours", "1", "--epochs", "2", "--steps", "2", "--synthetic", "200",
-                               "--val-events", "60", "--batch-per-replica", "8", "--bundle", str(bundle)],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "Slurm job" in proc.stderr and "cluster packed stopped" in " ".join(proc.stderr.split())
-        (run_dir,) = list((tmp_path / "burst-runs").iterdir())
-        assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2]
-        assert (run_dir / "report" / "report.html").exists()
-        provenance = json.loads((run_dir / "provenance.json").read_text())
-        assert provenance["machine"]["python"] == str(bundle / "venv" / "bin" / "python")  # the job ran the bundle's install
-        assert provenance["target"]["provider"] == "slurm" and provenance["timings"]["submit_to_first_step_s"] > 0
-        assert site.jobs() == []  # the allocation is gone
-        assert not (home / "clusters" / "packed.json").exists()
-    finally:
-        slurm_site.stop(site)
-    census.assert_none_left(before)
-    assert set(ray_head.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job
-
-
 def image_from_this_root(image: Path, venv: Path) -> Path:
     """An image directory assembled from this machine's root file system (hard links, seconds),
     with the bundle's installation at /opt/burst/venv, as docker/Dockerfile.charliecloud makes it."""
@@ -147,25 +112,43 @@ def image_from_this_root(image: Path, venv: Path) -> Path:
 
 
 @slurm_site.needs(slurm_site.charliecloud_missing(), slurm_site.missing())
-def test_a_slurm_job_runs_inside_a_charliecloud_image(bundle, tmp_path):
+def test_a_slurm_allocation_runs_burst_from_the_bundle_inside_a_charliecloud_image_end_to_end_and_leaves_nothing(bundle, tmp_path):
+    """`burst run --provider slurm` whole, from the air-gapped install: the allocation starts a Ray
+    head inside a Charliecloud image holding the bundle's installation (as
+    docker/Dockerfile.charliecloud makes it), the run trains, validates and reports, and the
+    allocation, the head's Ray directory and every process go with it. (The Slurm target's tests in
+    tests/burst/targets/test_slurm.py train on allocations of the source tree's installation; the
+    `--bundle` job script, which installs the bundle on the node instead, is run in
+    tests/burst/targets/test_bundle_targets.py.)"""
+    from burst.runtime import ray_head
+
     venv = bundle / "venv"
     if not (venv / "bin" / "python").exists():  # this test alone: install the bundle first
         subprocess.run([*NO_NET, str(bundle / "install.sh")], check=True, capture_output=True, env=clean_env(), timeout=1200)
     image = image_from_this_root(tmp_path / "image", venv)
     site = slurm_site.start()
     before = census.snapshot()
+    ray_dirs = set(ray_head.runtime_root().glob("*"))
     try:
         home = tmp_path / "home"
         env = {**site.env, "BURST_HOME": str(home)}
         env.pop("USER", None)  # the job script sets it for ch-run
         policy = site.policy(tmp_path / "slurm.yaml", container=str(image))
         proc = subprocess.run([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "boxed",
-                               "--policy", str(policy), "--hours", "1", "--epochs", "1", "--steps", "2", "--synthetic", "200",
+                               "--policy", str(policy), "--hours", "1", "--epochs", "2", "--steps", "2", "--synthetic", "200",
                                "--val-events", "60", "--batch-per-replica", "8"],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Slurm job" in proc.stderr and "cluster boxed stopped" in " ".join(proc.stderr.split())
         (run_dir,) = list((tmp_path / "burst-runs").iterdir())
-        assert json.loads((run_dir / "provenance.json").read_text())["machine"]["python"] == "/opt/burst/venv/bin/python"
+        assert [h["epoch"] for h in json.loads((run_dir / "history.json").read_text())] == [1, 2]
+        assert (run_dir / "report" / "report.html").exists()
+        provenance = json.loads((run_dir / "provenance.json").read_text())
+        assert provenance["machine"]["python"] == "/opt/burst/venv/bin/python"  # the job ran the bundle's install, in the image
+        assert provenance["target"]["provider"] == "slurm" and provenance["timings"]["submit_to_first_step_s"] > 0
+        assert site.jobs() == []  # the allocation is gone
+        assert not (home / "clusters" / "boxed.json").exists()
     finally:
         slurm_site.stop(site)
     census.assert_none_left(before)
+    assert set(ray_head.runtime_root().glob("*")) <= ray_dirs  # the head's Ray directory went with the job

@@ -31,6 +31,13 @@ def test_a_bundle_job_installs_once_under_a_lock_then_runs_the_bundles_python(tm
     assert lines[-2] == f"flock {bundle}/.install.lock sh -c '[ -x {bundle}/venv/bin/python ] || {bundle}/install.sh {bundle}/venv'"
     assert lines[-1] == f"exec {bundle}/venv/bin/python -m burst.targets.slurm_job {tmp_path}/cl id1 {tmp_path}/cl/storage 115"
     assert python == f"{bundle}/venv/bin/python"
+    # the install line as bash runs it on a node, twice, with a stand-in install.sh that counts its runs
+    # (tests/test_pack.py runs the real install.sh, and a real Slurm job from the installed bundle)
+    (bundle / "install.sh").write_text('#!/bin/sh\necho x >> "$(dirname "$0")/installs"\nmkdir -p "$1/bin" && printf "#!/bin/sh\\n" > "$1/bin/python" && chmod +x "$1/bin/python"\n')
+    (bundle / "install.sh").chmod(0o755)
+    for _ in range(2):
+        subprocess.run(["bash", "-e", "-c", lines[-2]], check=True, timeout=30)
+    assert (bundle / "installs").read_text() == "x\n" and (bundle / "venv" / "bin" / "python").stat().st_mode & 0o111
     handle = ClusterHandle(name="c", provider="slurm", cluster_id="id1", storage_uri="x", outputs={"python": python})
     assert targets.get("slurm").job_runtime(handle).python == python and not targets.get("slurm").job_runtime(handle).runtime_env
 
