@@ -83,7 +83,7 @@ def test_a_budget_stopped_run_resumed_on_its_store_is_submitted_without_the_stop
     from burst.home.state import RunRecord
     from burst.lifecycle import runs
     from burst.lifecycle.runs import TrainRequest
-    from burst.runtime import storage
+    from burst.runtime import jobs, storage
     from tests.support.job_submission import caught_submissions
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
@@ -96,8 +96,6 @@ def test_a_budget_stopped_run_resumed_on_its_store_is_submitted_without_the_stop
     files = RunFiles(store, "r1")
     storage.write_text(files.stop_request, "budget\n")
     storage.write_text(files.data_error, "bad input data: x\n")
-    from burst.runtime import jobs
-
     real_submit, at_submit = jobs.submit, {}
 
     def submit(*args, **kwargs):  # what the store holds when the job is sent

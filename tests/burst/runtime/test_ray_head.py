@@ -68,3 +68,28 @@ def test_a_ray_start_that_ray_timed_out_is_tried_once_more_and_another_failure_i
     with pytest.raises(BurstError, match="something else broke"):
         local.up("other", cpus=1)
     assert len(calls) == 1 and state.load(ClusterHandle, "other") is None
+
+
+def test_a_local_cluster_is_gone_only_once_no_process_of_it_is_left():
+    """What a controller that cannot reach a local head asks before it moves the run: a head that
+    does not answer is not gone while any process of its cluster (marked in its environment) lives."""
+    import os
+    import subprocess
+    import sys
+
+    from burst import targets
+    from burst.home.state import ClusterHandle
+    from burst.runtime.ray_head import MARKER
+
+    handle = ClusterHandle(name="c", provider="local", cluster_id="localgone1", state="running", storage_uri="/tmp/x")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, MARKER: handle.cluster_id})
+    try:
+        local = targets.get("local")
+        assert not local.is_gone(handle)  # a process of it lives: a head that does not answer may be busy
+        assert not local.is_gone(handle.model_copy(update={"state": "starting"}))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert local.is_gone(handle)
+    assert not local.is_gone(handle.model_copy(update={"state": "starting"}))  # still coming up: not known
+

@@ -335,7 +335,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     import signal
 
     from burst.runtime.ray_head import cluster_processes
-    from tests.support.cli_runs import TRAIN, finished, handed_over, managed
+    from tests.support.cli_runs import TRAIN, finished, handed_over, managed, record
 
     before = census.snapshot()
     home = tmp_path / "home"
@@ -345,7 +345,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.02", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
     run_id = handed_over(proc)
-    wait_until(lambda: json.loads((home / "runs" / f"{run_id}.json").read_text())["state"] == "RUNNING", 120, "the job's submission")
+    wait_until(lambda: record(home, run_id)["state"] == "RUNNING", 120, "the job's submission")
     handle = json.loads((home / "clusters" / "kp.json").read_text())
     pid = managed(home, run_id)["controller_pid"]
     os.kill(pid, signal.SIGSTOP)  # the laptop sleeps
