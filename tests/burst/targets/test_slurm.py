@@ -1,8 +1,10 @@
 """The Slurm target against a real slurmctld/slurmd on this machine (``tests/support/slurm_site.py``)."""
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,11 +107,15 @@ def test_the_plan_takes_the_on_prem_wait_from_slurm_and_bursts_when_the_queue_is
 def test_a_job_cancelled_by_the_site_is_reported_lost_with_how_to_go_on(site, home, tmp_path):
     before = census.snapshot()
     policy = site.policy(tmp_path / "slurm.yaml")
-    up = burst(site, "up", "--provider", "slurm", "--name", "first", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path)
+    # the allocation's scratch in a directory of this test's (the job inherits TMPDIR; short, for Ray's
+    # sockets): the cancelled run's driver, killed with the allocation, leaves its scratch there
+    job_tmp = tempfile.mkdtemp(prefix="sc", dir="/tmp")
+    up = burst(site, "up", "--provider", "slurm", "--name", "first", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path,
+               env_extra={"TMPDIR": job_tmp})
     assert up.returncode == 0, up.stderr
     handle = json.loads((home / "clusters" / "first.json").read_text())  # the head inside the allocation takes no job without its token
     assert_refuses_strangers(handle["dashboard_url"], Path(handle["token_path"]).read_text().strip())
-    env = {**site.env, "BURST_HOME": str(home)}
+    env = {**site.env, "BURST_HOME": str(home), "TMPDIR": job_tmp}
     train = subprocess.Popen([sys.executable, "-m", "burst.cli", "train", "gan3d", "--cluster", "first", "--epochs", "3", "--steps", "6", *TRAIN],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     run_id = None
@@ -135,6 +141,7 @@ def test_a_job_cancelled_by_the_site_is_reported_lost_with_how_to_go_on(site, ho
     # itself (test_managed.py: a managed run moves from a cancelled allocation to this machine).
     assert site.jobs() == []
     census.assert_none_left(before)
+    shutil.rmtree(job_tmp, ignore_errors=True)
 
 
 def test_a_run_that_reaches_its_walltime_checkpoints_on_the_notice_and_loses_under_one_interval(site, home, tmp_path):

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -340,7 +342,10 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     before = census.snapshot()
     home = tmp_path / "home"
     home.mkdir()
-    env = {"BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
+    # the cluster's scratch in a directory of this test's (short: Ray's dashboard makes a socket under
+    # TMPDIR): a driver the keeper stops leaves its run's checkpoint scratch there, not in the machine's /tmp
+    job_tmp = tempfile.mkdtemp(prefix="kp", dir="/tmp")
+    env = {**os.environ, "TMPDIR": job_tmp, "BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
     # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
     proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.02", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
@@ -372,6 +377,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
           f"{time.strftime('%H:%M:%S', time.localtime(handle['expires']))}; cluster's processes all gone "
           f"{ended_at - handle['expires']:.1f} s after the lease's end; controller woken, run {run['state']}: {run['message']}")
     census.assert_none_left(before)
+    shutil.rmtree(job_tmp, ignore_errors=True)
 
 
 def test_a_controller_survives_a_pulumi_error_from_down_and_tries_again(home, tmp_path, monkeypatch):
