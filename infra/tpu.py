@@ -76,13 +76,17 @@ test -s "$TOKEN_FILE"
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$TOKEN_FILE"
 gcloud storage cp '{wheel_uri}' /tmp/
 python3 -m pip install --quiet /tmp/$(basename '{wheel_uri}') 'ray[default,train]=={spec.ray_version}'
+# Ray gives a new raylet a fixed 30 s to register; a host still busy booting can miss them, and
+# `ray start` then exits 1 with part of the node still running: stop that and try once more.
+ray_start() {{ ray start "$@" || {{ ray stop --force || true; sleep 5; ray start "$@"; }}; }}
 if [ "$WORKER" = "0" ]; then
-  ray start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}}'
-  # the keeper (infra.keeper, installed with burst): deletes this slice at its lease's end or when idle,
-  # whatever the user's machine does
+  # the keeper (infra.keeper, installed with burst): deletes this slice at its lease's end or when
+  # idle, whatever the user's machine does; started before Ray, so a slice whose head never comes
+  # up is deleted at its lease's end too (the keeper takes no idle decision while the head is silent)
   nohup python3 -m infra.keeper {keeper_args(spec)} >> /var/log/burst-keeper.log 2>&1 &
+  ray_start --head --port={GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={DASHBOARD_PORT} --resources='{{"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}}'
 else
-  ray start --address="$HEAD_IP:{GCS_PORT}" --resources='{{"TPU_HOST": 1}}'
+  ray_start --address="$HEAD_IP:{GCS_PORT}" --resources='{{"TPU_HOST": 1}}'
 fi
 """
 

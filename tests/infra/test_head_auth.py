@@ -12,7 +12,6 @@ The Slurm head is asked the same in tests/burst/targets/test_slurm.py.
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import subprocess
@@ -25,7 +24,9 @@ import pytest
 from burst import targets
 from burst.placement import catalog, layout
 from burst.runtime import ray_head
+from burst.targets.local import RAY_STARTUP_TIMED_OUT
 from infra import render as infra_render
+from tests.fakes import tpu_vm
 from tests.support.ray_auth import assert_refuses_strangers
 
 pytestmark = pytest.mark.slow
@@ -81,37 +82,13 @@ def test_the_rendered_kuberay_head_refuses_requests_without_the_token(provider, 
     env.update(rendered_env)
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
+        if proc.returncode != 0 and RAY_STARTUP_TIMED_OUT in proc.stderr:  # a busy machine: the kubelet restarts a head container that exits
+            _stop(cluster_id, temp_dir)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
     finally:
         _stop(cluster_id, temp_dir)
-
-
-FAKE_CURL = """#!/bin/sh
-case "$*" in
-  *agent-worker-number*) echo 0 ;;
-  *worker-network-endpoints*) echo "w0:0:127.0.0.1" ;;
-  *) exit 22 ;;
-esac
-"""
-# gcloud at the cloud boundary: Secret Manager answers with the secret's rendered value, storage copies nothing.
-FAKE_GCLOUD = """#!/bin/sh
-echo "$*" >> "$FAKE_GCLOUD_LOG"
-case "$*" in
-  "secrets versions access latest --secret=$FAKE_SECRET_ID --project=proj") cat "$FAKE_SECRET_FILE" ;;
-  "storage cp "*) exit 0 ;;
-  *) echo "gcloud: unexpected call: $*" >&2; exit 1 ;;
-esac
-"""
-FAKE_PYTHON3 = f"""#!/bin/sh
-if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi  # burst and Ray are installed here already
-exec {sys.executable} "$@"
-"""
-
-
-def _executable(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
 
 
 def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_without_the_token(tmp_path):
@@ -140,20 +117,15 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
     for old, new in ((f"TOKEN_FILE={tpu.TOKEN_FILE}", f"TOKEN_FILE={token_file}"),
                      (f"--port={tpu.GCS_PORT}", f"--port={ports['GCS server']}"),
                      (f"--dashboard-port={tpu.DASHBOARD_PORT}", f"--dashboard-port={ports['dashboard']}"),
-                     ("ray start --head", f"ray start --head --node-ip-address 127.0.0.1 --temp-dir {temp_dir} {extra}")):
+                     ("ray_start --head", f"ray_start --head --node-ip-address 127.0.0.1 --temp-dir {temp_dir} {extra}"),
+                     # a second try's `ray stop` stops this head only, not every Ray on this machine
+                     ("ray stop --force", f"{sys.executable} -c 'from burst.runtime import ray_head; ray_head.stop_processes(\"{cluster_id}\", \"{temp_dir}\")'")):
         assert localised.count(old) == 1, old
         localised = localised.replace(old, new)
-    fakes = tmp_path / "bin"
-    fakes.mkdir()
-    _executable(fakes / "curl", FAKE_CURL)
-    _executable(fakes / "gcloud", FAKE_GCLOUD)
-    _executable(fakes / "python3", FAKE_PYTHON3)
-    (tmp_path / "secret").write_text(version["inputs"]["secretData"])
     env = ray_head.head_env(cluster_id, "unused", ports)
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
         env.pop(name, None)  # authentication comes from the script alone
-    env.update(PATH=f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin", FAKE_GCLOUD_LOG=str(tmp_path / "gcloud.log"),
-               FAKE_SECRET_ID=secret["inputs"]["secretId"], FAKE_SECRET_FILE=str(tmp_path / "secret"))
+    env.update(tpu_vm.boundary(tmp_path / "vm", secret["inputs"]["secretId"], "proj", version["inputs"]["secretData"]))
     try:
         proc = subprocess.run(["bash", "-c", localised], env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -161,4 +133,4 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
         assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
     finally:
         _stop(cluster_id, temp_dir)
-    assert os.path.exists(tmp_path / "gcloud.log")
+    assert f"gcloud secrets versions access latest --secret={secret['inputs']['secretId']} --project=proj" in tpu_vm.calls(tmp_path / "vm")

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -151,9 +152,9 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert i.get("schedulingConfig", {}).get("spot", False) is preemptible
     assert i["networkConfig"]["enableExternalIps"] is False  # no external IP unless asked
     script = i["metadata"]["startup-script"]
-    assert "ray start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
+    assert "ray_start --head" in script and "--dashboard-host=127.0.0.1" in script and "pip install" in script
     # every host is a TPU_HOST; host 0 alone the TPU_SLICE_HEAD, where TensorFlow's client runs (burst.runtime.tpu)
-    head, worker = (line for line in script.splitlines() if line.strip().startswith("ray start"))
+    head, worker = (line for line in script.splitlines() if line.strip().startswith("ray_start "))
     assert "\"TPU_HOST\": 1, \"TPU_SLICE_HEAD\": 1" in head and "TPU_SLICE_HEAD" not in worker and "\"TPU_HOST\": 1" in worker
     # the hosts reach each other on every TCP port, and only each other
     (inside,) = [r for r in of_type(resources, "compute/firewall:Firewall") if r["name"] == "slice-internal"]
@@ -165,12 +166,50 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     # host 0 starts the keeper, which deletes this very node at the lease's end, with a role that can do that and no more
     keeper = next(line for line in script.splitlines() if "python3 -m infra.keeper" in line)
     assert f"--end tpu --project proj --zone {spec.pools[0].zone} --name {spec.slug} --expires {spec.expires}" in keeper
-    assert script.index("ray start --head") < script.index("python3 -m infra.keeper") < script.index("else")  # host 0 only
+    # host 0 only, and before Ray: a slice whose head never comes up is still deleted at its lease's end
+    assert script.index('if [ "$WORKER" = "0" ]') < script.index("python3 -m infra.keeper") < script.index("ray_start --head") < script.index("else")
     (role,) = of_type(resources, "iAMCustomRole:IAMCustomRole")
     assert role["inputs"]["permissions"] == ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]
     (grant,) = of_type(resources, "projects/iAMMember:IAMMember")
     assert grant["inputs"]["member"].startswith("serviceAccount:") and "-tpu@" in grant["inputs"]["member"]
     assert_every_resource_is_labelled(resources, spec)
+
+
+# `ray` on a host that is still busy: its first FAILURES starts time out as Ray's own does (ray/_private/node.py)
+RAY_TIMING_OUT = """#!/bin/sh
+echo "ray $*" >> "$FAKE_TPU_LOG"
+if [ "$1" = "start" ] && [ "$(grep -c '^ray start' "$FAKE_TPU_LOG")" -le "$FAILURES" ]; then
+  echo "Exception: The current node timed out during startup." >&2; exit 1
+fi
+"""
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2])
+def test_a_tpu_host_starts_its_keeper_whatever_ray_does_and_tries_a_timed_out_ray_start_once_more(tmp_path, failures):
+    from infra import tpu
+    from tests.fakes import tpu_vm
+
+    _, spec, resources, _ = render("gcp-tpu", "v3-8", None, False)
+    (vm,) = of_type(resources, "v2Vm:V2Vm")
+    (secret,) = of_type(resources, "secretmanager/secret:Secret")
+    script = vm["inputs"]["metadata"]["startup-script"]
+    for old, new in ((f"TOKEN_FILE={tpu.TOKEN_FILE}", f"TOKEN_FILE={tmp_path / 'ray_token'}"),
+                     ("/var/log/burst-keeper.log", str(tmp_path / "keeper.log"))):
+        assert script.count(old) == 1, old
+        script = script.replace(old, new)
+    script = script.replace("sleep 5", "sleep 0")  # the pause between two tries
+    env = {**os.environ, **tpu_vm.boundary(tmp_path, secret["inputs"]["secretId"], "proj", "a token"), "FAILURES": str(failures)}
+    tpu_vm.executable(tmp_path / "bin" / "ray", RAY_TIMING_OUT)
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode == 0) is (failures < 2), proc.stderr
+    rays = [c for c in tpu_vm.calls(tmp_path) if c.startswith("ray ")]
+    head = f"ray start --head --port={tpu.GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={tpu.DASHBOARD_PORT} " \
+           '--resources={"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}'
+    assert rays == ([head] if failures == 0 else [head, "ray stop --force", head])  # a second try, after stopping what the first left
+    deadline = time.time() + 10  # the keeper runs in the background
+    while not any(c.startswith("python3 -m infra.keeper --end tpu") for c in tpu_vm.calls(tmp_path)):
+        assert time.time() < deadline, "host 0 started no keeper"
+        time.sleep(0.1)
 
 
 def test_gke_kubeconfig_is_a_secret_built_from_the_cluster():
