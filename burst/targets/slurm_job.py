@@ -52,6 +52,38 @@ def _jobs_running(dashboard: str, token: Path) -> bool:
         return False
 
 
+def _answers(dashboard: str, token: Path) -> bool:
+    """True once the head's Jobs API answers (with or without jobs)."""
+    from infra import keeper
+
+    try:
+        keeper.job_activity(dashboard, token.read_text().strip(), timeout=2)
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def start_head(cluster_id: str, token: Path, temp_dir: Path, cpus: int, gpus: int, node_ip: str,
+               multi: bool) -> tuple[subprocess.Popen, dict[str, int], dict[str, str]]:
+    """``ray start --head --block`` on ports chosen free, until its Jobs API answers; tried once more
+    on new ports when it ends first. Ray gives a new raylet a fixed 30 s to register
+    (``ray/_private/node.py``), which a node still busy with the previous job's clean-up can miss;
+    `ray start` then exits 1. Returns (the head's process, its ports, its environment); the process
+    has ended when both tries did."""
+    for attempt in (1, 2):
+        ports = ray_head.choose_ports()
+        env = ray_head.head_env(cluster_id, token, ports, loopback=not multi, node_ip=node_ip)
+        head = subprocess.Popen(ray_head.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)
+        while head.poll() is None:
+            if _answers(f"http://{node_ip}:{ports['dashboard']}", token):
+                return head, ports, env
+            time.sleep(0.5)
+        ray_head.stop_processes(cluster_id, str(temp_dir))  # what the ended start left
+        print(f"burst: `ray start` ended ({head.returncode}) before the head answered"
+              + ("; trying once more on new ports" if attempt == 1 else ""), file=sys.stderr, flush=True)
+    return head, ports, env
+
+
 def start_idle_keeper(job_id: str, dashboard: str, token: Path, idle_minutes: float, head_alive) -> threading.Thread:
     """The keeper, in a thread of this process: after ``idle_minutes`` with no job it cancels this
     Slurm job (whose SIGTERM handler then stops Ray as on any cancel). Idle only on an answer."""
@@ -80,10 +112,12 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     token = cluster_dir / "auth_token"
     temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ports = ray_head.choose_ports()
+    head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
+    if head_proc.poll() is not None:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        return head_proc.returncode or 1  # no head: `burst up` reports the job's end with its log's last line
     dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
-    env = ray_head.head_env(cluster_id, token, ports, loopback=not multi, node_ip=node_ip)
-    procs = [subprocess.Popen(ray_head.head_command(ports, cpus, gpus, temp_dir, node_ip=node_ip, block=True), env=env)]
+    procs = [head_proc]
     if multi:
         # One Ray worker per other node; srun runs them as a step of this job, so Slurm tracks them.
         procs.append(subprocess.Popen(["srun", f"--nodes={nodes - 1}", "--ntasks-per-node=1", f"--exclude={host}", "--kill-on-bad-exit=1",

@@ -1,1 +1,1 @@
-"""Stand-ins for what the tests cannot reach: the Pulumi CLI, kubectl and helm, ssh, and the clouds' API answers."""
+"""Stand-ins for what the tests cannot reach: the Pulumi CLI, kubectl and helm, ssh, a TPU VM's boundary, and the clouds' API answers."""
