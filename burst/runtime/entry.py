@@ -60,6 +60,7 @@ def stage_inputs(cfg: JobConfig, with_test_files: bool = False) -> tuple[JobConf
     (``with_test_files``: the held-out files too, for a scan's trials and for the worker that validates)."""
     from . import scratch, storage
 
+    scratch.sweep()  # what killed runs left on this node (a cancelled allocation, a keeper's end)
     files = RunFiles(cfg.storage, cfg.run_id)
     remote = storage.is_remote(cfg.storage)
     # a bucket-backed run works in a private directory, emptied of what a killed attempt left

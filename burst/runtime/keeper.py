@@ -22,12 +22,15 @@ NOTICE_WAIT_S = float(os.environ.get("BURST_KEEPER_NOTICE_S", "60"))  # the work
 
 
 def end_local(cluster_id: str, temp_dir: Optional[str]) -> None:
-    """Stop this machine's Ray processes of the cluster (the keeper is one of them: spared, it ends after)."""
+    """Stop this machine's Ray processes of the cluster (the keeper is one of them: spared, it ends
+    after), then the scratch its killed runs left."""
+    from . import scratch
     from .ray_head import stop_processes
 
     left = stop_processes(cluster_id, temp_dir, spare=os.getpid())
     if left:
         raise RuntimeError(f"processes {left} did not stop")
+    scratch.sweep()
 
 
 def stop_notice(root: str) -> None:

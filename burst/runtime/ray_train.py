@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .job import FIXED_NODES, JobConfig, RunFiles, failure_line
-from .scratch import private_dir
+from .scratch import hold, private_dir, sweep
 from .training import (announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir,
                        validate_into_checkpoint)
 
@@ -67,6 +67,9 @@ def train_loop_per_worker(loop_config: dict) -> None:
     strategy = _strategy(world)
     computes_in = precision.resolve(cfg.precision or precision.AUTO, strategy)
     restored = ray.train.get_checkpoint()
+    hold(cfg.run_id)  # this run's scratch on this node (a killed attempt's copies included) is kept while this worker lives
+    hold(f"{cfg.run_id}-val")
+    sweep()  # what killed runs left on this node
     # as_directory: Ray's own directory when the checkpoint is local, else a download removed on
     # exit (to_directory left a /tmp/checkpoint_tmp_* copy behind per resumed worker)
     with contextlib.ExitStack() as held:

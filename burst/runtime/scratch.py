@@ -5,10 +5,17 @@ beforehand by another user (who could then read or swap what burst writes), or h
 that a killed worker left. So the root is created private (mode 0700) and checked to be this
 user's own before every use, and a copy is used only when it is marked complete (the mark is
 written after the files, and the copy appears under its name in one rename), else made again.
+
+A run's processes remove its scratch when they end, but a killed one cannot: Slurm SIGKILLs a
+cancelled allocation after its KillWait, a keeper ends a cluster at its lease's end, a node's
+worker is lost. Each process that asks for a run's scratch therefore holds a shared lock on
+``<root>/held/<run-id>`` until it exits (the kernel releases it however the process ends), and
+``sweep`` removes the scratch of every run that no living process holds.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
@@ -38,9 +45,70 @@ def root() -> Path:
     return private_dir(Path(tempfile.gettempdir()) / f"burst-{os.getuid()}")
 
 
+# A run's scratch, by kind (``<root>`` also holds ``synthetic``, events kept across runs, and, where
+# XDG_RUNTIME_DIR is unset, Ray's session directories: neither is a run's, neither is swept).
+KINDS = ("checkpoints", "data", "work", "tpu-checkpoints")
+_held: dict[Path, int] = {}  # a run's lock -> its open descriptor, held while this process lives
+
+
 def run_path(kind: str, run_id: str) -> Path:
-    """``<root>/<kind>/<run_id>`` (its parents private; the directory itself is not made)."""
+    """``<root>/<kind>/<run_id>`` (its parents private; the directory itself is not made), held by
+    this process from now on, so that no ``sweep`` removes it while this process lives."""
+    assert kind in KINDS and "/" not in run_id and not run_id.startswith(".") and run_id
+    hold(run_id)
     return private_dir(root() / kind) / run_id
+
+
+def hold(run_id: str) -> None:
+    """A shared lock on ``<root>/held/<run_id>`` for the rest of this process. A sweep that took the
+    lock first removes the file; a lock then taken on the removed file is let go and taken again."""
+    lock = private_dir(root() / "held") / run_id
+    if lock in _held:
+        return
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            _held[lock] = fd
+            return
+        os.close(fd)  # swept between our open and our lock
+
+
+def sweep() -> list[str]:
+    """Remove the scratch of every run on this node that no living process holds; returns the run
+    ids removed. Safe beside runs in progress: a held run is left."""
+    base = root()
+    kinds = [base / kind for kind in KINDS if (base / kind).is_dir()]
+    held_dir = private_dir(base / "held")
+    names = {entry.name for kind in kinds for entry in kind.iterdir() if not entry.name.startswith(".")}  # `.x.*`: a copy being filled
+    names |= {entry.name for entry in held_dir.iterdir()}
+    removed = []
+    for name in sorted(names):
+        lock = held_dir / name
+        if lock in _held:
+            continue  # this process's own
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(lock).st_ino != os.fstat(fd).st_ino:
+                continue  # another sweep removed it and a run took it again
+            for kind in kinds:
+                shutil.rmtree(kind / name, ignore_errors=True)
+                for partial in kind.glob(f".{name}.*"):  # a copy a killed worker was filling
+                    shutil.rmtree(partial, ignore_errors=True)
+            os.unlink(lock)
+            removed.append(name)
+        except BlockingIOError:
+            continue  # a living process holds it
+        except FileNotFoundError:
+            continue  # another sweep removed it meanwhile
+        finally:
+            os.close(fd)
+    return removed
 
 
 def fresh(path: Path) -> Path:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
-from ..runtime import ray_head
+from ..runtime import ray_head, scratch
 from ..runtime.jobs import JobRuntime
 from ..runtime.ray_head import check_socket_room, choose_ports, cluster_processes, head_command, head_env, is_alive, new_token, stop_processes
 from .base import QUIET, Lease, Reporter, Target
@@ -246,6 +246,7 @@ def down(handle: ClusterHandle) -> None:
     survivors = stop_processes(handle.cluster_id, handle.temp_dir)
     if survivors:
         raise BurstError(f"cluster {handle.name!r}: processes {survivors} did not stop; kill them and run `burst down {handle.name}` again", exit_code=1)
+    scratch.sweep()  # what its runs' killed processes left on this machine
     with state.locked():
         _forget(handle)
 

@@ -5,6 +5,9 @@ chosen free there, its dashboard on that node's loopback, token authentication o
 private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
 cluster directory (shared storage) so that ``burst up`` learns where the head is.
 
+It first removes the node scratch of this user's runs that no process holds any more (what the
+drivers and workers of a cancelled allocation left: Slurm SIGKILLs them after KillWait).
+
 On SIGTERM it first posts a ``stop`` notice in the cluster's notice directory on its storage (``burst.runtime.notice``)
 and waits up to GRACE_S for the training workers to checkpoint where they are and for the jobs to
 end: the signal sbatch's ``--signal=B:TERM@N`` sends this script alone N seconds before the
@@ -98,8 +101,11 @@ def start_idle_keeper(job_id: str, dashboard: str, token: Path, idle_minutes: fl
 
 
 def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0, idle_minutes: Optional[float] = None) -> int:
-    from ..runtime import notice
+    from ..runtime import notice, scratch
 
+    # Slurm SIGKILLs a cancelled allocation's processes after its KillWait, before their clean-up:
+    # the scratch of runs that no process on this node holds any more is removed now.
+    scratch.sweep()
     notices = notice.root(storage, cluster_id) if storage else None  # this allocation's, never another's on the same storage
     if notices:
         notice.clear(notices)  # a notice to a cluster of this id before (a restarted allocation) is not for this one
@@ -133,6 +139,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
         # nodes' Ray dirs end with their srun step). Removed before waiting on anything: Slurm
         # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
         shutil.rmtree(temp_dir, ignore_errors=True)
+        scratch.sweep()  # its runs' processes are stopped: what they left
         for p in procs:
             try:
                 p.wait(timeout=10)

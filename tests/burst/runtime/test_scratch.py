@@ -98,3 +98,71 @@ def test_fresh_empties_what_an_earlier_attempt_left(node_tmp):
     (work / "half.h5").write_bytes(b"x")
     assert list(scratch.fresh(work).iterdir()) == []
     assert work.stat().st_mode & 0o777 == 0o700
+
+
+HOLDER = """
+import sys, time
+from burst.runtime import scratch
+for kind, run in (("checkpoints", sys.argv[1]), ("data", sys.argv[1]), ("data", sys.argv[1] + "-val")):
+    path = scratch.run_path(kind, run)
+    path.mkdir()
+    (path / "part.h5").write_bytes(b"x")
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def _holder(node_tmp, run_id):
+    """A process of a run on this node (a driver, a worker) that made its scratch and still runs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, run_id], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(node_tmp)})
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_sweep_removes_the_scratch_of_runs_whose_processes_were_killed_and_keeps_the_rest(node_tmp):
+    root = node_tmp / f"burst-{os.getuid()}"
+    alive, killed = _holder(node_tmp, "alive"), _holder(node_tmp, "killed")
+    try:
+        killed.kill()  # SIGKILL: as Slurm after a cancelled allocation's KillWait; nothing of it ran its clean-up
+        killed.wait()
+        assert (root / "data" / "killed" / "part.h5").exists()
+        older = root / "work" / "older"  # a run's scratch from before runs held theirs
+        older.mkdir(parents=True)
+        half = root / "data" / ".killed.x1y2"  # a copy the killed worker was filling
+        half.mkdir()
+        (root / "synthetic" / "synthetic-gan3d-200").mkdir(parents=True)  # events kept across runs
+        (root / "0123456789ab" / "session_latest").mkdir(parents=True)  # Ray's session directory (XDG_RUNTIME_DIR unset)
+        assert scratch.sweep() == ["killed", "killed-val", "older"]
+        assert not (root / "data" / "killed").exists() and not (root / "checkpoints" / "killed").exists() and not half.exists()
+        assert not older.exists() and sorted(p.name for p in (root / "held").iterdir()) == ["alive", "alive-val"]
+        assert (root / "data" / "alive" / "part.h5").exists() and (root / "checkpoints" / "alive" / "part.h5").exists()
+        assert (root / "synthetic" / "synthetic-gan3d-200").exists() and (root / "0123456789ab" / "session_latest").exists()
+    finally:
+        alive.kill()
+        alive.wait()
+    assert scratch.sweep() == ["alive", "alive-val"]  # its last process gone
+    assert [list((root / kind).iterdir()) for kind in ("checkpoints", "data", "work", "held")] == [[], [], [], []]
+
+
+def test_a_run_taken_up_again_after_a_sweep_holds_its_scratch_anew(node_tmp):
+    root = node_tmp / f"burst-{os.getuid()}"
+    killed = _holder(node_tmp, "run-1")
+    killed.kill()
+    killed.wait()
+    assert "run-1" in scratch.sweep()
+    restarted = _holder(node_tmp, "run-1")  # Ray Train restarts the run's worker on this node
+    try:
+        assert scratch.sweep() == [] and (root / "checkpoints" / "run-1" / "part.h5").exists()
+    finally:
+        restarted.kill()
+        restarted.wait()
+
+
+def test_this_process_s_own_run_is_never_swept(node_tmp):
+    work = scratch.run_path("work", "mine")
+    work.mkdir()
+    assert scratch.sweep() == [] and work.exists()

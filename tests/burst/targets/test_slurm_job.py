@@ -6,7 +6,9 @@ API on the dashboard port it was given, as a started head does."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import pytest
 
@@ -57,13 +59,19 @@ def test_a_head_start_that_times_out_is_cleaned_up_and_tried_once_more_on_new_po
         head.wait()
 
 
-def test_an_allocation_whose_head_never_starts_ends_without_telling_burst_up_a_head(tmp_path, starts, monkeypatch):
+def test_an_allocation_removes_what_cancelled_ones_left_and_without_a_head_ends_without_telling_burst_up_one(tmp_path, starts, monkeypatch):
     asked, stopped, outcomes = starts
     outcomes += ["times out", "times out"]
     monkeypatch.setattr(ray_head, "temp_dir_of", lambda cluster_id: tmp_path / "ray" / cluster_id)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))  # the node's TMPDIR
+    root = tmp_path / "node-tmp" / f"burst-{os.getuid()}"
+    root.mkdir(mode=0o700, parents=True)
+    left = root / "checkpoints" / "cancelled-run"  # its driver SIGKILLed with its allocation
+    left.mkdir(mode=0o700, parents=True)
     (tmp_path / "cl").mkdir()
     (tmp_path / "cl" / "auth_token").write_text("t")
     assert slurm_job.main(tmp_path / "cl", "cid") == 1
     assert len(asked) == 2 and len(stopped) == 2
     assert not (tmp_path / "cl" / "head.json").exists()  # `burst up` sees the job end and reports its log's last line
     assert not (tmp_path / "ray" / "cid").exists()
+    assert not left.exists()

@@ -343,7 +343,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     # the cluster's scratch in a directory of this test's (short: Ray's dashboard makes a socket under
-    # TMPDIR): a driver the keeper stops leaves its run's checkpoint scratch there, not in the machine's /tmp
+    # TMPDIR), where the test can see what the keeper's end of the cluster leaves
     job_tmp = tempfile.mkdtemp(prefix="kp", dir="/tmp")
     env = {**os.environ, "TMPDIR": job_tmp, "BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
     # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
@@ -366,6 +366,9 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
         assert "ending the cluster: its lease ended" in log and "cluster ended: its lease ended" in log, log
         assert "the workers checkpointed on the lease's notice" in log, log  # nothing trained since the last epoch is lost
         assert ended_at >= handle["expires"]  # not before the lease's end
+        # the keeper killed the run's driver and workers, then removed the scratch they had held on this machine
+        node_scratch = Path(job_tmp) / f"burst-{os.getuid()}"
+        assert (node_scratch / "held").is_dir() and [p.name for p in node_scratch.glob("*/*") if p.parent.name != "synthetic"] == []
     finally:
         os.kill(pid, signal.SIGCONT)  # the lid opens
     run = finished(home, run_id, timeout=300)
