@@ -15,13 +15,14 @@ worker is lost. Each process that asks for a run's scratch therefore holds a sha
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..errors import BurstError
 
@@ -60,22 +61,53 @@ def run_path(kind: str, run_id: str) -> Path:
 
 
 def hold(run_id: str) -> None:
-    """A shared lock on ``<root>/held/<run_id>`` for the rest of this process. A sweep that took the
-    lock first removes the file; a lock then taken on the removed file is let go and taken again."""
-    lock = private_dir(root() / "held") / run_id
+    """Hold ``run_id``'s scratch on this node for the rest of this process (``hold_lock``)."""
+    hold_lock(private_dir(root() / "held") / run_id)
+
+
+def hold_lock(lock: Path) -> None:
+    """A shared lock on the file ``lock`` for the rest of this process: the kernel lets it go however
+    the process ends. A sweep that took the lock first removes the file; a lock then taken on the
+    removed file is let go and taken again on the new one."""
     if lock in _held:
         return
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
-        try:
-            current = os.stat(lock).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(fd).st_ino:
+        if _is_current(fd, lock):
             _held[lock] = fd
             return
         os.close(fd)  # swept between our open and our lock
+
+
+def _is_current(fd: int, lock: Path) -> bool:
+    try:
+        return os.stat(lock).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def unheld(lock: Path) -> Iterator[bool]:
+    """True, holding ``lock`` exclusively, when no living process holds it (it is removed on the
+    way out: remove what it guards inside); False when one does."""
+    if lock in _held:
+        yield False  # this process's own
+        return
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False  # a living process holds it
+            return
+        if not _is_current(fd, lock):
+            yield False  # another sweep removed it, and a process may hold the new one
+            return
+        yield True
+        lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def sweep() -> list[str]:
@@ -88,26 +120,13 @@ def sweep() -> list[str]:
     names |= {entry.name for entry in held_dir.iterdir()}
     removed = []
     for name in sorted(names):
-        lock = held_dir / name
-        if lock in _held:
-            continue  # this process's own
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.stat(lock).st_ino != os.fstat(fd).st_ino:
-                continue  # another sweep removed it and a run took it again
-            for kind in kinds:
-                shutil.rmtree(kind / name, ignore_errors=True)
-                for partial in kind.glob(f".{name}.*"):  # a copy a killed worker was filling
-                    shutil.rmtree(partial, ignore_errors=True)
-            os.unlink(lock)
-            removed.append(name)
-        except BlockingIOError:
-            continue  # a living process holds it
-        except FileNotFoundError:
-            continue  # another sweep removed it meanwhile
-        finally:
-            os.close(fd)
+        with unheld(held_dir / name) as free:
+            if free:
+                for kind in kinds:
+                    shutil.rmtree(kind / name, ignore_errors=True)
+                    for partial in kind.glob(f".{name}.*"):  # a copy a killed worker was filling
+                        shutil.rmtree(partial, ignore_errors=True)
+                removed.append(name)
     return removed
 
 

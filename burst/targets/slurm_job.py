@@ -5,8 +5,9 @@ chosen free there, its dashboard on that node's loopback, token authentication o
 private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
 cluster directory (shared storage) so that ``burst up`` learns where the head is.
 
-It first removes the node scratch of this user's runs that no process holds any more (what the
-drivers and workers of a cancelled allocation left: Slurm SIGKILLs them after KillWait).
+It first removes the node scratch of this user's runs that no process holds any more, and the Ray
+directories of allocations whose batch script is gone (what a cancelled allocation left: Slurm
+SIGKILLs its processes after KillWait, before their clean-up).
 
 On SIGTERM it first posts a ``stop`` notice in the cluster's notice directory on its storage (``burst.runtime.notice``)
 and waits up to GRACE_S for the training workers to checkpoint where they are and for the jobs to
@@ -66,6 +67,25 @@ def _answers(dashboard: str, token: Path) -> bool:
         return False
 
 
+def allocation_lock(cluster_id: str) -> Path:
+    """Held by an allocation's batch script while it runs: its Ray directory is in use."""
+    return ray_head.runtime_root() / f"{cluster_id}.allocation"
+
+
+def sweep_allocations() -> list[str]:
+    """Remove the Ray directories (session logs, sockets) of this user's allocations on this node
+    whose batch script no longer runs; returns their cluster ids."""
+    from ..runtime import scratch
+
+    removed = []
+    for lock in ray_head.runtime_root().glob("*.allocation"):
+        with scratch.unheld(lock) as free:
+            if free:
+                shutil.rmtree(ray_head.temp_dir_of(lock.stem), ignore_errors=True)
+                removed.append(lock.stem)
+    return removed
+
+
 def start_head(cluster_id: str, token: Path, temp_dir: Path, cpus: int, gpus: int, node_ip: str,
                multi: bool) -> tuple[subprocess.Popen, dict[str, int], dict[str, str]]:
     """``ray start --head --block`` on ports chosen free, until its Jobs API answers; tried once more
@@ -106,6 +126,8 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     # Slurm SIGKILLs a cancelled allocation's processes after its KillWait, before their clean-up:
     # the scratch of runs that no process on this node holds any more is removed now.
     scratch.sweep()
+    sweep_allocations()
+    scratch.hold_lock(allocation_lock(cluster_id))  # this allocation's Ray directory, until this process ends
     notices = notice.root(storage, cluster_id) if storage else None  # this allocation's, never another's on the same storage
     if notices:
         notice.clear(notices)  # a notice to a cluster of this id before (a restarted allocation) is not for this one
@@ -121,6 +143,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
     if head_proc.poll() is not None:
         shutil.rmtree(temp_dir, ignore_errors=True)
+        allocation_lock(cluster_id).unlink(missing_ok=True)
         return head_proc.returncode or 1  # no head: `burst up` reports the job's end with its log's last line
     dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
     procs = [head_proc]
@@ -139,6 +162,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
         # nodes' Ray dirs end with their srun step). Removed before waiting on anything: Slurm
         # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
         shutil.rmtree(temp_dir, ignore_errors=True)
+        allocation_lock(cluster_id).unlink(missing_ok=True)
         scratch.sweep()  # its runs' processes are stopped: what they left
         for p in procs:
             try:

@@ -62,12 +62,15 @@ def test_a_head_start_that_times_out_is_cleaned_up_and_tried_once_more_on_new_po
 def test_an_allocation_removes_what_cancelled_ones_left_and_without_a_head_ends_without_telling_burst_up_one(tmp_path, starts, monkeypatch):
     asked, stopped, outcomes = starts
     outcomes += ["times out", "times out"]
-    monkeypatch.setattr(ray_head, "temp_dir_of", lambda cluster_id: tmp_path / "ray" / cluster_id)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))  # the node's TMPDIR
     root = tmp_path / "node-tmp" / f"burst-{os.getuid()}"
     root.mkdir(mode=0o700, parents=True)
     left = root / "checkpoints" / "cancelled-run"  # its driver SIGKILLed with its allocation
     left.mkdir(mode=0o700, parents=True)
+    monkeypatch.setattr(ray_head, "runtime_root", lambda: tmp_path / "ray")
+    (tmp_path / "ray" / "0123456789ab" / "session_latest").mkdir(parents=True)  # the cancelled allocation's Ray directory ...
+    (tmp_path / "ray" / "0123456789ab.allocation").touch()  # ... and its lock, which no process holds any more
+    (tmp_path / "ray" / "ba9876543210").mkdir()  # a local cluster's: not an allocation's
     (tmp_path / "cl").mkdir()
     (tmp_path / "cl" / "auth_token").write_text("t")
     assert slurm_job.main(tmp_path / "cl", "cid") == 1
@@ -75,3 +78,4 @@ def test_an_allocation_removes_what_cancelled_ones_left_and_without_a_head_ends_
     assert not (tmp_path / "cl" / "head.json").exists()  # `burst up` sees the job end and reports its log's last line
     assert not (tmp_path / "ray" / "cid").exists()
     assert not left.exists()
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["ba9876543210"]  # and nothing of its own
