@@ -289,7 +289,7 @@ def figure(rows: list[dict], out: Path) -> Optional[Path]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
         ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.98, bottom=0.07, hspace=0.08)  # fixed: tight_layout measured every label, in every run
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
     plt.close(fig)
