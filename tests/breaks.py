@@ -465,11 +465,12 @@ def _kill_leftovers(before: set, copy: Path, ray_too: bool) -> None:
 
     for line in census.survivors(before):
         pid, name = line.split()[:2]
-        if str(copy) in line or (ray_too and name.startswith(("ray", "raylet", "gcs_server"))):
-            try:
-                psutil.Process(int(pid)).kill()
-            except psutil.Error:
-                pass
+        try:
+            proc = psutil.Process(int(pid))
+            if str(copy) in " ".join(proc.cmdline()) or (ray_too and name.startswith(("ray", "raylet", "gcs_server"))):  # the whole command line
+                proc.kill()
+        except psutil.Error:
+            pass
 
 
 SKIPPED_HERE = "not run: its tests skipped here"
@@ -499,7 +500,8 @@ def _run_tests(copy: Path, tests: tuple[str, ...], ray_too: bool = True) -> tupl
         return None, 0.0, f"not run: the copy's packages do not shadow the installed ones ({elsewhere})"
     before = census.snapshot()
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *PLUGINS, *tests],
+    # pytest's tmp paths inside the copy: a leftover that names one (a hook a break left waiting) is killed with the copy's
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(copy / ".pytest-tmp"), *PLUGINS, *tests],
                           cwd=copy, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     _kill_leftovers(before, copy, ray_too)
