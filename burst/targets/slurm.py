@@ -37,6 +37,7 @@ from ..errors import BurstError
 from ..home.state import ClusterHandle
 from ..runtime import ray_head
 from ..runtime.jobs import JobRuntime
+from . import slurm_job
 from .base import QUIET, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 
@@ -398,6 +399,7 @@ class SlurmTarget(Target):
                              f"run `burst down {handle.name}` again", exit_code=1)
         if handle.temp_dir:  # the head's Ray directory, when the head ran here: the job removes it itself unless
             shutil.rmtree(handle.temp_dir, ignore_errors=True)  # Slurm's SIGKILL (after KillWait) came first
+            slurm_job.lock_beside(handle.temp_dir).unlink(missing_ok=True)  # and the lock the job held beside it
 
     def _forget(self, handle: ClusterHandle) -> None:
         with state.locked():

@@ -69,7 +69,12 @@ def _answers(dashboard: str, token: Path) -> bool:
 
 def allocation_lock(cluster_id: str) -> Path:
     """Held by an allocation's batch script while it runs: its Ray directory is in use."""
-    return ray_head.runtime_root() / f"{cluster_id}.allocation"
+    return lock_beside(ray_head.temp_dir_of(cluster_id))
+
+
+def lock_beside(temp_dir: Path | str) -> Path:
+    """The allocation lock beside the Ray directory ``temp_dir``."""
+    return Path(f"{temp_dir}.allocation")
 
 
 def sweep_allocations() -> list[str]:
@@ -81,7 +86,7 @@ def sweep_allocations() -> list[str]:
     for lock in ray_head.runtime_root().glob("*.allocation"):
         with scratch.unheld(lock) as free:
             if free:
-                shutil.rmtree(ray_head.temp_dir_of(lock.stem), ignore_errors=True)
+                shutil.rmtree(lock.with_suffix(""), ignore_errors=True)
                 removed.append(lock.stem)
     return removed
 
