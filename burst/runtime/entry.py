@@ -177,6 +177,8 @@ def publish(out_dir: Path, cfg: JobConfig) -> None:
 def reported(run_job, cfg) -> int:
     """Run a job; an exception ends it as one ``failed`` event (the follower shows that line; the
     traceback stays in the job log)."""
+    from . import scratch
+
     try:
         return run_job(cfg)
     except Exception as exc:
@@ -185,6 +187,8 @@ def reported(run_job, cfg) -> int:
         traceback.print_exc()
         emit(FailedEvent(message=failure_line(exc)))
         return 1
+    finally:
+        scratch.release_all()  # its workers have ended: no lock of its runs is left on this node
 
 
 def main() -> int:

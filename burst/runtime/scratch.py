@@ -110,6 +110,20 @@ def unheld(lock: Path) -> Iterator[bool]:
         os.close(fd)
 
 
+def release_all() -> None:
+    """Let go of every hold of this process (it is ending), and remove every lock on this node that
+    nobody holds and that guards no scratch (its workers' too, which ended before it). Scratch
+    that is left stays for the next sweep (a run whose results could not be published keeps its
+    work copy until then)."""
+    for lock in list(_held):
+        os.close(_held.pop(lock))
+    base = root()
+    for lock in private_dir(base / "held").iterdir():
+        if not any((base / kind / lock.name).exists() for kind in KINDS):
+            with unheld(lock):
+                pass
+
+
 def sweep() -> list[str]:
     """Remove the scratch of every run on this node that no living process holds; returns the run
     ids removed. Safe beside runs in progress: a held run is left."""

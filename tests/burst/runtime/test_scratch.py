@@ -166,3 +166,25 @@ def test_this_process_s_own_run_is_never_swept(node_tmp):
     work = scratch.run_path("work", "mine")
     work.mkdir()
     assert scratch.sweep() == [] and work.exists()
+
+
+def test_a_driver_that_ends_leaves_no_lock_and_keeps_what_its_run_did_not_remove(node_tmp):
+    import subprocess
+    import sys
+
+    root = node_tmp / f"burst-{os.getuid()}"
+    worker = _holder(node_tmp, "still-trains")  # another run's worker on this node
+    try:
+        (root / "held" / "ended-worker").touch()  # a lock its worker, now ended, held
+        code = ("from burst.runtime import scratch; import shutil\n"
+                "for run in ('done', 'unpublished'): scratch.run_path('work', run).mkdir()\n"
+                "shutil.rmtree(scratch.run_path('work', 'done'))\n"  # a run removes its copies when it ends well
+                "scratch.release_all()")
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "TMPDIR": str(node_tmp)}, check=True)
+        # the locks of what ended are gone; the running worker's stay, and so does the work copy
+        # whose results could not be published, with its lock, until the next sweep
+        assert sorted(p.name for p in (root / "held").iterdir()) == ["still-trains", "still-trains-val", "unpublished"]
+        assert (root / "work" / "unpublished").exists()
+    finally:
+        worker.kill()
+        worker.wait()

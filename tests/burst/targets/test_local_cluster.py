@@ -129,6 +129,8 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
     assert left == [], f"processes left behind: {left}"
     assert not Path(home, "clusters", "run-local.json").exists()  # the temporary cluster is gone
     (run_dir,) = list((cwd / "burst-runs").iterdir())
+    node_scratch = Path(tempfile.gettempdir()) / f"burst-{os.getuid()}"
+    assert list(node_scratch.glob(f"*/{run_dir.name}*")) == []  # no copy, checkpoint or lock of the run is left on this machine
     assert f"report: {run_dir.resolve() / 'report' / 'report.html'}" in " ".join(proc.stderr.split())
     for name in ("report/report.html", "metrics.json", "cost.json", "provenance.json", "history.json", "job.log"):
         assert (run_dir / name).exists(), name
@@ -672,6 +674,8 @@ def test_the_plan_hands_its_batch_to_the_job_and_the_run_records_predicted_again
         run = json.loads(proc.stdout)
         assert run["state"] == "SUCCEEDED" and run["config"]["batch_per_replica"] == 2
         assert (tmp_path / "site-storage" / "runs" / run["run_id"]).is_dir()  # the site's storage, not burst's
+        # nobody takes an attached cluster down: the run's driver let go of its scratch on the head's node itself
+        assert list((Path(tempfile.gettempdir()) / f"burst-{os.getuid()}").glob(f"*/{run['run_id']}*")) == []
         assert "batch per replica 2, as planned by `burst up`" in proc.stderr
         cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
         history = json.loads((Path(run["run_dir"]) / "history.json").read_text())
