@@ -98,6 +98,9 @@ def test_a_run_whose_actor_died_while_its_workers_started_is_started_once_more_a
 
     from burst.runtime import ray_train
 
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))  # the node scratch it removes (and locks) is the test's
     runs = tmp_path / "storage" / "ray-train" / "r3"
     done = _checkpoint(runs / "checkpoint_2026-11-23_10-00-01.000000", 2)
     cfg = JobConfig(storage=str(tmp_path / "storage"), run_id="r3")
