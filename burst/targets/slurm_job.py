@@ -46,25 +46,24 @@ def _gpus_here() -> int:
 FOLLOWER_GRACE_S = 3.0
 
 
-def _jobs_running(dashboard: str, token: Path) -> bool:
-    """True while the head's Jobs API lists a job that is still going (False when it does not answer)."""
+def _activity(dashboard: str, token: Path) -> Optional[bool]:
+    """Whether the head's Jobs API lists a job still going; None when it does not answer."""
     from infra import keeper
 
     try:
         return keeper.job_activity(dashboard, token.read_text().strip(), timeout=2)[0]
     except (OSError, ValueError, AttributeError):  # no answer, or not the Jobs API's list
-        return False
+        return None
+
+
+def _jobs_running(dashboard: str, token: Path) -> bool:
+    """True while the head's Jobs API lists a job that is still going (False when it does not answer)."""
+    return bool(_activity(dashboard, token))
 
 
 def _answers(dashboard: str, token: Path) -> bool:
     """True once the head's Jobs API answers (with or without jobs)."""
-    from infra import keeper
-
-    try:
-        keeper.job_activity(dashboard, token.read_text().strip(), timeout=2)
-        return True
-    except (OSError, ValueError, AttributeError):
-        return False
+    return _activity(dashboard, token) is not None
 
 
 def allocation_lock(cluster_id: str) -> Path:
@@ -145,10 +144,14 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     token = cluster_dir / "auth_token"
     temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
-    if head_proc.poll() is not None:
+
+    def remove_ray_dir() -> None:
         shutil.rmtree(temp_dir, ignore_errors=True)
         allocation_lock(cluster_id).unlink(missing_ok=True)
+
+    head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
+    if head_proc.poll() is not None:
+        remove_ray_dir()
         return head_proc.returncode or 1  # no head: `burst up` reports the job's end with its log's last line
     dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
     procs = [head_proc]
@@ -166,8 +169,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
         # The head's session logs and sockets: the node's /tmp is not burst's to fill (the other
         # nodes' Ray dirs end with their srun step). Removed before waiting on anything: Slurm
         # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        allocation_lock(cluster_id).unlink(missing_ok=True)
+        remove_ray_dir()
         scratch.sweep()  # its runs' processes are stopped: what they left
         for p in procs:
             try:
