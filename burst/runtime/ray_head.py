@@ -85,9 +85,10 @@ def auth_headers(handle: ClusterHandle) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
+def cluster_processes(cluster_id: str, temp_dir: str | None = None, by_marker: bool = True) -> list:
     """psutil processes of this cluster: those whose environment carries its marker or that hold
-    files open under its temp dir, and every descendant of those.
+    files open under its temp dir, and every descendant of those. ``by_marker=False``: only those
+    of this temp dir (one node's share of a cluster whose other nodes may share this machine).
 
     The marker alone is not enough: Ray starts some children (its agents, the dashboard's
     forkserver modules) with an environment of their own, and a child whose parent died is
@@ -102,7 +103,7 @@ def cluster_processes(cluster_id: str, temp_dir: str | None = None) -> list:
         if proc.pid == me:
             continue
         try:
-            if _has_marker(proc.pid, cluster_id):
+            if by_marker and _has_marker(proc.pid, cluster_id):
                 roots[proc.pid] = proc
                 continue
             if any(f.path.startswith(temp_dir + os.sep) for f in proc.open_files()):
@@ -245,7 +246,8 @@ def _signal_and_wait(procs: list, method: str, timeout: float) -> list:
     return psutil.wait_procs(procs, timeout=timeout)[1]
 
 
-def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 0.5, spare: int | None = None) -> list[int]:
+def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float = 0.5, spare: int | None = None,
+                   by_marker: bool = True) -> list[int]:
     """SIGTERM every process of the cluster (all found before any signal), give Ray's own daemons
     (those carrying the marker) ``grace_s`` to shut down, then SIGKILL whatever is left: Ray's
     agents ignore SIGTERM, so waiting on them would only spend the whole grace period. GCS and
@@ -254,11 +256,11 @@ def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float 
     cluster of Ray 2.60 (2-core EPYC): every process that honours SIGTERM is gone within 0.25 s; GCS,
     raylet and the dashboard were still there after 5 s (a 3 s grace cost every `down` 3 s for nothing).
     Returns the pids that survived. ``spare``: a process of the cluster left running (the keeper
-    that stops its own cluster)."""
+    that stops its own cluster); ``by_marker``: as ``cluster_processes``."""
     import psutil
 
     def found() -> list:
-        return [p for p in cluster_processes(cluster_id, temp_dir) if p.pid != spare]
+        return [p for p in cluster_processes(cluster_id, temp_dir, by_marker) if p.pid != spare]
 
     procs = found()
     daemons = [p for p in procs if _has_marker(p.pid, cluster_id)]

@@ -2,7 +2,9 @@
 
 Starts the Ray head on the allocation's first node (the node this batch script runs on) on ports
 chosen free there, its dashboard on that node's loopback, token authentication on, its temp dir
-private to the job; Ray workers on the other nodes with ``srun``. Writes ``head.json`` in the
+private to the job; Ray workers on the other nodes with ``srun`` (each a ``python -m
+burst.targets.slurm_job --worker CLUSTER_ID GCS_ADDRESS`` that cleans up after its own worker,
+``worker_node``). Writes ``head.json`` in the
 cluster directory (shared storage) so that ``burst up`` learns where the head is.
 
 It first removes the node scratch of this user's runs that no process holds any more, and the Ray
@@ -44,6 +46,7 @@ def _gpus_here() -> int:
 
 
 FOLLOWER_GRACE_S = 3.0
+WORKER_FLAG = "--worker"  # the other nodes' task: `worker_node`
 
 
 def _activity(dashboard: str, token: Path) -> Optional[bool]:
@@ -158,8 +161,8 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     if multi:
         # One Ray worker per other node; srun runs them as a step of this job, so Slurm tracks them.
         procs.append(subprocess.Popen(["srun", f"--nodes={nodes - 1}", "--ntasks-per-node=1", f"--exclude={host}", "--kill-on-bad-exit=1",
-                                       *ray_head.ray_command(), "start", f"--address={node_ip}:{ports['GCS server']}", "--block",
-                                       f"--temp-dir={temp_dir}", "--disable-usage-stats"], env=env))
+                                       sys.executable, "-m", "burst.targets.slurm_job", WORKER_FLAG, cluster_id,
+                                       f"{node_ip}:{ports['GCS server']}"], env=env))
 
     def cleanup() -> None:
         ray_head.stop_processes(cluster_id, str(temp_dir))
@@ -167,7 +170,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
             if p.poll() is None:
                 p.kill()
         # The head's session logs and sockets: the node's /tmp is not burst's to fill (the other
-        # nodes' Ray dirs end with their srun step). Removed before waiting on anything: Slurm
+        # nodes' remove theirs, `worker_node`). Removed before waiting on anything: Slurm
         # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
         remove_ray_dir()
         scratch.sweep()  # its runs' processes are stopped: what they left
@@ -206,5 +209,43 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     return code
 
 
+def worker_node(cluster_id: str, gcs_address: str) -> int:
+    """One other node of a multi-node allocation (a task of its ``srun`` step): a Ray worker that
+    joins the head, in a Ray directory this process holds the allocation lock beside. Cancelled, the
+    step's tasks get SIGTERM and, after KillWait, SIGKILL: on SIGTERM the worker is stopped and its
+    directory and the runs' scratch it served are removed here; after a SIGKILL the next
+    allocation on this node removes them (``sweep_allocations``, ``scratch.sweep``), as on the head's."""
+    from ..runtime import scratch
+
+    scratch.sweep()
+    sweep_allocations()
+    temp_dir = ray_head.temp_dir_of(cluster_id)
+    temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch.hold_lock(allocation_lock(cluster_id))
+    ray = subprocess.Popen([*ray_head.ray_command(), "start", f"--address={gcs_address}", "--block", f"--temp-dir={temp_dir}",
+                            "--disable-usage-stats"])
+
+    def cleanup() -> None:
+        # this node's Ray only (its directory's): the head's processes carry the same marker
+        ray_head.stop_processes(cluster_id, str(temp_dir), by_marker=False)
+        if ray.poll() is None:
+            ray.kill()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        allocation_lock(cluster_id).unlink(missing_ok=True)
+        scratch.sweep()
+
+    def on_signal(signum, frame) -> None:
+        cleanup()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = ray.wait()  # `ray start --block` ends when this node's raylet does (the head gone, say)
+    cleanup()
+    return code
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == WORKER_FLAG:
+        sys.exit(worker_node(sys.argv[2], sys.argv[3]))
     sys.exit(main(Path(sys.argv[1]), sys.argv[2], *(sys.argv[3:4]), *(float(a) for a in sys.argv[4:6])))
