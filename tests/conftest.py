@@ -3,10 +3,12 @@ shares this machine between pytest-xdist's workers (``pytest -n auto``, what the
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -98,6 +100,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
     files: Counter[str] = Counter()
     for nodeid, seconds in cpu.items():
         files[_file(nodeid)] += seconds
+    if os.environ.get("BURST_TEST_CPU_JSON"):  # every test's figure, for a closer look than the 25 below
+        Path(os.environ["BURST_TEST_CPU_JSON"]).write_text(json.dumps(dict(sorted(cpu.items(), key=lambda kv: -kv[1])), indent=0))
     terminalreporter.write_sep("=", f"CPU time: {sum(cpu.values()):.0f} s in {len(cpu)} tests")
     for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
         terminalreporter.write_line(f"{seconds:8.1f}s cpu {nodeid}")
