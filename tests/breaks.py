@@ -180,7 +180,7 @@ BREAKS = [
           ("tests/burst/targets/test_slurm_job.py::test_a_two_node_allocation_starts_the_other_node_s_task_with_srun_once_the_head_answers",),
           "a multi-node allocation's other nodes never join its head", fast=True),
     Break("worker-node-holds-no-lock", "burst/targets/slurm_job.py",
-          (("    scratch.hold_lock(allocation_lock(cluster_id))\n    ray = subprocess.Popen(", "    ray = subprocess.Popen("),),
+          (("    scratch.hold_lock(allocation_lock(cluster_id))\n    started: list", "    started: list"),),
           ("tests/burst/targets/test_slurm_job.py::test_a_worker_node_cleans_up_on_the_cancel_s_sigterm_and_after_a_sigkill_the_next_allocation_there_does",),
           "a worker node's Ray directory left by a SIGKILL is never removed by the next allocation there", fast=True),
     Break("release-keeps-locks", "burst/runtime/scratch.py",

@@ -222,14 +222,14 @@ def worker_node(cluster_id: str, gcs_address: str) -> int:
     temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch.hold_lock(allocation_lock(cluster_id))
-    ray = subprocess.Popen([*ray_head.ray_command(), "start", f"--address={gcs_address}", "--block", f"--temp-dir={temp_dir}",
-                            "--disable-usage-stats"])
+    started: list[subprocess.Popen] = []
 
     def cleanup() -> None:
         # this node's Ray only (its directory's): the head's processes carry the same marker
         ray_head.stop_processes(cluster_id, str(temp_dir), by_marker=False)
-        if ray.poll() is None:
-            ray.kill()
+        for ray in started:
+            if ray.poll() is None:
+                ray.kill()
         shutil.rmtree(temp_dir, ignore_errors=True)
         allocation_lock(cluster_id).unlink(missing_ok=True)
         scratch.sweep()
@@ -238,9 +238,11 @@ def worker_node(cluster_id: str, gcs_address: str) -> int:
         cleanup()
         sys.exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)  # before Ray starts: a cancel that comes first still cleans up
     signal.signal(signal.SIGINT, on_signal)
-    code = ray.wait()  # `ray start --block` ends when this node's raylet does (the head gone, say)
+    started.append(subprocess.Popen([*ray_head.ray_command(), "start", f"--address={gcs_address}", "--block", f"--temp-dir={temp_dir}",
+                                     "--disable-usage-stats"]))
+    code = started[0].wait()  # `ray start --block` ends when this node's raylet does (the head gone, say)
     cleanup()
     return code
 
