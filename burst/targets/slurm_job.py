@@ -79,6 +79,12 @@ def lock_beside(temp_dir: Path | str) -> Path:
     return Path(f"{temp_dir}.allocation")
 
 
+def remove_ray_dir(cluster_id: str) -> None:
+    """This allocation's Ray directory on this node (session logs, sockets), and its lock."""
+    shutil.rmtree(ray_head.temp_dir_of(cluster_id), ignore_errors=True)
+    allocation_lock(cluster_id).unlink(missing_ok=True)
+
+
 def sweep_allocations() -> list[str]:
     """Remove the Ray directories (session logs, sockets) of this user's allocations on this node
     whose batch script no longer runs; returns their cluster ids."""
@@ -148,13 +154,9 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     temp_dir = ray_head.temp_dir_of(cluster_id)
     temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
-    def remove_ray_dir() -> None:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        allocation_lock(cluster_id).unlink(missing_ok=True)
-
     head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
     if head_proc.poll() is not None:
-        remove_ray_dir()
+        remove_ray_dir(cluster_id)
         return head_proc.returncode or 1  # no head: `burst up` reports the job's end with its log's last line
     dashboard = f"http://{node_ip}:{ports['dashboard']}"  # the head's Jobs API (node_ip is loopback on one node)
     procs = [head_proc]
@@ -172,7 +174,7 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
         # The head's session logs and sockets: the node's /tmp is not burst's to fill (the other
         # nodes' remove theirs, `worker_node`). Removed before waiting on anything: Slurm
         # follows its SIGTERM with a SIGKILL after KillWait (30 s by default, 5 s in the tests).
-        remove_ray_dir()
+        remove_ray_dir(cluster_id)
         scratch.sweep()  # its runs' processes are stopped: what they left
         for p in procs:
             try:
@@ -230,8 +232,7 @@ def worker_node(cluster_id: str, gcs_address: str) -> int:
         for ray in started:
             if ray.poll() is None:
                 ray.kill()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        allocation_lock(cluster_id).unlink(missing_ok=True)
+        remove_ray_dir(cluster_id)
         scratch.sweep()
 
     def on_signal(signum, frame) -> None:
