@@ -40,7 +40,15 @@ def starts(monkeypatch):
 
     monkeypatch.setattr(ray_head, "head_command", head_command)
     monkeypatch.setattr(ray_head, "stop_processes", lambda cluster_id, temp_dir=None, **kw: stopped.append((cluster_id, temp_dir)) or [])
-    return asked, stopped, outcomes
+    yield asked, stopped, outcomes
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):  # a stand-in head a failed test left answering
+        try:
+            if "http.server" in " ".join(child.cmdline()):
+                child.kill()
+        except psutil.Error:
+            pass
 
 
 def test_a_head_start_that_times_out_is_cleaned_up_and_tried_once_more_on_new_ports(tmp_path, starts):
@@ -212,6 +220,7 @@ def test_a_two_node_allocation_starts_the_other_node_s_task_with_srun_once_the_h
     allocation.start()
     log = tmp_path / "ray-start.json"
     deadline = time.time() + 60
+
     def task_ended() -> bool:
         task = tmp_path / "srun.json"
         if not (task.exists() and task.read_text()):
@@ -233,11 +242,13 @@ def test_a_two_node_allocation_starts_the_other_node_s_task_with_srun_once_the_h
     assert srun["options"] == ["--nodes=1", "--ntasks-per-node=1", f"--exclude={host}", "--kill-on-bad-exit=1"]
     assert srun["command"] == [sys.executable, "-m", "burst.targets.slurm_job", "--worker", "cid", gcs]
     ray_pid, ray_args = json.loads(log.read_text())
-    assert ray_args == ["start", f"--address={gcs}", "--block", f"--temp-dir={other / 'burst' / 'cid'}", "--disable-usage-stats"]
-    assert (other / "burst" / "cid.allocation").exists()  # the other node's task holds its lock there
-    # the head ends: the allocation stops what it started and returns the head's code
-    (answering,) = [p for p in psutil.Process().children() if "http.server" in " ".join(p.cmdline())]
-    answering.kill()
-    allocation.join(timeout=60)
-    assert ended == [-signal.SIGKILL] and not allocation.is_alive()
-    os.kill(ray_pid, signal.SIGKILL)  # what slurmstepd does to what is left of the step at the job's end
+    try:
+        assert ray_args == ["start", f"--address={gcs}", "--block", f"--temp-dir={other / 'burst' / 'cid'}", "--disable-usage-stats"]
+        assert (other / "burst" / "cid.allocation").exists()  # the other node's task holds its lock there
+        # the head ends: the allocation stops what it started and returns the head's code
+        (answering,) = [p for p in psutil.Process().children() if "http.server" in " ".join(p.cmdline())]
+        answering.kill()
+        allocation.join(timeout=60)
+        assert ended == [-signal.SIGKILL] and not allocation.is_alive()
+    finally:
+        os.kill(ray_pid, signal.SIGKILL)  # what slurmstepd does to what is left of the step at the job's end
