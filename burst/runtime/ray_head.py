@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import sys
 import tempfile
@@ -263,10 +264,34 @@ def stop_processes(cluster_id: str, temp_dir: str | None = None, grace_s: float 
         return [p for p in cluster_processes(cluster_id, temp_dir, by_marker) if p.pid != spare]
 
     procs = found()
+    forkservers = forkserver_dirs(procs)
     daemons = [p for p in procs if _has_marker(p.pid, cluster_id)]
     _signal_and_wait(procs, "terminate", 0)
     psutil.wait_procs(daemons, timeout=grace_s)
     _signal_and_wait([p for p in procs if p.is_running()], "kill", 5)
     # Workers forked while we were stopping: one more sweep.
     _signal_and_wait(found(), "kill", 5)
+    for directory in forkservers:
+        shutil.rmtree(directory, ignore_errors=True)
     return [p.pid for p in found()]
+
+
+def forkserver_dirs(procs: list) -> list[Path]:
+    """The directories of the multiprocessing forkserver sockets these processes listen on: Ray's
+    dashboard starts its modules through a forkserver whose socket is ``$TMPDIR/pymp-*/listener-*``.
+    Python removes it when the forkserver exits on its own; a killed one left one directory in the
+    machine's TMPDIR for every cluster ever stopped (660 on this machine's /tmp on 2026-11-28)."""
+    import psutil
+
+    dirs = set()
+    for proc in procs:
+        try:
+            if "multiprocessing.forkserver" not in " ".join(proc.cmdline()):
+                continue
+            for conn in proc.net_connections(kind="unix"):
+                path = Path(conn.laddr) if isinstance(conn.laddr, str) and conn.laddr else None
+                if path is not None and path.name.startswith("listener-") and path.parent.name.startswith("pymp-"):
+                    dirs.add(path.parent)
+        except (psutil.Error, OSError):
+            continue
+    return sorted(dirs)

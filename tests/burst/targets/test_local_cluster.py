@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from burst.runtime import ray_head
 from workloads.common import precision
 from tests.support import census, cli_runs, slurm_site
 from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events, stopped_by_budget
@@ -78,10 +79,14 @@ def cluster(home, tmp_path_factory):
     proc = burst("up", "--provider", "local", "--name", "t", "--cpus", "2", "--json", home=home, cwd=cwd)
     handle = json.loads(proc.stdout)
     assert marked(handle["cluster_id"])  # the finder sees the cluster, so its "none left" below means something
+    # the dashboard's forkserver socket, in the machine's TMPDIR: a killed forkserver leaves its directory
+    forkserver = ray_head.forkserver_dirs(ray_head.cluster_processes(handle["cluster_id"], handle["temp_dir"]))
+    assert forkserver and all(d.exists() for d in forkserver)
     yield handle, cwd
     burst("down", "t", home=home, cwd=cwd, check=False)
     assert marked(handle["cluster_id"]) == []
     assert not Path(handle["temp_dir"]).exists()  # down removes the runtime dir
+    assert not any(d.exists() for d in forkserver)  # and the forkserver's, so no `up` adds to /tmp for good
     census.assert_none_left(before)
 
 
