@@ -85,6 +85,22 @@ def remove_ray_dir(cluster_id: str) -> None:
     allocation_lock(cluster_id).unlink(missing_ok=True)
 
 
+def take_node(cluster_id: str) -> Path:
+    """What an allocation's process does first on each of its nodes (the head's batch script, the
+    other nodes' task): Slurm SIGKILLs a cancelled allocation's processes after its KillWait, before
+    their clean-up, so the scratch of runs and the Ray directories of allocations that no process
+    on this node holds any more are removed now; then this allocation's Ray directory is made and
+    its lock held until this process ends. Returns the directory."""
+    from ..runtime import scratch
+
+    scratch.sweep()
+    sweep_allocations()
+    temp_dir = ray_head.temp_dir_of(cluster_id)
+    temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch.hold_lock(allocation_lock(cluster_id))
+    return temp_dir
+
+
 def sweep_allocations() -> list[str]:
     """Remove the Ray directories (session logs, sockets) of this user's allocations on this node
     whose batch script no longer runs; returns their cluster ids."""
@@ -136,11 +152,7 @@ def start_idle_keeper(job_id: str, dashboard: str, token: Path, idle_minutes: fl
 def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s: float = 0.0, idle_minutes: Optional[float] = None) -> int:
     from ..runtime import notice, scratch
 
-    # Slurm SIGKILLs a cancelled allocation's processes after its KillWait, before their clean-up:
-    # the scratch of runs that no process on this node holds any more is removed now.
-    scratch.sweep()
-    sweep_allocations()
-    scratch.hold_lock(allocation_lock(cluster_id))  # this allocation's Ray directory, until this process ends
+    temp_dir = take_node(cluster_id)
     notices = notice.root(storage, cluster_id) if storage else None  # this allocation's, never another's on the same storage
     if notices:
         notice.clear(notices)  # a notice to a cluster of this id before (a restarted allocation) is not for this one
@@ -151,9 +163,6 @@ def main(cluster_dir: Path, cluster_id: str, storage: str | None = None, grace_s
     cpus = int(os.environ.get("SLURM_CPUS_ON_NODE") or os.cpu_count() or 1)
     gpus = _gpus_here()
     token = cluster_dir / "auth_token"
-    temp_dir = ray_head.temp_dir_of(cluster_id)
-    temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-
     head_proc, ports, env = start_head(cluster_id, token, temp_dir, cpus, gpus, node_ip, multi)
     if head_proc.poll() is not None:
         remove_ray_dir(cluster_id)
@@ -219,11 +228,7 @@ def worker_node(cluster_id: str, gcs_address: str) -> int:
     allocation on this node removes them (``sweep_allocations``, ``scratch.sweep``), as on the head's."""
     from ..runtime import scratch
 
-    scratch.sweep()
-    sweep_allocations()
-    temp_dir = ray_head.temp_dir_of(cluster_id)
-    temp_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    scratch.hold_lock(allocation_lock(cluster_id))
+    temp_dir = take_node(cluster_id)
     started: list[subprocess.Popen] = []
 
     def cleanup() -> None:
