@@ -56,6 +56,9 @@ def test_bundle_is_pinned_hashed_and_checksummed(bundle):
 
 
 def test_install_and_run_with_no_network(bundle, tmp_path):
+    """install.sh with no network, and the installed burst answers from the venv. (Training from
+    this installation: the Charliecloud test below, a whole `burst run` on a Slurm allocation; a
+    second training run here cost the suite 12 to 15 CPU-s and proved the same.)"""
     print(f"no network: {HOW}")
     env = clean_env(BURST_HOME=str(tmp_path / "home"))
     venv = bundle / "venv"  # where `burst up --bundle` expects it (the Slurm test below uses it)
@@ -71,10 +74,6 @@ def test_install_and_run_with_no_network(bundle, tmp_path):
     plan = run(str(venv / "bin" / "burst"), "plan", "--json")
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert json.loads(plan.stdout)["choice"]["provider"]
-    train = run(str(venv / "bin" / "python"), "-m", "workloads.gan3d", "train", "--synthetic", "200", "--epochs", "1", "--steps", "2",
-                "--val-events", "60", "--workdir", str(tmp_path / "run"), timeout=900)
-    assert train.returncode == 0, train.stderr[-3000:]
-    assert list((tmp_path / "run").rglob("*.index")) or list((tmp_path / "run").rglob("checkpoint*"))
 
 
 def test_a_tampered_wheel_stops_install_sh_with_one_line_naming_it(bundle, tmp_path):

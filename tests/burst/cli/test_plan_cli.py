@@ -102,14 +102,15 @@ def test_plan_imports_no_heavy_frameworks(tmp_path):
 
 @pytest.mark.slow
 def test_bench_measures_this_machine_and_plan_uses_it(tmp_path):
-    proc = burst("bench", "--batch", "2", "--steps", "1", "--repeats", "1", "--json", home=tmp_path, timeout=900)
+    # float32 only: what the plan reads on a CPU. Which precisions bench measures by default (bfloat16
+    # too where the CPU has it): the test below; bfloat16 on this CPU: tests/workloads/common/test_precision.py.
+    # (Measuring bfloat16 here too cost the suite 19 CPU-s on an AMX machine.)
+    proc = burst("bench", "--batch", "2", "--steps", "1", "--repeats", "1", "--precisions", "float32", "--json", home=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(proc.stdout)
     assert rec["events_per_s"] > 0 and Path(rec["recorded_in"]).exists()
     here = precision.for_cpu(precision.cpu_flags())[0]  # the policy's auto: float32 on a CPU
-    native = {"mixed_bfloat16"} if precision.cpu_bf16_hardware(precision.cpu_flags()) else set()
-    assert set(rec["by_precision"]) == {"float32", *native} and all(v > 0 for v in rec["by_precision"].values())
-    assert rec["by_precision"]["float32"] == rec["events_per_s"]
+    assert here == "float32" and rec["by_precision"] == {"float32": rec["events_per_s"]}
     plan = json.loads(burst("plan", "--policy", "policies/default.yaml", "--json", home=tmp_path).stdout)
     local = next(c for c in plan["candidates"] if c["target"] == "local")
     assert local["est_epoch_s"] == pytest.approx(124987 / rec["by_precision"][here], rel=0.01)

@@ -89,13 +89,14 @@ def _events(log: str, kind: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_scan_stops_trials_early_resumes_a_killed_worker_and_reports_the_best(tmp_path):
-    """Four trials, two at a time, on a cluster `burst tune --provider local` starts and takes down.
-    The grid's first two learning rates train, the last two (1e-6, 1e-7) barely move, so when they
-    reach ASHA's first rung after the others, they trail and are stopped. One trial's Ray Train
-    worker is SIGKILLed once that trial reported an epoch: Ray Train restarts it from the trial's
-    checkpoint and the trial goes on."""
+    """Three trials, two at a time, on a cluster `burst tune --provider local` starts and takes down.
+    The grid's first two learning rates train; the last (1e-7) barely moves and starts only once a
+    slot is free, so it reaches ASHA's first rung after the others, trails them and is stopped.
+    One trial's Ray Train worker is SIGKILLed once that trial reported an epoch: Ray Train restarts
+    it from the trial's checkpoint and the trial goes on. (A fourth trial, 1e-6, trailing as the
+    third does, cost the suite 25 to 35 CPU-s and proved nothing more.)"""
     space = tmp_path / "space.yaml"
-    space.write_text("learning_rate: {grid: [1.0e-2, 1.0e-3, 1.0e-6, 1.0e-7]}\nprofile_weight: 2.0\n")
+    space.write_text("learning_rate: {grid: [1.0e-2, 1.0e-3, 1.0e-7]}\nprofile_weight: 2.0\n")
     env = {**os.environ, "BURST_HOME": str(tmp_path / "home")}
     before = census.snapshot()
     proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "tune", "gan3d", "--space", str(space), "--trials", "1",
@@ -120,10 +121,11 @@ def test_a_scan_stops_trials_early_resumes_a_killed_worker_and_reports_the_best(
     (scan_dir,) = (tmp_path / "burst-runs").iterdir()
     rows = json.loads((scan_dir / "trials.json").read_text())
     summary = json.loads((scan_dir / "scan.json").read_text())
-    assert len(rows) == 4 and all(not r["stop_reason"].startswith("failed") for r in rows)
+    assert len(rows) == 3 and all(not r["stop_reason"].startswith("failed") for r in rows)
     stopped = [r for r in rows if r["stop_reason"] == "stopped early (ASHA)"]
     assert stopped and all(r["epochs_run"] < 3 for r in stopped) and summary["stopped_early"] == len(stopped)
-    assert {r["config"]["learning_rate"] for r in rows} == {1e-2, 1e-3, 1e-6, 1e-7}
+    assert {r["config"]["learning_rate"] for r in rows} == {1e-2, 1e-3, 1e-7}
+    assert next(r for r in rows if r["config"]["learning_rate"] == 1e-7)["stop_reason"] == "stopped early (ASHA)"  # the trailing one
     # The best trial is the table's minimum, and its checkpoint (at its best epoch) got the full report.
     best = min((r for r in rows if r["best_metric"] is not None), key=lambda r: r["best_metric"])
     assert summary["best"]["trial"] == best["trial"] and summary["best"]["best_metric"] == best["best_metric"]

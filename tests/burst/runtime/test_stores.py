@@ -254,24 +254,38 @@ def _listing(uri: str):
 
 @pytest.mark.slow
 def test_a_budget_stop_on_a_gs_store_resumes_on_a_cluster_whose_store_is_abfs(gcs_store, azure_store, tmp_path, monkeypatch):
-    """The job checkpoints into the emulated GCS bucket (Ray Train through the emulator), the budget
-    guard stops it, its cluster is torn down; `--resume` on a cluster whose store is the Azure
-    container reads that final checkpoint where it is and goes on from its step."""
+    """The guard's clock is injected (no wall-clock bound anywhere): the run starts within budget,
+    the next look finds the budget (less the checkpoint and tear-down reserve) spent; the workers
+    agree on a step, write a final checkpoint into the emulated GCS bucket (Ray Train through the
+    emulator) and stop; the cluster is torn down (exit 3). `--resume` on a cluster whose store is
+    the Azure container reads that final checkpoint where it is and goes on from its step. (The
+    same stop on a directory store, with the real clock: test_managed's detached run.)"""
     from tests.support import census
-    from tests.support.cli_runs import burst, raw_events, stopped_by_budget
+    from tests.support.cli_runs import burst, checkpoint_tensors, raw_events, stopped_by_budget
 
     home = tmp_path / "home"
     before = census.snapshot()
-    _, result = stopped_by_budget(home, tmp_path, monkeypatch, "on-gcs", "--storage", f"{gcs_store}/burst", epochs=2)
+    handle, result = stopped_by_budget(home, tmp_path, monkeypatch, "on-gcs", "--storage", f"{gcs_store}/burst", epochs=2)
+    assert handle["budget_usd"] == 1.3 and handle["hourly_usd"] == 36
     assert result.exit_code == 3, result.output[-3000:]
+    assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
+    assert "torn down" in result.output and "did not stop in time" not in result.output  # the workers stopped themselves
     assert not (home / "clusters" / "on-gcs.json").exists()  # torn down by the budget stop
+    census.assert_none_left(before)  # the cluster's processes too
     (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json")]
     assert run["state"] == "STOPPED_BUDGET" and run["storage_uri"] == f"{gcs_store}/burst"
     from burst.runtime import storage
     from burst.runtime.job import RunFiles
 
-    stopped = json.loads(storage.read_text(storage.join(RunFiles(run["storage_uri"], run["run_id"]).run_dir, "checkpoint", "stopped.json")))
-    assert stopped["step"] >= 5
+    run_dir = RunFiles(run["storage_uri"], run["run_id"]).run_dir
+    stopped = json.loads(storage.read_text(storage.join(run_dir, "checkpoint", "stopped.json")))
+    assert stopped["step"] % 5 == 0 and stopped["step"] >= 5  # an agreed step (the workers check every 5)
+    final = tmp_path / "final-checkpoint"
+    storage.copy_dir(storage.join(run_dir, "checkpoint"), str(final))
+    assert list(final.glob("gan3d.data-*")) and checkpoint_tensors(final)  # whole weights, readable by TensorFlow
+    # the stop request stays on the store with the checkpoint; the resume below removes it first
+    # (tests/burst/lifecycle/test_budget.py checks that on its own)
+    assert storage.exists(storage.join(run_dir, "STOP"))
 
     burst("up", "--provider", "local", "--name", "on-azure", "--cpus", "2", "--storage", f"{azure_store}/burst", home=home, cwd=tmp_path, check=True)
     try:

@@ -28,7 +28,7 @@ import pytest
 from burst.runtime import ray_head
 from workloads.common import precision
 from tests.support import census, cli_runs, slurm_site
-from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events, stopped_by_budget
+from tests.support.cli_runs import TRAIN as TRAIN_ARGS, checkpoint_tensors, raw_events
 
 pytestmark = pytest.mark.slow
 
@@ -530,31 +530,6 @@ def test_a_failing_job_is_one_line_a_failed_run_and_no_cluster_left(cluster, hom
     assert len(starts) == (1 if key == "ECAL" else 0)  # the worker is not restarted to read the same bad file again
     assert not any(c["name"] == f"failing-{key.lower()}" for c in status["clusters"])
     census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
-
-
-def test_budget_guard_checkpoints_stops_and_tears_down(cluster, home, tmp_path, monkeypatch):
-    """The guard's clock is injected: the run starts within budget, the next look finds the budget
-    (minus the checkpoint and tear-down reserve) spent; the workers agree on a step, write a final
-    checkpoint, stop, and the cluster is torn down (exit code 3). No wall-clock bound anywhere."""
-    before = census.snapshot()
-    handle, result = stopped_by_budget(home, tmp_path, monkeypatch, "budget", epochs=3)
-    assert handle["budget_usd"] == 1.3 and handle["hourly_usd"] == 36
-    assert result.exit_code == 3, result.output[-3000:]
-    assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
-    assert "torn down" in result.output and "did not stop in time" not in result.output  # the workers stopped themselves
-    assert marked(handle["cluster_id"]) == []
-    assert not (home / "clusters" / "budget.json").exists()
-    (run,) = [json.loads(p.read_text()) for p in (home / "runs").glob("*.json") if json.loads(p.read_text())["cluster"] == "budget"]
-    assert run["state"] == "STOPPED_BUDGET"
-    ckpt = Path(handle["storage_uri"]) / "runs" / run["run_id"] / "checkpoint"
-    stopped = json.loads((ckpt / "stopped.json").read_text())
-    assert stopped["step"] % 5 == 0 and stopped["step"] >= 5  # an agreed step (the workers check every 5)
-    assert list(ckpt.glob("gan3d.data-*")) and checkpoint_tensors(ckpt)
-    census.assert_none_left(before, exempt_roots=cluster[0]["pids"])
-
-    # the stop request stays on the store with the checkpoint; a resume removes it first
-    # (tests/burst/lifecycle/test_budget.py), and goes on from the checkpoint (tests/burst/runtime/test_stores.py)
-    assert (Path(handle["storage_uri"]) / "runs" / run["run_id"] / "STOP").exists()
 
 
 def test_a_run_on_bucket_storage_that_misses_its_quality_gate_shares_data_checkpoints_and_results_and_ends_failed_quality(home, tmp_path, monkeypatch):

@@ -331,7 +331,7 @@ def test_a_controller_started_after_its_cluster_ended_moves_the_run_at_once(home
 
 @pytest.mark.slow
 def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
-    """A managed run on this machine with a 72 s lease; its controller is SIGSTOPped (a laptop with
+    """A managed run on this machine with a 54 s lease; its controller is SIGSTOPped (a laptop with
     its lid closed) once its job is submitted. The keeper beside the Ray head posts a stop notice at
     the lease's end (the workers, training by then, checkpoint), then stops the cluster's
     processes, with the controller still asleep; woken, the controller ends the run STOPPED, not
@@ -349,7 +349,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     job_tmp = tempfile.mkdtemp(prefix="kp", dir="/tmp")
     env = {**os.environ, "TMPDIR": job_tmp, "BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
     # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
-    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.02", "--managed", "--detach",
+    proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.015", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
     run_id = handed_over(proc)
     wait_until(lambda: record(home, run_id)["state"] == "RUNNING", 120, "the job's submission")
