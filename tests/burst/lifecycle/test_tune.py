@@ -183,7 +183,13 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
         return handle["created"] + (56 if started and len(looks) > 1 else 0)
 
     monkeypatch.setattr(budget, "now", clock)
-    result = runner.invoke(cli.app, ["tune", "gan3d", "--space", str(EXAMPLE), "--trials", "3", "--cluster", "budget",
+    # the shipped example's knobs, at the batch the other end-to-end runs take (its 16 or 32 cost this
+    # test 20 CPU-s, and a trial at batch 32 is no different a stop)
+    space = tmp_path / "space.yaml"
+    example = EXAMPLE.read_text()
+    assert example.count("batch_per_replica: {choice: [16, 32]}") == 1
+    space.write_text(example.replace("batch_per_replica: {choice: [16, 32]}", "batch_per_replica: 8"))
+    result = runner.invoke(cli.app, ["tune", "gan3d", "--space", str(space), "--trials", "3", "--cluster", "budget",
                                      "--epochs", "200", "--steps", "6", "--synthetic", "400", "--val-events", "80"])
     assert result.exit_code == 3, result.output[-3000:]
     assert "budget guard: $0.56 of $1.30 spent; taking a final checkpoint" in " ".join(result.output.split())
@@ -196,6 +202,11 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
     assert "stopped by the budget guard" in reasons, reasons  # ASHA may have stopped a trailing trial at epoch 1 first
     assert set(reasons) <= {"stopped by the budget guard", "not started (budget guard)", "stopped early (ASHA)"}, reasons
     assert all(r["epochs_run"] < 200 for r in rows)
+    # no full validation of the best trial on a cluster over its budget: the table names it, nothing more ran
+    summary = json.loads((Path(record["run_dir"]) / "scan.json").read_text())
+    assert summary["budget_stopped"] is True and summary["best"]["trial"] and "best_report" not in summary
+    assert not (Path(record["run_dir"]) / "best").exists()
+    assert "stopped by the budget guard, so its checkpoint is not validated in full" in " ".join(result.output.split())
     census.assert_none_left(before)
 
 
