@@ -206,6 +206,7 @@ def test_the_budget_guard_stops_every_trial_of_a_scan(tmp_path, monkeypatch):
     summary = json.loads((Path(record["run_dir"]) / "scan.json").read_text())
     assert summary["budget_stopped"] is True and summary["best"]["trial"] and "best_report" not in summary
     assert not (Path(record["run_dir"]) / "best").exists()
+    assert "Stopped by the budget guard: the best trial's checkpoint was not validated in full." in (Path(record["run_dir"]) / "report.html").read_text()
     assert "stopped by the budget guard, so its checkpoint is not validated in full" in " ".join(result.output.split())
     census.assert_none_left(before)
 
