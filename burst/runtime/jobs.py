@@ -41,8 +41,14 @@ class JobRuntime:
 
 
 def client(handle: ClusterHandle):
+    """The Jobs API of the handle's own cluster. A handle without a dashboard address is refused:
+    Ray's client, given none, finds a cluster by itself (``RAY_ADDRESS``, or the newest Ray started
+    on this machine), and burst would list, stop or submit jobs on a cluster it never named."""
     from ray.job_submission import JobSubmissionClient
 
+    if not handle.dashboard_url:
+        raise BurstError(f"cluster {handle.name!r} has no Ray dashboard address (state {handle.state}); "
+                         f"`burst status` shows it, `burst down {handle.name}` forgets it", exit_code=1)
     try:
         return JobSubmissionClient(handle.dashboard_url, headers=auth_headers(handle))
     except (ConnectionError, RuntimeError) as exc:

@@ -25,3 +25,33 @@ def test_ray_train_watches_for_drained_nodes_only_where_something_drains_them(pr
     assert (env.get(jobs.PREEMPTION_WATCHER) != "0") is watched, env
     assert (env.get(jobs.FIXED_NODES) == "1") is not watched, env  # nor asks an autoscaler for nodes (ray_train.fixed_nodes)
     assert run.job_id == "r" and run.state == "RUNNING"
+
+
+def test_a_handle_without_a_dashboard_address_reaches_no_other_cluster(tmp_path, monkeypatch):
+    """Ray's Jobs client, given no address, takes RAY_ADDRESS (or the newest Ray started on this
+    machine): a handle with none (a cluster still starting, a damaged record) sent burst's job
+    questions, and its stop and submit, to whatever cluster that was. Here a stand-in answers at
+    RAY_ADDRESS and must hear nothing."""
+    from burst.errors import BurstError
+    from tests.support.http_stub import Answering, serve
+
+    heard = []
+
+    class Other(Answering):
+        def do_GET(self):
+            heard.append(self.path)
+            self.reply(200, b'{"ray_version": "2.60.0", "version": "4"}')
+
+    other = serve(Other)
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", f"http://127.0.0.1:{other.server_address[1]}")
+        handle = ClusterHandle(name="c", provider="local", cluster_id="c1", storage_uri=str(tmp_path), state="starting")
+        with pytest.raises(BurstError) as info:
+            jobs.client(handle)
+        assert str(info.value).startswith("cluster 'c' has no Ray dashboard address (state starting)")
+        assert heard == []
+        # the same client with the cluster's own address asks that address (the stand-in here)
+        jobs.client(handle.model_copy(update={"dashboard_url": f"http://127.0.0.1:{other.server_address[1]}"}))
+        assert heard
+    finally:
+        other.shutdown()
