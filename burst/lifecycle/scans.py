@@ -328,10 +328,12 @@ def write_report(run_dir: Path, record: RunRecord) -> Path:
                  f"{r['best_metric']:.4g}" if r["best_metric"] is not None else "-", r["best_epoch"] or "-", r["stop_reason"], f"{r.get('cost_usd', 0):.4f}"]
         body.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     best = summary.get("best_report") or {}
-    link = ('<p>Best trial\'s full validation (its checkpoint at its best epoch): <a href="best/report/report.html">best/report/report.html</a></p>'
-            if (run_dir / "best" / "report" / "report.html").exists()
-            else "<p>Stopped by the budget guard: the best trial's checkpoint was not validated in full.</p>" if summary.get("budget_stopped")
-            else "<p>No trial produced a usable checkpoint.</p>")
+    if (run_dir / "best" / "report" / "report.html").exists():
+        link = '<p>Best trial\'s full validation (its checkpoint at its best epoch): <a href="best/report/report.html">best/report/report.html</a></p>'
+    elif summary.get("budget_stopped"):
+        link = "<p>Stopped by the budget guard: the best trial's checkpoint was not validated in full.</p>"
+    else:
+        link = "<p>No trial produced a usable checkpoint.</p>"
     text = (f"<html><head><meta charset='utf-8'><title>{record.run_id}</title></head><body><h1>burst tune {html.escape(record.run_id)}</h1>"
             f"<p>{html.escape(table_lines(run_dir)[0])}</p>"
             f"<p>Objective: {html.escape(metric)} on held-out Monte Carlo after every epoch (lower is better); ASHA grace "

@@ -165,16 +165,16 @@ def run(scan: ScanConfig) -> int:
                "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search,
                "usage": usage.summarise(usage_rows, [], job.hourly_usd)}
     usage.figure(usage_rows, out_dir / "usage.png")
-    if best is not None and stopped:
-        # The budget guard left the job time for a checkpoint and the tear-down, not for a full
-        # validation (a TensorFlow start, thousands of showers, the figures): past that reserve it
-        # stops the job hard, and any more is money the budget does not have.
-        emit(StatusEvent(message=f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "
-                                 "stopped by the budget guard, so its checkpoint is not validated in full on this cluster"))
-    elif best is not None:
-        emit(StatusEvent(message=f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "
-                                 "validating its checkpoint against held-out Monte Carlo"))
-        summary["best_report"] = _best_report(scan, best, out_dir, test_files)
+    if best is not None:
+        found = f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "
+        if stopped:
+            # The budget guard left the job time for a checkpoint and the tear-down, not for a full
+            # validation (a TensorFlow start, thousands of showers, the figures): past that reserve it
+            # stops the job hard, and any more is money the budget does not have.
+            emit(StatusEvent(message=found + "stopped by the budget guard, so its checkpoint is not validated in full on this cluster"))
+        else:
+            emit(StatusEvent(message=found + "validating its checkpoint against held-out Monte Carlo"))
+            summary["best_report"] = _best_report(scan, best, out_dir, test_files)
     write_results(out_dir, rows, summary)
     publish(out_dir, job)
     emit(DoneEvent(run_dir=str(out_dir), stopped=stopped, summary={k: summary[k] for k in ("trials", "stopped_early", "best")}))
