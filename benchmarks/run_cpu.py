@@ -69,16 +69,15 @@ def measured_run(tree: Path, home: Path) -> dict:
         return next(int(line.split()[1]) / 1e6 for line in (group / "cpu.stat").read_text().splitlines() if line.startswith("usage_usec "))
 
     def sample() -> None:
-        for procs in group.rglob("cgroup.procs"):
-            for pid in procs.read_text().split():
-                try:
-                    proc = psutil.Process(int(pid))
-                    times = proc.cpu_times()
-                    key = (proc.pid, proc.create_time())
-                    titles = seen.get(key, (0.0, set()))[1] | {" ".join(proc.cmdline())}
-                    seen[key] = (times.user + times.system, titles)
-                except (psutil.Error, OSError):
-                    pass
+        for pid in census.group_pids(group):
+            try:
+                proc = psutil.Process(pid)
+                times = proc.cpu_times()
+                key = (proc.pid, proc.create_time())
+                titles = seen.get(key, (0.0, set()))[1] | {" ".join(proc.cmdline())}
+                seen[key] = (times.user + times.system, titles)
+            except (psutil.Error, OSError):
+                pass
 
     start = time.perf_counter()
     # the child joins the group before it execs, so everything it starts is counted
@@ -91,7 +90,7 @@ def measured_run(tree: Path, home: Path) -> dict:
     wall = time.perf_counter() - start
     stderr = proc.stderr.read()
     deadline = time.monotonic() + 20
-    while any(p.read_text().split() for p in group.rglob("cgroup.procs")) and time.monotonic() < deadline:
+    while census.group_pids(group) and time.monotonic() < deadline:
         sample()
         time.sleep(0.3)
     total = usage()

@@ -1,4 +1,4 @@
-"""The process census that every end-to-end test ends with, as the suite runs it on two workers:
+"""The process census that every end-to-end test ends with, as the suite runs it on its workers:
 it counts what this test process started however that process hid, and nothing that another
 worker started."""
 
@@ -81,3 +81,38 @@ def test_a_process_in_another_worker_s_group_is_not_counted():
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+@needs_group
+def test_a_group_below_ours_that_goes_while_the_census_looks_is_skipped():
+    """A break's nested pytest makes a group below its parent's and removes it when it ends, while
+    the parent's census may be walking the tree (two breaks run at a time): the census must count
+    what is there, never fail on a group that went between its parent's listing and its own."""
+    import threading
+
+    stop = threading.Event()
+
+    def churn() -> None:  # a nested group, two deep, made and removed as fast as the kernel allows
+        n = 0
+        while not stop.is_set():
+            top = census._group / f"{census.GROUP_PREFIX}churn-{n}"
+            inner = top / f"{census.GROUP_PREFIX}inner"
+            try:
+                inner.mkdir(parents=True)
+                inner.rmdir()
+                top.rmdir()
+            except OSError:
+                pass
+            n += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        deadline, looks = time.monotonic() + 2, 0
+        while time.monotonic() < deadline:
+            assert os.getpid() in census.members()
+            looks += 1
+    finally:
+        stop.set()
+        worker.join()
+    assert looks > 100

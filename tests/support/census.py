@@ -104,17 +104,23 @@ def _remove_group(group: Path) -> None:
     group.rmdir()
 
 
-def members() -> set[int] | None:
-    """PIDs in this process's group and every group below it (None: no group, count the machine)."""
-    if _group is None:
-        return None
+def group_pids(group: Path) -> set[int]:
+    """PIDs in ``group`` and every group below it. The groups below come and go while we look (a
+    break's nested pytest removes its own when it ends): ``os.walk`` skips one that vanished
+    between its parent's listing and its own, where ``Path.rglob`` raised FileNotFoundError and
+    failed the test that only asked."""
     found: set[int] = set()
-    for procs in _group.rglob("cgroup.procs"):
+    for directory, _subgroups, _files in os.walk(group):
         try:
-            found.update(int(pid) for pid in procs.read_text().split())
+            found.update(int(pid) for pid in Path(directory, "cgroup.procs").read_text().split())
         except OSError:
             continue
     return found
+
+
+def members() -> set[int] | None:
+    """PIDs in this process's group and every group below it (None: no group, count the machine)."""
+    return None if _group is None else group_pids(_group)
 
 
 def cpu_seconds() -> float | None:
