@@ -69,7 +69,7 @@ class CaloDiffusionTrainer(EpochLoop):
             predicted = self.net([x_t, t, c], training=True)
             per_example = tf.reduce_mean(tf.square(predicted - x0), axis=1)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
-            scaled = precisions.scaled(self.opt, loss)
+            scaled = precisions.scaled(self.opt, loss, step)
         variables = self.net.trainable_variables
         self.opt.apply_gradients(zip(tape.gradient(scaled, variables), variables))
         return {"loss": loss}

@@ -108,12 +108,66 @@ def building(precision: str):
 
 def optimizer(inner, precision: str):
     """The optimiser a trainer steps: ``inner`` itself, or wrapped in dynamic loss scaling for
-    float16 (whose range ends at 65,504 and whose small gradients would flush to zero)."""
+    float16 (whose range ends at 65,504 and whose small gradients would flush to zero) that skips
+    a step on every replica or on none (``agreed_loss_scale_optimizer``)."""
     if precision != FLOAT16:
         return inner
-    import keras
+    return agreed_loss_scale_optimizer()(inner)
 
-    return keras.optimizers.LossScaleOptimizer(inner)
+
+_AGREED_CLASS = None
+
+
+def agreed_loss_scale_optimizer():
+    """Keras' ``LossScaleOptimizer`` whose "are the gradients finite?" is one answer for all replicas.
+
+    Keras 3 asks each replica about its own gradients before they are summed (its
+    ``check_finite`` runs in replica context; the sum happens later, inside the inner optimiser's
+    apply). Under ``MultiWorkerMirroredStrategy`` every worker then branches on its own answer: a
+    worker whose float16 gradients overflowed skips the update while its peers enter the update's
+    all-reduce and wait for it forever. Under ``MirroredStrategy`` the first replica's answer is
+    taken for all, and another replica's infinite gradients are summed into the weights. Here the
+    replicas' "not finite" votes are summed (one scalar all-reduce, in replica context) before
+    anyone branches, so every replica skips the same updates and halves its scale to the same
+    value; a skip is said in the worker's log.
+    """
+    global _AGREED_CLASS
+    if _AGREED_CLASS is not None:
+        return _AGREED_CLASS
+    import keras
+    import tensorflow as tf
+
+    class AgreedLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+        def check_finite(self, grads):
+            finite = super().check_finite(grads)  # this replica's own gradients
+            ctx = tf.distribute.get_replica_context()
+            if ctx is None or ctx.num_replicas_in_sync == 1:
+                agreed = finite
+            else:
+                votes = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(finite), tf.float32))
+                agreed = tf.equal(votes, 0.0)
+            scale = tf.identity(self.dynamic_scale)
+            said = tf.cond(agreed, lambda: tf.constant(True), lambda: _say_skipped(finite, scale, self.iterations))
+            with tf.control_dependencies([said]):
+                return tf.identity(agreed)
+
+    _AGREED_CLASS = AgreedLossScaleOptimizer
+    return _AGREED_CLASS
+
+
+def _say_skipped(own_finite, scale, applied):
+    """The worker's log line for an update skipped on every replica (this replica's own verdict
+    beside the agreed one); True so that ``tf.cond`` has a value."""
+    import tensorflow as tf
+
+    ctx = tf.distribute.get_replica_context()
+    replica = ctx.replica_id_in_sync_group if ctx is not None else 0
+    replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+    printed = tf.print("burst: float16 gradients not finite on some replica: update skipped on every replica after", applied,
+                       "applied; replica", replica, "of", replicas, "own gradients finite:", own_finite,
+                       "; loss scale", scale, "->", scale * 0.5)
+    with tf.control_dependencies([printed]):
+        return tf.constant(True)
 
 
 def saved_optimizer(opt):
@@ -122,7 +176,30 @@ def saved_optimizer(opt):
     return getattr(opt, "inner_optimizer", opt)
 
 
-def scaled(opt, loss):
+#: A test hook, read where a step is traced: "REPLICA:STEP" makes the loss of that replica (its
+#: index in sync) infinite at that global step, as a float16 overflow on one replica alone would.
+OVERFLOW_AT = "BURST_TEST_OVERFLOW_AT"
+
+
+def scaled(opt, loss, step=None):
     """The loss to differentiate: scaled up for a loss-scaling optimiser (``apply_gradients``
-    scales the gradients back down and skips a step whose gradients overflowed)."""
-    return opt.scale_loss(loss) if hasattr(opt, "inner_optimizer") else loss
+    scales the gradients back down and skips a step whose gradients overflowed on any replica)."""
+    if not hasattr(opt, "inner_optimizer"):
+        return loss
+    return opt.scale_loss(_injected_overflow(loss, step))
+
+
+def _injected_overflow(loss, step):
+    """``loss``, or infinity where ``OVERFLOW_AT`` names this replica and ``step`` (a test's doing)."""
+    import os
+
+    where = os.environ.get(OVERFLOW_AT)
+    if not where or step is None:
+        return loss
+    import tensorflow as tf
+
+    replica, at = (int(part) for part in where.split(":"))
+    ctx = tf.distribute.get_replica_context()
+    here = tf.equal(ctx.replica_id_in_sync_group if ctx is not None else 0, replica)
+    hit = tf.logical_and(here, tf.equal(tf.cast(step, tf.int64), at))
+    return loss * tf.where(hit, tf.constant(float("inf"), loss.dtype), tf.constant(1.0, loss.dtype))

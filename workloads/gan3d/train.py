@@ -121,16 +121,16 @@ class GAN3DTrainer(EpochLoop):
         noise = tf.random.stateless_normal([tf.shape(y)[0], self.preset.noise_size], seed=seed)
         return tf.concat([y[:, None], ang[:, None], noise], axis=1)
 
-    def _discriminator_update(self, images, labels, y, ang, ecal):
+    def _discriminator_update(self, images, labels, y, ang, ecal, step=None):
         with tf.GradientTape() as tape:
             outputs = self.discriminator(images, training=True)
             total, terms = self._weighted_loss(_per_example_losses(outputs, labels, y, ang, ecal))
-            loss = precisions.scaled(self.d_opt, total)
+            loss = precisions.scaled(self.d_opt, total, step)
         variables = self.discriminator.trainable_variables
         self.d_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return total, terms
 
-    def _generator_update(self, latent, y, ang, ecal, real):
+    def _generator_update(self, latent, y, ang, ecal, real, step=None):
         ones = tf.ones_like(y)
         with tf.GradientTape() as tape:
             fake = self.generator(latent, training=True)
@@ -138,7 +138,7 @@ class GAN3DTrainer(EpochLoop):
             total, terms = self._weighted_loss(_per_example_losses(outputs, ones, y, ang, ecal))
             if self.preset.profile_weight:  # a per-replica batch statistic: averaged over replicas like the rest
                 total += tf.nn.scale_regularization_loss(self.preset.profile_weight * profile_mismatch(fake, real, self.preset.power))
-            loss = precisions.scaled(self.g_opt, total)
+            loss = precisions.scaled(self.g_opt, total, step)
         variables = self.generator.trainable_variables
         self.g_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
         return total, terms
@@ -150,10 +150,10 @@ class GAN3DTrainer(EpochLoop):
         fake = self.generator(self._latent(y, ang, self._seed(step, 0)), training=False)
         real_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 1)) < self.preset.label_flip, 0.0, 1.0)
         fake_labels = tf.where(tf.random.stateless_uniform([n], seed=self._seed(step, 2)) < self.preset.label_flip, 1.0, 0.0)
-        d_real, d_real_terms = self._discriminator_update(x, real_labels, y, ang, ecal)
-        d_fake, d_fake_terms = self._discriminator_update(fake, fake_labels, y, ang, ecal)
-        g1, g1_terms = self._generator_update(self._latent(y, ang, self._seed(step, 3)), y, ang, ecal, x)
-        g2, g2_terms = self._generator_update(self._latent(y, ang, self._seed(step, 4)), y, ang, ecal, x)
+        d_real, d_real_terms = self._discriminator_update(x, real_labels, y, ang, ecal, step)
+        d_fake, d_fake_terms = self._discriminator_update(fake, fake_labels, y, ang, ecal, step)
+        g1, g1_terms = self._generator_update(self._latent(y, ang, self._seed(step, 3)), y, ang, ecal, x, step)
+        g2, g2_terms = self._generator_update(self._latent(y, ang, self._seed(step, 4)), y, ang, ecal, x, step)
         out = {"d_loss": (d_real + d_fake) / 2, "g_loss": (g1 + g2) / 2}
         for i, name in enumerate(TERM_NAMES):
             out[f"d_{name}"] = (d_real_terms[i] + d_fake_terms[i]) / 2

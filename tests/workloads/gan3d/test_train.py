@@ -62,16 +62,16 @@ seen = []
 
 class Spy(GAN3DTrainer):
     # Records the labels and latent vectors the real training step hands to its updates.
-    def _discriminator_update(self, images, labels, y, ang, ecal):
+    def _discriminator_update(self, images, labels, y, ang, ecal, step=None):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         tf.py_function(lambda r, s, l: seen.append(("d", int(r), int(s), l.numpy().tolist())), [replica, self.step, labels], [])
-        return super()._discriminator_update(images, labels, y, ang, ecal)
+        return super()._discriminator_update(images, labels, y, ang, ecal, step)
 
-    def _generator_update(self, latent, y, ang, ecal, real):
+    def _generator_update(self, latent, y, ang, ecal, real, step=None):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         tf.py_function(lambda r, s, z: seen.append(("g", int(r), int(s), z.numpy()[:, :2].tolist(), float(z.numpy()[:, 2:].sum()))),
                        [replica, self.step, latent], [])
-        return super()._generator_update(latent, y, ang, ecal, real)
+        return super()._generator_update(latent, y, ang, ecal, real, step)
 
 
 spec = data.InputSpec.discover(sys.argv[1], SMALL)
