@@ -89,6 +89,38 @@ def already_staged(provider: str, region: str, policy: Policy, staged_on: tuple[
     return None
 
 
+#: Fewest steps an epoch a layout may leave. Below it the epoch's fixed costs (a checkpoint every
+#: worker writes, a validation, the stop check every 5 steps) outweigh its steps, and a GAN trained
+#: on a handful of huge global batches an epoch is not the model the preset was tuned for.
+MIN_STEPS_PER_EPOCH = 10
+
+
+def data_shape(profile: Profile, accelerator: str, devices: int, batch: int, events: Optional[int]) -> Optional[Reason]:
+    """Why ``devices`` of ``accelerator`` at ``batch`` per replica cannot train on ``events``
+    (default: the profile's dataset), or None when the global batch fits at least
+    ``MIN_STEPS_PER_EPOCH`` times. The job would fail at its start with a global batch above the
+    events; the plan says so before anything is created."""
+    replicas = profile.replicas(accelerator, devices)
+    global_batch = replicas * batch
+    events = events or profile.events
+    steps = events // global_batch
+    if steps >= MIN_STEPS_PER_EPOCH:
+        return None
+    shape = f"{replicas:,} replicas x {batch} events per replica = a global batch of {global_batch:,}"
+    if steps < 1:
+        said = f"{shape}, above the {events:,} training events: the job could not fill one step"
+    else:
+        said = f"{shape} leaves {steps} step{'s' if steps > 1 else ''} an epoch of {events:,} events (at least {MIN_STEPS_PER_EPOCH} needed)"
+    most = max(1, events // (MIN_STEPS_PER_EPOCH * batch * max(1, replicas // max(1, devices))))
+    return Reason(Code.DATA_TOO_SMALL, f"{said}; use at most {most:,} devices at this batch, a smaller --batch-per-replica, or more events")
+def _check_shape(est: Estimate, profile: Profile, accelerator: str, devices: int, batch: int, events: Optional[int]) -> None:
+    """Mark ``est`` infeasible, with the reason, when its layout cannot be filled from the events."""
+    reason = data_shape(profile, accelerator, devices, batch, events)
+    if reason is not None:
+        est.feasible = False
+        est.notes.append(reason)
+
+
 def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
           batch: Optional[int] = None, scan: Optional[ScanShape] = None, staged_on: tuple[tuple[str, float], ...] = ()) -> Estimate:
     """``scan``: the layout holds a scan's trials side by side (``epoch_s`` is then one trial's epoch).
@@ -105,6 +137,7 @@ def cloud(layout: Layout, preemptible: bool, profile: Profile, policy: Policy, e
         epoch_s = profile.epoch_seconds(layout.accelerator, per_trial, trial_nodes, batch, events, precision)
         training_h = scan.wall_epochs(epochs, layout.count // per_trial) * epoch_s / 3600
     est = Estimate(epoch_s=epoch_s, provision_h=facts.provision_minutes / 60, training_h=training_h, batch=batch)
+    _check_shape(est, profile, layout.accelerator, scan.devices_per_trial if scan is not None else layout.count, batch, events)
     if scan is not None:
         est.notes.append(scan.note(epochs))
     staged = already_staged(layout.provider, layout.region, policy, staged_on) if staged_on else None
@@ -214,6 +247,7 @@ def onprem(gpus: int, profile: Profile, policy: Policy, epochs: int, events: Opt
     live = queue_h is not None
     est = Estimate(epoch_s=epoch_s, queue_h=queue_h if live else site.queue_wait_hours, training_h=training_h,
                    queue_source=site.scheduler if live else "policy", batch=batch)
+    _check_shape(est, profile, site.accelerator, scan.devices_per_trial if scan is not None else gpus, batch, events)
     if scan is not None:
         est.notes.append(scan.note(epochs))
     est.staging_h, est.egress_usd, note = _staging(None, None, profile, policy, events)

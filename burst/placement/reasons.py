@@ -19,6 +19,7 @@ class Code(str, Enum):
     OVER_EMISSIONS = "over_emissions"
     TOO_SLOW = "too_slow"
     PREEMPTIONS_OUTPACE = "preemptions_outpace"
+    DATA_TOO_SMALL = "data_too_small"  # the layout's global batch cannot be filled (enough times) from the events
     NOTE = "note"  # information only (queue wait, expected preemption loss, price quality, speed basis, a scan's shape)
 
 

@@ -505,3 +505,41 @@ def test_a_region_whose_continent_is_unknown_is_priced_as_between_continents():
     rate, how = facts.load("azure").model.between_regions("eastus", "japaneast")
     assert rate == facts.load("azure").model.inter_region.other_continent_usd_per_gb and "continent of japaneast unknown" in how
     assert facts.load("gcp").model.between_regions("europe-west4", "europe-west4") == (0.0, "within europe-west4: free")
+
+
+# ---------------------------------------------------------------------- shapes the data can fill
+
+
+def _blocking(est) -> list[str]:
+    from burst.placement.reasons import Code, code_of
+
+    return [n for n in est.notes if code_of(n) is Code.DATA_TOO_SMALL]
+
+
+def test_a_slice_whose_global_batch_exceeds_the_dataset_is_refused_before_anything_is_made():
+    """v3 with 1,024 chips is 2,048 replicas: at 64 events each, 131,072 per step, above the
+    paper's 124,987 events: the job would fail at its start. v4 (one replica a chip) fills one
+    step an epoch: refused too, as fewer than the ten steps an epoch needs."""
+    pol = make(providers=["gcp-tpu"], max_gpus=4096, budget_usd=100_000, deadline="72h")
+    plan = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp-tpu", gpus=1024, batch_per_replica=64))
+    assert plan.candidates and plan.choice is None
+    for c in plan.candidates:
+        (reason,) = _blocking(c.estimate)
+        assert not c.estimate.feasible
+        replicas = PROFILE.replicas(c.layout.accelerator, 1024)
+        assert f"{replicas:,} replicas x 64 events per replica = a global batch of {replicas * 64:,}" in reason
+        assert ("above the 124,987 training events" in reason) == (replicas * 64 > 124_987)
+    with pytest.raises(BurstError, match="global batch of .* use at most"):
+        placement.pin(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp-tpu", gpus=1024, batch_per_replica=64))
+
+
+def test_the_mission_s_128_gpus_fill_their_epochs_and_a_small_dataset_narrows_them():
+    pol = make(providers=["gcp"], budget_usd=100_000, deadline="72h")
+    mission = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp", gpus=128, preemptible=True))
+    assert mission.choice is not None and not _blocking(mission.choice.estimate)
+    small = placement.plan(pol, PROFILE, OFFERS, PlacementRequest(provider="gcp", gpus=128, preemptible=True, events=20_000))
+    assert small.choice is None and all(_blocking(c.estimate) for c in small.candidates)
+    assert "leaves" in _blocking(small.candidates[0].estimate)[0]  # 8,192 a step: two steps of 20,000 events
+    on_prem = placement.plan(make(providers=["ray"], onprem={"name": "site", "accelerator": "V100", "gpus": 8}), PROFILE, OFFERS,
+                             PlacementRequest(gpus=8, events=500))
+    assert on_prem.choice is None and _blocking(on_prem.candidates[0].estimate)
