@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..home.records import write_json_atomic
 from .job import DoneEvent, FailedEvent, JobConfig, RunFiles, StatusEvent, emit, failure_line
-from .usage import USAGE_LOG, UsageSampler, add_to_report, read_log
+from .usage import USAGE_LOG, UsageSampler, add_to_report, pays_for, read_log
 
 def _work_dir(run_id: str) -> Path:
     """The job driver's local copy of a bucket-backed run (data, results) before publishing (private to the user)."""
@@ -105,7 +105,7 @@ def run(cfg: JobConfig) -> int:
     timings["data_ready"] = time.time()
     ray.init(address="auto", log_to_driver=True)
     out_dir = storage_dir / "runs" / cfg.run_id
-    with UsageSampler(cfg.run_id, out_dir / "report" / USAGE_LOG, cfg.hourly_usd):  # every node's utilisation while it trains
+    with UsageSampler(cfg.run_id, out_dir / "report" / USAGE_LOG, cfg.hourly_usd, paid_for=pays_for(cfg.tpu, cfg.gpus_per_worker)):  # every node's utilisation while it trains
         if cfg.tpu:
             from . import tpu
 
@@ -151,7 +151,7 @@ def _finish(ckpt_dir: Path, out_dir: Path, cfg: JobConfig, timings: dict, train_
     from . import tensorboard_log
 
     usage_rows = read_log(out_dir / "report" / USAGE_LOG)
-    add_to_report(out_dir / "report", usage_rows, history, cfg.hourly_usd)
+    add_to_report(out_dir / "report", usage_rows, history, cfg.hourly_usd, pays_for(cfg.tpu, cfg.gpus_per_worker))
     tensorboard_log.write(out_dir / "report" / "tensorboard", history, metrics["summary"], tuple(usage_rows))
     provenance = {
         "timings": timings,

@@ -153,7 +153,7 @@ def run(scan: ScanConfig) -> int:
     )
     out_dir = storage_dir / "runs" / scan.scan_id
     out_dir.mkdir(parents=True, exist_ok=True)
-    with UsageSampler(scan.scan_id, out_dir / USAGE_LOG, job.hourly_usd):  # every node, and every trial's workers
+    with UsageSampler(scan.scan_id, out_dir / USAGE_LOG, job.hourly_usd, paid_for=usage.pays_for(job.tpu, job.gpus_per_worker)):  # every node, and every trial's workers
         grid = tuner.fit()
     stopped = storage.exists(RunFiles(job.storage, scan.scan_id).stop_request)
     rows = trial_rows(grid, scan, stopped)
@@ -163,7 +163,7 @@ def run(scan: ScanConfig) -> int:
                "stopped_early": sum(r["stop_reason"] == "stopped early (ASHA)" for r in rows), "budget_stopped": stopped,
                "best": best, "wall_s": round(time.time() - started, 1),
                "asha": {"grace_period": scan.grace_period, "reduction_factor": scan.reduction_factor}, "search": scan.search,
-               "usage": usage.summarise(usage_rows, [], job.hourly_usd)}
+               "usage": usage.summarise(usage_rows, [], job.hourly_usd, usage.pays_for(job.tpu, job.gpus_per_worker))}
     usage.figure(usage_rows, out_dir / "usage.png")
     if best is not None:
         found = f"best trial {best['trial']}: {scan.metric} {best['best_metric']:.4g} at epoch {best['best_epoch']}; "

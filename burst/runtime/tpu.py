@@ -109,11 +109,15 @@ def host_environment(cfg: JobConfig) -> dict[str, str]:
 
 
 class HostSentinel:
-    """Held on one host of the slice for an attempt: says where it is, and its ``hold`` call fails
-    the moment its host (its Ray node) is gone."""
+    """Held on one host of the slice for an attempt: says where it is, its ``hold`` call fails
+    the moment its host (its Ray node) is gone, and while it is held it publishes its host's chips'
+    duty cycle and HBM from libtpu (``usage.TpuGauges``; none where libtpu is absent)."""
 
     def __init__(self) -> None:
+        from .usage import TpuGauges
+
         self._released = threading.Event()
+        self._gauges = TpuGauges.start_here()
 
     def describe(self) -> dict:
         import ray
@@ -125,6 +129,8 @@ class HostSentinel:
 
     def release(self) -> None:
         self._released.set()
+        if self._gauges is not None:
+            self._gauges.stop()
 
 
 def _wait_for_hosts(hosts: int, timeout: float) -> None:

@@ -39,13 +39,25 @@ NODE_GAUGES: dict[str, tuple[str, str]] = {
     "ray_node_gpus_available": ("gpus", "sum"),
     "ray_node_gram_used": ("gpu_mem_used_mb", "sum"),
     "ray_node_gram_available": ("gpu_mem_free_mb", "sum"),
-    "ray_tpu_duty_cycle": ("tpu_percent", "mean"),
+    "ray_tpu_duty_cycle": ("tpu_percent", "mean"),          # GKE's TPU device plugin only
     "ray_tpu_memory_used": ("tpu_mem_used_bytes", "sum"),
+    "ray_burst_tpu_duty_cycle_percent": ("tpu_percent", "mean"),  # a TPU VM's hosts: libtpu's own (TpuGauges)
+    "ray_burst_tpu_hbm_used_bytes": ("tpu_mem_used_bytes", "sum"),
     "ray_node_network_send_speed": ("net_send_bytes_s", "sum"),
     "ray_node_network_receive_speed": ("net_recv_bytes_s", "sum"),
 }
 # Which field says how busy the devices a cluster pays for are, by what it pays for (``accelerator_kind``).
 BUSY_FIELD = {"GPU": "gpu_percent", "TPU": "tpu_percent", "CPU": "cpu_percent"}
+# Where that field comes from, for the report: a busy TPU is never judged by its host's CPU load.
+BUSY_SOURCE = {"GPU": "the GPUs' utilisation (Ray's node metrics, from NVML)",
+               "TPU": "the TPU chips' duty cycle (libtpu's monitoring SDK on each host, or GKE's TPU device plugin)",
+               "CPU": "the nodes' CPU utilisation"}
+
+
+def pays_for(tpu: bool, gpus_per_worker: int) -> str:
+    """What a job's cluster pays for, from what the job was told (not guessed from the metrics: a TPU
+    VM's Ray publishes no TPU figure of its own, and its host CPUs are not what the price buys)."""
+    return "TPU" if tpu else "GPU" if gpus_per_worker else "CPU"
 # What each training worker publishes (``WorkerGauges``), by run and rank.
 SAMPLES_GAUGE = "burst_samples_per_second"
 INPUT_WAIT_GAUGE = "burst_input_wait_fraction"
@@ -76,6 +88,78 @@ class WorkerGauges:
     def set(self, samples_per_s: float, input_wait_fraction: float) -> None:
         self._samples.set(samples_per_s, tags=self._tags)
         self._wait.set(input_wait_fraction, tags=self._tags)
+
+
+TPU_DUTY_GAUGE = "burst_tpu_duty_cycle_percent"
+TPU_HBM_GAUGE = "burst_tpu_hbm_used_bytes"
+
+
+def libtpu_monitoring():
+    """libtpu's monitoring SDK (``libtpu.sdk.tpumonitoring``: ``get_metric(name).data()``, one value a
+    chip, as Cloud TPU's "TPU Monitoring Library" documents it), or None where libtpu is not installed."""
+    try:
+        from libtpu.sdk import tpumonitoring
+    except ImportError:
+        return None
+    return tpumonitoring
+
+
+def read_tpu_chips(monitoring) -> dict[str, list[float]]:
+    """This host's chips as libtpu reports them: ``duty_cycle_pct`` (the share of time the
+    TensorCores computed) and ``hbm_capacity_usage`` (bytes of HBM in use), one value a chip; a
+    metric this libtpu does not support is left out."""
+    supported = set(monitoring.list_supported_metrics())
+    chips = {}
+    for name in ("duty_cycle_pct", "hbm_capacity_usage"):
+        if name in supported:
+            chips[name] = [float(v) for v in monitoring.get_metric(name).data()]
+    return chips
+
+
+class TpuGauges:
+    """A TPU host's chips, read from libtpu every ``every_s`` and published as Ray gauges
+    (``ray_burst_tpu_duty_cycle_percent{chip=...}``, ``ray_burst_tpu_hbm_used_bytes``) on the node's
+    metrics page, where ``UsageSampler`` reads every node. Ray exports TPU figures only through GKE's
+    TPU device plugin; on a TPU VM this is the signal. Runs in the run's sentinel on each host."""
+
+    def __init__(self, monitoring, every_s: float = SAMPLE_EVERY_S):
+        from ray.util.metrics import Gauge
+
+        self._monitoring, self.every_s = monitoring, every_s
+        self._duty = Gauge(TPU_DUTY_GAUGE, description="TPU chip duty cycle (libtpu)", tag_keys=("chip",))
+        self._hbm = Gauge(TPU_HBM_GAUGE, description="TPU chip HBM in use (libtpu)", tag_keys=("chip",))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="burst-tpu-gauges", daemon=True)
+
+    @classmethod
+    def start_here(cls) -> Optional["TpuGauges"]:
+        """Gauges of this host's chips, started, or None where libtpu is not there to ask."""
+        monitoring = libtpu_monitoring()
+        if monitoring is None:
+            return None
+        gauges = cls(monitoring)
+        gauges._thread.start()
+        return gauges
+
+    def publish_once(self) -> dict[str, list[float]]:
+        chips = read_tpu_chips(self._monitoring)
+        for i, value in enumerate(chips.get("duty_cycle_pct", [])):
+            self._duty.set(value, tags={"chip": str(i)})
+        for i, value in enumerate(chips.get("hbm_capacity_usage", [])):
+            self._hbm.set(value, tags={"chip": str(i)})
+        return chips
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                self.publish_once()
+            except Exception as exc:  # noqa: BLE001 - a metrics hiccup never ends a training run
+                print(f"burst: TPU metrics skipped ({exc.__class__.__name__}: {exc})", flush=True)
+            if self._stop.wait(self.every_s):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def parse_node(text: str, run_id: str) -> tuple[dict, list[dict]]:
@@ -125,8 +209,9 @@ class UsageSampler:
     """Reads every node of the cluster every ``every_s`` seconds into ``log`` (one JSON line per
     sample) and says a ``usage`` event every ``say_every_s``; a thread of the job's driver."""
 
-    def __init__(self, run_id: str, log: Path, hourly_usd: float = 0.0, every_s: float = SAMPLE_EVERY_S, say_every_s: float = SAY_EVERY_S):
-        self.run_id, self.log, self.hourly_usd = run_id, Path(log), hourly_usd
+    def __init__(self, run_id: str, log: Path, hourly_usd: float = 0.0, every_s: float = SAMPLE_EVERY_S, say_every_s: float = SAY_EVERY_S,
+                 paid_for: Optional[str] = None):
+        self.run_id, self.log, self.hourly_usd, self.paid_for = run_id, Path(log), hourly_usd, paid_for
         self.every_s, self.say_every_s = every_s, say_every_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -172,13 +257,15 @@ class UsageSampler:
         return row
 
     def event(self, row: dict) -> UsageEvent:
-        """What one sample says in a line: the cluster's mean utilisation, its throughput, and money."""
-        busy = busy_fraction(row["nodes"])
+        """What one sample says in a line: the cluster's mean utilisation, its throughput, and money.
+        Where the devices paid for give no signal, their use is unknown ("TPU -") and no idle cost is said."""
+        kind = self.paid_for or accelerator_kind(row["nodes"])
+        busy = busy_fraction(row["nodes"], kind)
         elapsed_h = (row["time"] - self._started) / 3600
         waits = [w["input_wait_fraction"] for w in row["workers"] if "input_wait_fraction" in w]
         return UsageEvent(
             nodes=len(row["nodes"]), cpu_percent=_mean(n.get("cpu_percent") for n in row["nodes"]),
-            accelerator=accelerator_kind(row["nodes"]), accelerator_percent=round(100 * busy, 1) if busy is not None else None,
+            accelerator=kind, accelerator_percent=round(100 * busy, 1) if busy is not None else None,
             mem_percent=_mean(100 * n["mem_used_bytes"] / n["mem_total_bytes"] for n in row["nodes"] if n.get("mem_total_bytes")),
             samples_per_s=round(sum(w.get("samples_per_s", 0.0) for w in row["workers"]), 2) if row["workers"] else None,
             input_wait_percent=round(100 * sum(waits) / len(waits), 1) if waits else None,
@@ -220,17 +307,18 @@ def read_log(path: Path) -> list[dict]:
     return rows
 
 
-def summarise(rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
+def summarise(rows: list[dict], history: list[dict], hourly_usd: float, paid_for: Optional[str] = None) -> dict:
     """The report's figures of a run's usage: per node, its mean and peak utilisation; for the run,
     how busy its accelerators were, the share of step time spent waiting for input, and what the
-    idle accelerator time cost at the cluster's price."""
+    idle accelerator time cost at the cluster's price. ``paid_for``: what the cluster's price buys
+    (``pays_for``); where those devices gave no signal, busy and idle are None (unknown)."""
     if not rows:
         return {}
     per_node: dict[str, dict] = {}
     for row in rows:
         for n in row["nodes"]:
             per_node.setdefault(n["node"], []).append(n)
-    kind = accelerator_kind([n for row in rows for n in row["nodes"]])
+    kind = paid_for or accelerator_kind([n for row in rows for n in row["nodes"]])
     field = BUSY_FIELD[kind]
     nodes = {}
     for name, samples in per_node.items():
@@ -246,7 +334,7 @@ def summarise(rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
     throughput = [sum(w.get("samples_per_s", 0.0) for w in row["workers"]) for row in rows if row["workers"]]
     idle_h = wall_s / 3600 * (1 - busy_mean) if busy_mean is not None else None
     return {
-        "accelerator": kind, "nodes": nodes, "sampled_s": round(wall_s, 1), "samples": len(rows),
+        "accelerator": kind, "busy_source": BUSY_SOURCE[kind] if busy_mean is not None else "none: unknown, and no idle cost charged", "nodes": nodes, "sampled_s": round(wall_s, 1), "samples": len(rows),
         "busy_percent": round(100 * busy_mean, 1) if busy_mean is not None else None,
         "input_wait_percent": round(100 * waited / seconds, 1) if seconds > 0 else None,
         "samples_per_s_mean": round(sum(throughput) / len(throughput), 2) if throughput else None,
@@ -303,7 +391,8 @@ def report_section(summary: dict, figure_path: Optional[Path]) -> str:
     if not summary:
         return "<h2>Utilisation</h2><p>No utilisation was sampled (the run ended before its first sample).</p>"
     kind = summary["accelerator"]
-    rows = [("devices paid for", kind), ("busy (mean utilisation)", f"{summary['busy_percent']} %"),
+    busy = f"{summary['busy_percent']} %" if summary.get("busy_percent") is not None else "unknown"
+    rows = [("devices paid for", kind), ("busy (mean utilisation)", busy), ("measured from", summary.get("busy_source", "-")),
             ("step time waiting for input", f"{summary['input_wait_percent']} %"),
             ("samples/s (all workers)", summary["samples_per_s_mean"]), ("sampled", f"{summary['sampled_s']} s, {summary['samples']} samples"),
             ("cluster price", f"${summary['hourly_usd']:,.2f}/h"),
@@ -320,10 +409,10 @@ def report_section(summary: dict, figure_path: Optional[Path]) -> str:
             f"<table><tr><th>node</th>{head}</tr>{node_rows}</table>{image}")
 
 
-def add_to_report(report_dir: Path, rows: list[dict], history: list[dict], hourly_usd: float) -> dict:
+def add_to_report(report_dir: Path, rows: list[dict], history: list[dict], hourly_usd: float, paid_for: Optional[str] = None) -> dict:
     """Write ``usage.json`` and ``usage.png`` of the run's samples (``read_log``) into the report and
     its utilisation section into ``report.html``; return the summary."""
-    summary = summarise(rows, history, hourly_usd)
+    summary = summarise(rows, history, hourly_usd, paid_for)
     (report_dir / "usage.json").write_text(json.dumps(summary, indent=1))
     section = report_section(summary, figure(rows, report_dir / "usage.png"))
     page = report_dir / "report.html"

@@ -5,6 +5,7 @@ what idle time costs, and the report's utilisation section."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +13,16 @@ from burst.runtime import usage
 from burst.runtime.job import UsageEvent, parse_events
 
 SCRIPT = r"""
-import json, sys, time
+import json, os, sys, time
 from pathlib import Path
 import ray
 from burst.runtime.ray_head import free_port
 from burst.runtime.usage import UsageSampler, WorkerGauges
 
 out = Path(sys.argv[1])
+sys.path.insert(0, sys.argv[2])  # a stand-in for libtpu's monitoring SDK (this machine has no TPU), for the workers too
+os.environ["PYTHONPATH"] = os.pathsep.join([sys.argv[2], os.environ.get("PYTHONPATH", "")])
+from burst.runtime.tpu import HostSentinel
 ray.init(num_cpus=2, _metrics_export_port=free_port())
 
 @ray.remote
@@ -41,8 +45,14 @@ class SlowInput:
         return {"seconds": time.perf_counter() - start, "input_wait_s": waited, "samples": samples, "set": set_at}
 
 worker = SlowInput.remote()
-with UsageSampler("slow-run", out / "usage.jsonl", hourly_usd=36.0, every_s=1.0, say_every_s=4.0):
+# beside it, the sentinel a TPU run holds on each host, publishing its chips from libtpu; a second
+# sampler prices the same node as a TPU VM whose chips are what the price buys
+sentinel = ray.remote(num_cpus=0)(HostSentinel).remote()
+ray.get(sentinel.describe.remote())
+with UsageSampler("slow-run", out / "usage.jsonl", hourly_usd=36.0, every_s=1.0, say_every_s=4.0, paid_for="CPU"), \
+        UsageSampler("tpu-run", out / "tpu.jsonl", hourly_usd=32.0, every_s=1.0, say_every_s=4.0, paid_for="TPU"):
     epoch = ray.get(worker.train.remote(18))
+ray.get(sentinel.release.remote())
 (out / "epoch.json").write_text(json.dumps(epoch))
 ray.shutdown()
 """
@@ -50,7 +60,12 @@ ray.shutdown()
 
 @pytest.mark.slow
 def test_a_slow_input_is_seen_in_ray_s_metrics_and_its_idle_time_priced(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=240)
+    fake = tmp_path / "fake-libtpu" / "libtpu" / "sdk"
+    fake.mkdir(parents=True)
+    (fake.parent / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "tpumonitoring.py").write_text(LIBTPU_MONITORING)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), str(tmp_path / "fake-libtpu")], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = usage.read_log(tmp_path / "usage.jsonl")
     assert len(rows) >= 10
@@ -77,6 +92,8 @@ def test_a_slow_input_is_seen_in_ray_s_metrics_and_its_idle_time_priced(tmp_path
                    and shown["input_wait_fraction"] == pytest.approx(wait, abs=0.01) for at, rate, wait in epoch["set"]), (row["time"], shown)
 
     events = [e for e in parse_events(proc.stdout) if isinstance(e, UsageEvent)]
+    tpu_events = [e for e in events if e.accelerator == "TPU"]
+    events = [e for e in events if e.accelerator != "TPU"]
     assert len(events) >= 3  # every 4 s
     said = events[-1]
     assert said.accelerator == "CPU" and said.nodes == 1 and said.hourly_usd == 36.0
@@ -86,12 +103,66 @@ def test_a_slow_input_is_seen_in_ray_s_metrics_and_its_idle_time_priced(tmp_path
     assert 0 < said.spent_usd < 36.0 * 60 / 3600  # less than a minute at $36/h
     assert "samples/s, input wait" in said.line() and "/h idle" in said.line()
 
-    summary = usage.summarise(rows, [epoch], 36.0)
+    summary = usage.summarise(rows, [epoch], 36.0, "CPU")  # what the job says it pays for (entry.py: usage.pays_for)
     assert summary["accelerator"] == "CPU" and summary["samples"] == len(rows)
     assert summary["input_wait_percent"] == round(100 * own_wait, 1)  # from the epoch's own clock, as the history holds it
     idle_h = summary["sampled_s"] / 3600 * (1 - summary["busy_percent"] / 100)
     assert summary["idle_usd"] == pytest.approx(36.0 * idle_h, abs=0.001)
     assert usage.figure(rows, tmp_path / "usage.png").stat().st_size > 10_000
+
+    # The TPU VM: its chips' duty cycle, from libtpu through the sentinel's gauges, is what its price is judged by
+    tpu_rows = [row for row in usage.read_log(tmp_path / "tpu.jsonl") if "tpu_percent" in row["nodes"][0]]
+    assert tpu_rows and all(row["nodes"][0]["tpu_percent"] == pytest.approx(75.0) for row in tpu_rows)  # mean of 60 and 90
+    assert all(row["nodes"][0]["tpu_mem_used_bytes"] == pytest.approx(3e9) for row in tpu_rows)
+    assert tpu_events and tpu_events[-1].accelerator_percent == 75.0 and tpu_events[-1].idle_usd_per_h == pytest.approx(8.0)
+    assert "TPU 75 %" in tpu_events[-1].line()
+    tpu_summary = usage.summarise(usage.read_log(tmp_path / "tpu.jsonl"), [epoch], 32.0, "TPU")
+    assert tpu_summary["accelerator"] == "TPU" and "duty cycle" in tpu_summary["busy_source"]
+
+
+LIBTPU_MONITORING = '''"""Stand-in for libtpu.sdk.tpumonitoring as Cloud TPU's TPU Monitoring Library documents it:
+list_supported_metrics() names the metrics; get_metric(name).data() is one value a chip, as strings."""
+_VALUES = {"duty_cycle_pct": ["60.00", "90.00"], "hbm_capacity_usage": ["1000000000", "2000000000"],
+           "hbm_capacity_total": ["17179869184", "17179869184"]}
+
+
+class _Metric:
+    def __init__(self, name):
+        self._name = name
+
+    def description(self):
+        return self._name
+
+    def data(self):
+        return list(_VALUES[self._name])
+
+
+def list_supported_metrics():
+    return list(_VALUES)
+
+
+def get_metric(name):
+    if name not in _VALUES:
+        raise ValueError(f"unsupported metric {name}")
+    return _Metric(name)
+'''
+
+
+def test_a_tpu_vm_whose_chips_give_no_signal_is_unknown_and_never_priced_idle_from_its_cpu():
+    """Ray exports no TPU figure on a TPU VM; a busy v3-32 whose hosts' CPUs are 20 % loaded once
+    showed about $25/h idle. Without libtpu's figures the chips' use is unknown and nothing is charged."""
+    rows = [{"time": 1000.0 + 10 * k, "nodes": [{"node": f"10.0.0.{i}", "head": i == 0, "cpu_percent": 20.0} for i in range(4)],
+             "workers": []} for k in range(10)]
+    summary = usage.summarise(rows, [], 32.0, usage.pays_for(tpu=True, gpus_per_worker=0))
+    assert summary["accelerator"] == "TPU" and summary["busy_percent"] is None and summary["idle_usd"] is None
+    assert summary["busy_source"].startswith("none")
+    sampler = usage.UsageSampler("r", Path("/nonexistent/usage.jsonl"), hourly_usd=32.0, paid_for="TPU")
+    said = sampler.event(rows[-1])
+    assert said.accelerator == "TPU" and said.accelerator_percent is None and said.idle_usd_per_h is None
+    assert said.line().startswith("CPU 20 %, TPU - on 4 node(s); ") and "idle" not in said.line()
+    assert "unknown" in usage.report_section(summary, None)
+    # the same nodes bought as CPUs are judged by their CPUs, as before
+    assert usage.summarise(rows, [], 32.0, "CPU")["busy_percent"] == 20.0
 
 
 def _row(t: float, gpus: list[float], samples: float) -> dict:
