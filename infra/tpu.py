@@ -68,6 +68,7 @@ def startup_script(spec: StackSpec, wheel_uri: str) -> str:
 set -euo pipefail
 md() {{ curl -sf -H 'Metadata-Flavor: Google' "{METADATA}/$1"; }}
 WORKER=$(md agent-worker-number || echo 0)
+export BURST_TPU_WORKER="$WORKER"  # which shards of a pod slice's input this host reads (burst.runtime.tpu)
 HEAD_IP=$(md worker-network-endpoints | cut -d, -f1 | cut -d: -f3)
 TOKEN_FILE={TOKEN_FILE}
 install -d -m 700 "$(dirname "$TOKEN_FILE")"

@@ -322,6 +322,11 @@ class RunFiles:
     def tpu_checkpoints(self) -> str:
         return f"{self.storage}/tpu-checkpoints/{self.run_id}"
 
+    @property
+    def pod_input(self) -> str:
+        """A TPU pod slice's training shards (TFRecords, one set per run) that every host copies its own from."""
+        return f"{self.storage}/pod-input/{self.run_id}"
+
     def data_dir(self, part: str) -> str:
         """A copy of the run's data on the storage (``source``: as uploaded, ``train``: for workers)."""
         return f"{self.storage}/data/{self.run_id}/{part}"

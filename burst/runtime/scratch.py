@@ -48,7 +48,7 @@ def root() -> Path:
 
 # A run's scratch, by kind (``<root>`` also holds ``synthetic``, events kept across runs, and, where
 # XDG_RUNTIME_DIR is unset, Ray's session directories: neither is a run's, neither is swept).
-KINDS = ("checkpoints", "data", "work", "tpu-checkpoints")
+KINDS = ("checkpoints", "data", "work", "tpu-checkpoints", "pod-data")
 _held: dict[Path, int] = {}  # a run's lock -> its open descriptor, held while this process lives
 
 

@@ -31,6 +31,7 @@ from .job import JobConfig, RunFiles, StatusEvent, emit, failure_line
 from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files
 
 HOST = "TPU_HOST"              # one on every host of the slice (infra/tpu.py starts Ray so)
+WORKER_ENV = "BURST_TPU_WORKER"  # a host's TPU worker number (the metadata's agent-worker-number), in its Ray's environment
 SLICE_HEAD = "TPU_SLICE_HEAD"  # host 0's alone: where the TensorFlow client runs
 MAX_SLICE_RESTARTS = 3
 HOSTS_WAIT_S = 900.0           # how long a slice that lost a host is waited for before the run stops
@@ -72,9 +73,12 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
     local_root = scratch.fresh(scratch.run_path("tpu-checkpoints", cfg.run_id))  # the storage holds the truth
     resume = resume_point(cfg, local_root)
     computes_in = precision.resolve(cfg.precision or precision.AUTO, strategy)  # auto: bfloat16, the MXU's format
+    pod = cfg.tpu_hosts > 1
+    # a pod slice: every shard by its path on each host's own disk (the sentinels copied them there); one host: its own copy
+    train_files = pod_files(cfg) if pod else local_files(cfg.train_files, cfg.run_id)
     trainer, dataset_fn, steps = workloads.get(cfg.workload).prepare_training(
-        local_files(cfg.train_files, cfg.run_id), cfg.preset, cfg.batch_per_replica, strategy=strategy,
-        seed=cfg.seed, resume_from=resume, steps_per_epoch=cfg.steps_per_epoch, precision=computes_in[0])
+        train_files, cfg.preset, cfg.batch_per_replica, strategy=strategy, seed=cfg.seed, resume_from=resume,
+        steps_per_epoch=cfg.steps_per_epoch, precision=computes_in[0], pod_hosts=cfg.tpu_hosts if pod else None)
 
     def save_epoch(metrics: dict) -> None:
         keep(f"epoch_{metrics['epoch']:04d}")
@@ -96,6 +100,68 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
         announce_stop(trainer, notices)
     shutil.rmtree(local_root, ignore_errors=True)
     return final_dir
+
+
+def pod_input(cfg: JobConfig) -> JobConfig:
+    """A pod slice's training files as TFRecord shards in the run's store (``RunFiles.pod_input``),
+    made once per run from the staged HDF5 files by the job's driver: ``cfg`` naming them.
+
+    On a pod slice TensorFlow's client, on host 0, builds each host's input pipeline and every
+    host runs its own in its own TPU runtime (Cloud TPU's "Performance guide" and TensorFlow's
+    ``distribute_datasets_from_function``: one pipeline per host, ``InputContext.input_pipeline_id``
+    its host). No Python runs there, so HDF5 (read by a Python generator) cannot be its input, and
+    no host reads another's disk: each host copies its own shards from the store first
+    (``HostSentinel.stage``). A single host reads the HDF5 files as before."""
+    import tempfile
+
+    from .. import workloads
+    from . import storage
+
+    if cfg.tpu_hosts <= 1:
+        return cfg
+    root = RunFiles(cfg.storage, cfg.run_id).pod_input
+    meta = storage.join(root, "meta.json")
+    if not storage.exists(meta):  # written last: a set cut short is made again
+        with tempfile.TemporaryDirectory() as tmp:
+            made = workloads.get(cfg.workload).write_pod_shards(local_files(cfg.train_files, cfg.run_id), Path(tmp) / "shards",
+                                                                 cfg.preset, cfg.tpu_hosts)
+            if made is None:
+                raise ValueError(f"workload {cfg.workload} has no input a TPU pod slice's hosts can read; train it on one host")
+            text = (Path(tmp) / "shards" / "meta.json").read_text()
+            (Path(tmp) / "shards" / "meta.json").unlink()
+            storage.copy_dir(str(Path(tmp) / "shards"), root)
+            storage.write_text(meta, text)
+    names = sorted(json.loads(storage.read_text(meta))["events"])
+    emit(StatusEvent(message=f"pod slice input: {len(names)} TFRecord shards in {root}, {len(names) // cfg.tpu_hosts} per host"))
+    return cfg.model_copy(update={"train_files": tuple(storage.join(root, n) for n in names)})
+
+
+def pod_dir(run_id: str) -> Path:
+    """Where every host of a pod slice keeps its own shards: the same path on each host's own disk."""
+    from . import scratch
+
+    return scratch.run_path("pod-data", run_id)
+
+
+def pod_files(cfg: JobConfig) -> list[Path]:
+    """Every shard of a pod slice's input by its path on each host (``pod_dir``): host ``i`` holds its own there."""
+    return [pod_dir(cfg.run_id) / uri.rsplit("/", 1)[-1] for uri in cfg.train_files]
+
+
+def stage_host_shards(cfg: JobConfig, worker: int) -> dict:
+    """Copy this host's shards (``host_shards``: ``worker, worker + hosts, ...``) and the meta file
+    from the store to this host's own disk; what was copied, where."""
+    from workloads.common.pod import host_shards
+
+    from . import scratch, storage
+
+    names = [uri.rsplit("/", 1)[-1] for uri in cfg.train_files]
+    mine = host_shards(names, cfg.tpu_hosts, worker)
+    root = RunFiles(cfg.storage, cfg.run_id).pod_input
+    local = scratch.fresh(pod_dir(cfg.run_id))
+    for name in [*mine, "meta.json"]:
+        storage.copy(storage.join(root, name), str(local / name))
+    return {"worker": worker, "dir": str(local), "files": mine, "hostname": socket.gethostname()}
 
 
 def host_environment(cfg: JobConfig) -> dict[str, str]:
@@ -127,6 +193,14 @@ class HostSentinel:
     def hold(self) -> None:
         self._released.wait()
 
+    def stage(self, cfg_arg: str) -> dict:
+        """This host's shards of a pod slice's input, copied to its own disk (``stage_host_shards``),
+        by its TPU worker number (``WORKER_ENV``, from the metadata server's agent-worker-number)."""
+        worker = os.environ.get(WORKER_ENV)
+        if worker is None or not worker.isdigit():
+            raise RuntimeError(f"this TPU host's Ray was started without {WORKER_ENV} (its worker number); restart the slice")
+        return stage_host_shards(JobConfig.from_arg(cfg_arg), int(worker))
+
     def release(self) -> None:
         self._released.set()
         if self._gauges is not None:
@@ -157,6 +231,10 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
     client = ray.remote(num_cpus=0, resources={SLICE_HEAD: 1}, max_retries=0,
                         runtime_env={"env_vars": host_environment(cfg)})(train_fn)
     why = "no attempt ran"
+    try:
+        cfg = pod_input(cfg)
+    except ValueError as exc:
+        return None, str(exc)
     for attempt in range(1, MAX_SLICE_RESTARTS + 2):
         try:
             _wait_for_hosts(cfg.tpu_hosts, hosts_wait_s)
@@ -165,6 +243,12 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
         held = [sentinel.remote() for _ in range(cfg.tpu_hosts)]  # one per host: each host has one TPU_HOST
         try:
             where = ray.get([h.describe.remote() for h in held])
+            if cfg.tpu_hosts > 1:  # every host copies its own shards before the client builds their pipelines
+                staged = ray.get([h.stage.remote(cfg.to_arg()) for h in held])
+                workers = sorted(s["worker"] for s in staged)
+                if workers != list(range(cfg.tpu_hosts)):
+                    return None, (f"the slice's hosts say worker numbers {workers}, not 0..{cfg.tpu_hosts - 1}: "
+                                  f"its Ray was not started by burst's startup script; recreate the slice")
             emit(StatusEvent(message=f"training on {cfg.tpu_hosts} TPU host(s): "
                                      f"{', '.join(sorted(w['hostname'] + ' (Ray node ' + w['node_id'][:12] + ')' for w in where))}"
                              + (f" (attempt {attempt})" if attempt > 1 else "")))

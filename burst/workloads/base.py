@@ -156,10 +156,17 @@ class Workload(ABC):
     @abstractmethod
     def prepare_training(self, train_files: list[Path], preset: str, per_replica_batch: int | None = None, strategy=None,
                          seed: int = 0, resume_from: Path | None = None, steps_per_epoch: int | None = None,
-                         overrides: dict | None = None, precision: str = "float32") -> tuple[Any, Any, int]:
+                         overrides: dict | None = None, precision: str = "float32", pod_hosts: int | None = None) -> tuple[Any, Any, int]:
         """(trainer, dataset_fn, steps per epoch): a trainer restored from ``resume_from`` when given,
         computing in ``precision`` (``workloads.common.precision``; a checkpoint of any precision
-        resumes in any other). The trainer has a ``precision`` attribute."""
+        resumes in any other). The trainer has a ``precision`` attribute. ``pod_hosts``: on a TPU pod
+        slice, ``train_files`` are the shards of ``write_pod_shards`` on every host's own disk."""
+
+    def write_pod_shards(self, train_files: list[Path], out_dir: Path, preset: str, hosts: int) -> list[Path] | None:
+        """A TPU pod slice's input: the training events as TFRecord shards every host reads from its
+        own disk, host ``h`` the shards ``h, h + hosts, ...``, with ``meta.json``; None where the
+        workload has no such input (its runs are then not offered on a pod slice)."""
+        return None
 
     @abstractmethod
     def held_out(self, files: list[Path], trainer: Any, events: int, seed: int = 0) -> HeldOut:

@@ -69,8 +69,11 @@ class Calo(Workload):
         return data.check_file(Path(path))
 
     def prepare_training(self, train_files, preset, per_replica_batch=None, strategy=None, seed=0, resume_from=None,
-                         steps_per_epoch=None, overrides=None, precision="float32"):
+                         steps_per_epoch=None, overrides=None, precision="float32", pod_hosts=None):
         from . import pipeline
+
+        if pod_hosts and pod_hosts > 1:
+            raise ValueError("calo has no input a TPU pod slice's hosts can read; train it on one host")
 
         return pipeline.prepare_training(train_files, preset, per_replica_batch, strategy=strategy, seed=seed,
                                          resume_from=resume_from, steps_per_epoch=steps_per_epoch, overrides=overrides,

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..common.pod import host_shards, shard_names  # noqa: F401  (host_shards: this module's name too)
 from ..common.hdf5 import DataError, list_files, open_file, read_finite  # noqa: F401  (DataError, list_files: this module's names too)
 from .features import measured_angle, rebin
 from .presets import ECAL_CUT, FULL_GRID, Preset
@@ -161,19 +162,60 @@ def convert_to_tfrecords(src: Path, out_dir: Path, preset: Preset, overwrite: bo
             for raw in read_chunks(file):
                 b = preprocess(raw, preset)
                 for i in range(len(b)):
-                    feat = {
-                        "X": tf.train.Feature(float_list=tf.train.FloatList(value=b.x[i].ravel())),
-                        "Y": tf.train.Feature(float_list=tf.train.FloatList(value=[b.y[i]])),
-                        "ang": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ang[i]])),
-                        "ecal": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ecal[i]])),
-                    }
-                    writer.write(tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString())
+                    writer.write(_example(b, i))
                     n += 1
         tmp.replace(target)
         counts[target.name] = n
-    meta = {"preset": preset.name, "grid": list(preset.grid), "power": preset.power, "events": counts}
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+    _write_meta(out_dir, preset, counts)
     return targets
+
+
+def _example(b: Batch, i: int) -> bytes:
+    """Event ``i`` of a preprocessed batch as one serialised ``tf.train.Example`` (X, Y, ang, ecal)."""
+    import tensorflow as tf
+
+    feat = {
+        "X": tf.train.Feature(float_list=tf.train.FloatList(value=b.x[i].ravel())),
+        "Y": tf.train.Feature(float_list=tf.train.FloatList(value=[b.y[i]])),
+        "ang": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ang[i]])),
+        "ecal": tf.train.Feature(float_list=tf.train.FloatList(value=[b.ecal[i]])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feat)).SerializeToString()
+
+
+def _write_meta(out_dir: Path, preset: Preset, counts: dict[str, int], **extra) -> None:
+    meta = {"preset": preset.name, "grid": list(preset.grid), "power": preset.power, "events": counts, **extra}
+    (Path(out_dir) / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def write_pod_shards(paths: Path | list[Path], out_dir: Path, preset: Preset, hosts: int, per_host: int = 1) -> list[Path]:
+    """The events of the HDF5 ``paths`` as ``hosts x per_host`` TFRecord shards (event k in shard k
+    mod n) and ``meta.json``: the input of a TPU pod slice, whose every host runs its own input
+    pipeline in its own TensorFlow runtime, where no Python runs (so no HDF5 reader), and reads
+    shards ``h, h + hosts, ...`` (``host_shards``) from its own disk."""
+    import tensorflow as tf
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = shard_names(hosts, per_host)
+    count = len(names)
+    writers = [tf.io.TFRecordWriter(str(out_dir / (name + ".part"))) for name in names]
+    counts = dict.fromkeys(names, 0)
+    k = 0
+    try:
+        for raw in iter_chunks(paths):
+            b = preprocess(raw, preset)
+            for i in range(len(b)):
+                writers[k % count].write(_example(b, i))
+                counts[names[k % count]] += 1
+                k += 1
+    finally:
+        for w in writers:
+            w.close()
+    for name in names:
+        (out_dir / (name + ".part")).replace(out_dir / name)
+    _write_meta(out_dir, preset, counts, hosts=hosts)
+    return [out_dir / name for name in names]
 
 
 def _tfrecord_meta(path: Path, preset: Preset) -> dict:
@@ -228,15 +270,23 @@ PREFETCH_BATCHES = 2
 PARSE_THREADS = 2
 
 
-def make_dataset_fn(spec: InputSpec, preset: Preset, per_replica_batch: int, steps_per_epoch: int, seed: int, cache: bool = True) -> Callable:
+def make_dataset_fn(spec: InputSpec, preset: Preset, per_replica_batch: int, steps_per_epoch: int, seed: int, cache: bool = True,
+                    pipeline_files: Callable[[int], list[str]] | None = None) -> Callable:
     """Return ``fn(input_context, epoch) -> tf.data.Dataset`` for distribute_datasets_from_function.
 
     Each input pipeline reads its shard (whole files when there are enough, else every k-th
     event), caches it, and per epoch shuffles with seed (seed, epoch), batches per replica and
     prefetches. Every pipeline yields exactly ``steps_per_epoch × local replicas`` batches, so
     all replicas take the same number of steps and a resumed run sees the same data order.
+
+    ``pipeline_files``: a TPU pod slice's input, pipeline ``i``'s TFRecord files (host ``i``'s own
+    copies: ``write_pod_shards``); the pipeline is built on host 0 and runs on host ``i``, so it
+    is made of TensorFlow ops alone (an HDF5 pipeline's Python generator cannot run there).
     """
     import tensorflow as tf
+
+    if pipeline_files is not None and spec.kind != "tfrecord":
+        raise DataError(f"{spec.path}: a TPU pod slice reads TFRecord shards on every host, not {spec.kind} files (write_pod_shards)")
 
     grid = preset.grid
     signature = (
@@ -272,10 +322,10 @@ def make_dataset_fn(spec: InputSpec, preset: Preset, per_replica_batch: int, ste
         pid, npipe = (ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1)
         if pid in bases:
             return bases[pid]
-        files = [str(f) for f in spec.files]
-        by_file = len(files) >= npipe and len(files) % npipe == 0
+        files = [str(f) for f in spec.files] if pipeline_files is None else list(pipeline_files(pid))
+        by_file = pipeline_files is not None or (len(files) >= npipe and len(files) % npipe == 0)
         names = tf.data.Dataset.from_tensor_slices(files)
-        if by_file and npipe > 1:
+        if by_file and npipe > 1 and pipeline_files is None:
             names = names.shard(npipe, pid)
         if spec.kind == "tfrecord":
             ds = names.interleave(tf.data.TFRecordDataset, cycle_length=4, num_parallel_calls=4, deterministic=True)

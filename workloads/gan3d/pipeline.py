@@ -47,8 +47,13 @@ def prepare_training(
     steps_per_epoch: int | None = None,
     overrides: dict | None = None,
     precision: str = "float32",
+    pod_hosts: int | None = None,
 ):
     """Build a trainer (restored from ``resume_from`` if given) and its per-epoch input.
+
+    ``pod_hosts``: on a TPU pod slice of that many hosts, ``train_files`` are every TFRecord shard
+    (``data.write_pod_shards``) by its path on each host's own disk, the same on every host; input
+    pipeline ``i`` (host ``i``) reads its own shards there (``data.host_shards``).
 
     ``overrides``: knobs of the preset a scan sets (``presets.TUNABLE``); ``precision``: one of
     ``workloads.common.precision.PRECISIONS`` (a checkpoint of any precision resumes in any other). Returns ``(trainer, dataset_fn, steps_per_epoch)``; the caller runs ``trainer.fit`` with its
@@ -62,7 +67,12 @@ def prepare_training(
     steps = steps_per_epoch or spec.events // trainer.global_batch
     if steps < 1:
         raise data.DataError(f"{spec.path}: {spec.events} events cannot fill one global batch of {trainer.global_batch}")
-    return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed), steps
+    pipeline_files = None
+    if pod_hosts and pod_hosts > 1:
+        names = [Path(f).name for f in train_files]
+        root = Path(train_files[0]).parent
+        pipeline_files = lambda pid: [str(root / n) for n in data.host_shards(names, pod_hosts, pid)]  # noqa: E731
+    return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed, pipeline_files=pipeline_files), steps
 
 
 def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name: str | None = None, events: int = 500, seed: int = 0,

@@ -78,12 +78,18 @@ class GAN3D(Workload):
         return data.check_conditions(Path(path))
 
     def prepare_training(self, train_files, preset, per_replica_batch=None, strategy=None, seed=0, resume_from=None,
-                         steps_per_epoch=None, overrides=None, precision="float32"):
+                         steps_per_epoch=None, overrides=None, precision="float32", pod_hosts=None):
         from . import pipeline
 
         return pipeline.prepare_training(train_files, preset, per_replica_batch, strategy=strategy, seed=seed,
                                          resume_from=resume_from, steps_per_epoch=steps_per_epoch, overrides=overrides,
-                                         precision=precision)
+                                         precision=precision, pod_hosts=pod_hosts)
+
+    def write_pod_shards(self, train_files, out_dir, preset, hosts):
+        from . import data
+        from .presets import get_preset
+
+        return data.write_pod_shards(train_files, out_dir, get_preset(preset), hosts)
 
     def held_out(self, files, trainer, events, seed=0):
         from . import pipeline
