@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .job import JobConfig, RunFiles, StatusEvent, emit, failure_line
+from .job import JobConfig, RunFiles, StatusEvent, StoppedEvent, emit, failure_line
 from .training import announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files
 
 HOST = "TPU_HOST"              # one on every host of the slice (infra/tpu.py starts Ray so)
@@ -117,7 +117,7 @@ def pod_input(cfg: JobConfig) -> JobConfig:
     from .. import workloads
     from . import storage
 
-    if cfg.tpu_hosts <= 1:
+    if cfg.tpu_hosts <= 1 or not cfg.train_files:  # one host; or nothing to shard (a test's client that reads no data)
         return cfg
     root = RunFiles(cfg.storage, cfg.run_id).pod_input
     meta = storage.join(root, "meta.json")
@@ -239,11 +239,17 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
         try:
             _wait_for_hosts(cfg.tpu_hosts, hosts_wait_s)
         except TimeoutError as exc:
+            # A host lost for good: the slice cannot train again. Said as a notice that the run
+            # checkpointed where its newest checkpoint is, so that whoever follows the run (the
+            # controller of a managed run) takes this slice down and goes on from that checkpoint
+            # on a new one, as after any lost capacity; a plain run stops with its checkpoints.
+            epoch, step = newest_position(cfg)
+            emit(StoppedEvent(epoch=epoch, step=step, steps=0, reason=f"notice: a TPU host lost for good ({exc})"))
             return None, f"{exc}: the run stops here with its checkpoints ({why})"
         held = [sentinel.remote() for _ in range(cfg.tpu_hosts)]  # one per host: each host has one TPU_HOST
         try:
             where = ray.get([h.describe.remote() for h in held])
-            if cfg.tpu_hosts > 1:  # every host copies its own shards before the client builds their pipelines
+            if cfg.tpu_hosts > 1 and cfg.train_files:  # every host copies its own shards before the client builds their pipelines
                 staged = ray.get([h.stage.remote(cfg.to_arg()) for h in held])
                 workers = sorted(s["worker"] for s in staged)
                 if workers != list(range(cfg.tpu_hosts)):
@@ -270,6 +276,25 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
             emit(StatusEvent(message=f"{why}: the slice starts again from its newest checkpoint once all "
                                      f"{cfg.tpu_hosts} host(s) are back (restart {attempt} of {MAX_SLICE_RESTARTS})"))
     return None, f"the TPU slice failed {MAX_SLICE_RESTARTS + 1} times; last: {why}"
+
+
+def newest_position(cfg: JobConfig) -> tuple[int, int]:
+    """(epoch, step) where the run's newest checkpoint on storage goes on from (1-based epoch, steps
+    done in it), as a ``StoppedEvent`` says it; (1, 0) with none. Read from the checkpoints' names
+    (``epoch_0002``: two epochs done; ``epoch_0001_step_000040``: 40 steps into the second)."""
+    from . import storage
+
+    best = (1, 0)
+    root = RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints
+    for name in storage.list_dirs(root) if storage.exists(root) else []:
+        parts = name.split("_")
+        try:
+            done = int(parts[1])
+            position = (done + 1, int(parts[3])) if len(parts) == 4 and parts[2] == "step" else (done + 1, 0)
+        except (IndexError, ValueError):
+            continue
+        best = max(best, position)
+    return best
 
 
 def _lost_host(exc: BaseException) -> bool:

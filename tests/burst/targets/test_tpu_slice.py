@@ -19,7 +19,7 @@ from pathlib import Path
 import ray
 from ray.cluster_utils import Cluster
 from burst.runtime import tpu
-from burst.runtime.job import JobConfig
+from burst.runtime.job import JobConfig, RunFiles
 
 out = Path(sys.argv[1])
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}})
@@ -61,8 +61,31 @@ try:
     raised = None
 except Exception as exc:
     raised = f"{type(exc).__name__}: {exc}"
+
+# A host lost for good: it never comes back. The slice waits a bounded time, then says so as a
+# notice at its newest checkpoint (which the controller of a managed run acts on: this slice down,
+# the run on a new one from there) and stops.
+def lasting(cfg_arg, final_dir):
+    cfg = JobConfig.from_arg(cfg_arg)
+    ckpts = Path(RunFiles(cfg.storage, cfg.run_id).tpu_checkpoints)
+    for epoch in range(1, cfg.epochs + 1):
+        time.sleep(1.5)
+        (ckpts / f"epoch_{epoch:04d}").mkdir(parents=True, exist_ok=True)  # as train_on_host names them
+    return final_dir
+
+gone = {}
+lost_cfg = cfg.model_copy(update={"run_id": "gone", "epochs": 50})
+lost_driver = threading.Thread(target=lambda: gone.update(zip(("final", "why"), tpu.train(lost_cfg, out / "final-gone", train_fn=lasting, hosts_wait_s=6))))
+lost_driver.start()
+ckpt_root = Path(RunFiles(lost_cfg.storage, lost_cfg.run_id).tpu_checkpoints)
+while not (ckpt_root / "epoch_0002").exists():
+    time.sleep(0.1)
+removed_at = time.time()
+cluster.remove_node(workers[2])  # and never added again
+lost_driver.join(timeout=120)
 print(json.dumps({"final": str(final) if final else None, "why": why, "head_node": head_node, "raised": raised,
-                  "nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]]}))
+                  "nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]], "gone": gone, "removed_at": removed_at,
+                  "returned_at": time.time(), "alive": lost_driver.is_alive()}))
 ray.shutdown()
 cluster.shutdown()
 """
@@ -78,7 +101,7 @@ def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every
     said = [e["message"] for e in events if e["type"] == "status"]
     # each attempt holds all four hosts, one sentinel on each Ray node
     holding = [m for m in said if m.startswith("training on 4 TPU host(s)")]
-    assert len(holding) == 3 and all(m.count("(Ray node ") == 4 for m in holding)  # two attempts, and the broken run's one
+    assert len(holding) == 4 and all(m.count("(Ray node ") == 4 for m in holding)  # two attempts, the broken run's one, the lost host's run's one
     assert len({part.split(")")[0] for part in holding[0].split("(Ray node ")[1:]}) == 4
     assert any("a TPU host left the Ray cluster: the slice starts again from its newest checkpoint" in m and "restart 1 of 3" in m for m in said)
     # TensorFlow's client ran on host 0 (the TPU_SLICE_HEAD), with the slice's name and the library left to the TPU runtime
@@ -89,7 +112,22 @@ def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every
     assert clients[0]["start_epoch"] == 1 and clients[1]["start_epoch"] >= 3
     assert [int(x) for x in (tmp_path / "trained.log").read_text().split()] == [1, 2, 3, 4, 5]
     # an error of the training itself ends the run at once, as on one host: no restart
-    assert "the data says no" in result["raised"] and sum("restart" in m for m in said) == 1
+    assert "the data says no" in result["raised"] and sum("restart" in m for m in said) == 2  # the first run's and the lost host's run's
+
+    # a host that never returns: the slice restarts once the others are there, waits its bounded
+    # time for the missing one, then says it stopped on notice at its newest checkpoint
+    assert result["alive"] is False and result["gone"]["final"] is None
+    assert "the TPU slice has 3 of its 4 host(s) in the Ray cluster" in result["gone"]["why"]
+    stopped = [e for e in events if e["type"] == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["reason"].startswith("notice: a TPU host lost for good")
+    assert stopped[0]["time"] - result["removed_at"] < 6 + 30  # the wait (6 s here, 15 min by default) and Ray's own notice
+    done = sorted(p.name for p in (tmp_path / "tpu-checkpoints" / "gone").iterdir())
+    assert (stopped[0]["epoch"], stopped[0]["step"]) == (len(done) + 1, 0)  # where the newest checkpoint goes on from
+    # which the controller of a managed run reads as lost capacity: this slice down, the run moved on from there
+    from burst.controller import ending
+    from burst.runtime.job import StoppedEvent
+
+    assert ending("FAILED", StoppedEvent(**{k: v for k, v in stopped[0].items() if k != "type"}), budget=False, lease=False) == "notice"
 
 
 def test_a_single_host_slice_uses_its_local_chips_and_a_pod_slice_needs_its_name():
