@@ -168,3 +168,23 @@ def test_epoch_order_is_reproducible_and_changes_between_epochs(tiny_h5):
     other = [b["ecal"].numpy() for b in fn(None, 1)]
     np.testing.assert_array_equal(np.concatenate(first), np.concatenate(again))
     assert not np.array_equal(np.concatenate(first), np.concatenate(other))
+
+
+def test_pod_shards_hold_every_event_once_and_an_hdf5_input_is_refused_on_a_pod(tiny_h5, tmp_path):
+    """A pod slice's input: every event in exactly one shard, host h's shards h, h + hosts, ...;
+    its hosts run no Python, so HDF5 (a Python generator) is refused for it in one line."""
+    import tensorflow as tf
+
+    files = sorted(tiny_h5.glob("*.h5"))
+    shards = data.write_pod_shards(files, tmp_path / "pod", SMALL, hosts=2, per_host=2)
+    names = [p.name for p in shards]
+    assert names == [f"shard-{i:05d}-of-00004.tfrecords" for i in range(4)]
+    assert data.host_shards(names, 2, 0) == [names[0], names[2]] and data.host_shards(names, 2, 1) == [names[1], names[3]]
+    spec = data.InputSpec.discover(tmp_path / "pod", SMALL, files=shards)
+    assert spec.kind == "tfrecord" and spec.events == data.InputSpec.discover(tiny_h5, SMALL).events
+    counted = sum(1 for p in shards for _ in tf.data.TFRecordDataset(str(p)))
+    assert counted == spec.events
+    with pytest.raises(ValueError, match="not one of the slice's 2"):
+        data.host_shards(names, 2, 2)
+    with pytest.raises(DataError, match="a TPU pod slice reads TFRecord shards on every host, not hdf5 files"):
+        data.make_dataset_fn(data.InputSpec.discover(tiny_h5, SMALL), SMALL, 4, 2, seed=0, pipeline_files=lambda pid: [])
