@@ -284,7 +284,7 @@ def trial(config):
             return
         tune.report({"epoch": epoch, "optimisation_metric": abs(config["learning_rate"] - 1e-3) * 1e3 + 1 / epoch})
 
-ray.init(num_cpus=2, include_dashboard=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False)  # its own Ray, whatever else runs on the machine
 grid = tune.Tuner(trial, param_space=space.to_ray(),
                   tune_config=tune.TuneConfig(metric="optimisation_metric", mode="min", search_alg=_search(scan, False),
                                               scheduler=asha(scan), num_samples=8, max_concurrent_trials=2),

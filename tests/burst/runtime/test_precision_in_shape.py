@@ -19,6 +19,8 @@ import sys
 
 import pytest
 
+from tests.support.ray_private import own_ray_tmpdir
+
 pytestmark = pytest.mark.slow
 
 OVERFLOW_REPLICA, OVERFLOW_STEP, STEPS = 1, 3, 6
@@ -80,8 +82,9 @@ SKIP_LINE = re.compile(r"\(RayTrainWorker pid=(\d+)[^)]*\)\S* burst: float16 gra
 @pytest.fixture(scope="module")
 def two_node_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("two-nodes")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), f"{OVERFLOW_REPLICA}:{OVERFLOW_STEP}", str(STEPS)],
-                          capture_output=True, text=True, timeout=420)
+    with own_ray_tmpdir() as ray_env:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), f"{OVERFLOW_REPLICA}:{OVERFLOW_STEP}", str(STEPS)],
+                              capture_output=True, text=True, timeout=420, env={**os.environ, **ray_env})
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-4000:]
     result = json.loads(next(line for line in said.splitlines() if line.startswith("RESULT "))[7:])

@@ -24,7 +24,7 @@ def loop(config):
     with open(os.path.join(config["out"], f"{seen['rank']}.json"), "w") as fh:
         json.dump(seen, fh)
 
-ray.init(num_cpus=2, include_dashboard=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False)  # its own Ray, whatever else runs on the machine
 out = tempfile.mkdtemp()
 DataParallelTrainer(loop, train_loop_config={"out": out}, backend_config=TfConfig(),
                     scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),

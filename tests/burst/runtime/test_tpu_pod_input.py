@@ -20,6 +20,7 @@ import sys
 
 import pytest
 
+from tests.support.ray_private import own_ray_tmpdir
 from tests.support.storage_servers import gcs_server, new_bucket  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ for i in range(HOSTS):
     resources = {"TPU_HOST": 1, **({"TPU_SLICE_HEAD": 1} if i == 0 else {})}
     args = ["ray", "start", "--block", "--num-cpus", "1", "--resources", json.dumps(resources), "--disable-usage-stats"]
     args += ["--head", f"--port={port}", "--include-dashboard=false"] if i == 0 else [f"--address=127.0.0.1:{port}"]
-    env = {**os.environ, "TMPDIR": str(disk), "RAY_TMPDIR": "/tmp", tpu.WORKER_ENV: str(i)}
+    env = {**os.environ, "TMPDIR": str(disk), tpu.WORKER_ENV: str(i)}  # RAY_TMPDIR: the test's own, outside the hosts' disks
     log = open(out / f"host{i}.log", "w")
     hosts.append(subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
                                    f'mount -t tmpfs -o size=256m,mode=0700 burst-host{i} "$0" && exec "$@"', str(disk), *args],
@@ -163,7 +164,9 @@ def test_every_host_of_a_pod_slice_reads_its_own_shards_from_its_own_disk(gcs_se
         pytest.skip(missing)
     bucket = new_bucket("gs", gcs_server.env)
     env = {**os.environ, **gcs_server.env, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), bucket], capture_output=True, text=True, timeout=420, env=env)
+    with own_ray_tmpdir() as ray_env:
+        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), bucket], capture_output=True, text=True, timeout=420,
+                              env={**env, **ray_env})
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-4000:]
     result = json.loads(next(line for line in said.splitlines() if line.startswith("RESULT "))[7:])

@@ -23,7 +23,7 @@ out = Path(sys.argv[1])
 sys.path.insert(0, sys.argv[2])  # a stand-in for libtpu's monitoring SDK (this machine has no TPU), for the workers too
 os.environ["PYTHONPATH"] = os.pathsep.join([sys.argv[2], os.environ.get("PYTHONPATH", "")])
 from burst.runtime.tpu import HostSentinel
-ray.init(num_cpus=2, _metrics_export_port=free_port())
+ray.init(address="local", num_cpus=2, _metrics_export_port=free_port())  # its own Ray, whatever else runs on the machine
 
 @ray.remote
 class SlowInput:
