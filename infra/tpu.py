@@ -79,7 +79,16 @@ gcloud storage cp '{wheel_uri}' /tmp/
 python3 -m pip install --quiet /tmp/$(basename '{wheel_uri}') 'ray[default,train]=={spec.ray_version}'
 # Ray gives a new raylet a fixed 30 s to register; a host still busy booting can miss them, and
 # `ray start` then exits 1 with part of the node still running: stop that and try once more.
-ray_start() {{ ray start "$@" || {{ ray stop --force || true; sleep 5; ray start "$@"; }}; }}
+# Once started, a raylet that dies (a crash, the OOM killer) would leave the host out of the slice
+# for good: keep_ray, beside it for the slice's life, starts Ray again with the same arguments when
+# no raylet has run for a check (the run waits for the host meanwhile, and moves if it never comes).
+RAY_CHECK_S=30
+keep_ray() {{ while sleep "$RAY_CHECK_S"; do pgrep -x raylet >/dev/null || {{ echo "$(date -Is) no raylet: starting Ray again"; ray stop --force || true; ray start "$@" || true; }}; done; }}
+ray_start() {{
+  ray start "$@" || {{ ray stop --force || true; sleep 5; ray start "$@"; }}
+  export -f keep_ray; export RAY_CHECK_S
+  nohup bash -c 'keep_ray "$@"' keep-ray "$@" >> /var/log/burst-ray.log 2>&1 &
+}}
 if [ "$WORKER" = "0" ]; then
   # the keeper (infra.keeper, installed with burst): deletes this slice at its lease's end or when
   # idle, whatever the user's machine does; started before Ray, so a slice whose head never comes

@@ -55,3 +55,29 @@ def boundary(directory: Path, secret_id: str, project: str, secret: str) -> dict
 def calls(directory: Path) -> list[str]:
     log = directory / "calls.log"
     return log.read_text().splitlines() if log.exists() else []
+
+
+# `pgrep` as procps answers `pgrep -x raylet` on a host whose raylet died: nothing found, exit 1.
+PGREP_NO_RAYLET = """#!/bin/sh
+echo "pgrep $*" >> "$FAKE_TPU_LOG"
+exit 1
+"""
+
+
+def stop_watchers(directory: Path) -> int:
+    """End what a script run with ``boundary(directory, ...)`` left running in the background (the
+    startup script's Ray watcher, ``keep_ray``, runs for the slice's life); how many were ended."""
+    import psutil
+
+    log = str(directory / "calls.log")
+    ended = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "keep-ray" in (proc.info["cmdline"] or []) and proc.environ().get("FAKE_TPU_LOG") == log:
+                for child in proc.children(recursive=True):
+                    child.kill()
+                proc.kill()
+                ended += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return ended

@@ -118,10 +118,14 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
                      (f"--port={tpu.GCS_PORT}", f"--port={ports['GCS server']}"),
                      (f"--dashboard-port={tpu.DASHBOARD_PORT}", f"--dashboard-port={ports['dashboard']}"),
                      ("ray_start --head", f"ray_start --head --node-ip-address 127.0.0.1 --temp-dir {temp_dir} {extra}"),
-                     # a second try's `ray stop` stops this head only, not every Ray on this machine
-                     ("ray stop --force", f"{sys.executable} -c 'from burst.runtime import ray_head; ray_head.stop_processes(\"{cluster_id}\", \"{temp_dir}\")'")):
+                     ("/var/log/burst-ray.log", str(tmp_path / "ray.log")),
+                     ("RAY_CHECK_S=30", "RAY_CHECK_S=3600")):  # the Ray watcher does not look during the test (test_stacks has it look)
         assert localised.count(old) == 1, old
         localised = localised.replace(old, new)
+    # a second try's `ray stop`, and the watcher's, stop this head only, not every Ray on this machine
+    stop = f"{sys.executable} -c 'from burst.runtime import ray_head; ray_head.stop_processes(\"{cluster_id}\", \"{temp_dir}\")'"
+    assert localised.count("ray stop --force") == 2
+    localised = localised.replace("ray stop --force", stop)
     env = ray_head.head_env(cluster_id, "unused", ports)
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
         env.pop(name, None)  # authentication comes from the script alone
@@ -132,5 +136,6 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600 and stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         assert_refuses_strangers(f"http://127.0.0.1:{ports['dashboard']}", spec.auth_token)
     finally:
+        tpu_vm.stop_watchers(tmp_path / "vm")
         _stop(cluster_id, temp_dir)
     assert f"gcloud secrets versions access latest --secret={secret['inputs']['secretId']} --project=proj" in tpu_vm.calls(tmp_path / "vm")

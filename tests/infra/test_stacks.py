@@ -194,22 +194,41 @@ def test_a_tpu_host_starts_its_keeper_whatever_ray_does_and_tries_a_timed_out_ra
     (secret,) = of_type(resources, "secretmanager/secret:Secret")
     script = vm["inputs"]["metadata"]["startup-script"]
     for old, new in ((f"TOKEN_FILE={tpu.TOKEN_FILE}", f"TOKEN_FILE={tmp_path / 'ray_token'}"),
-                     ("/var/log/burst-keeper.log", str(tmp_path / "keeper.log"))):
+                     ("/var/log/burst-keeper.log", str(tmp_path / "keeper.log")), ("/var/log/burst-ray.log", str(tmp_path / "ray.log")),
+                     ("RAY_CHECK_S=30", "RAY_CHECK_S=0.3")):
         assert script.count(old) == 1, old
         script = script.replace(old, new)
     script = script.replace("sleep 5", "sleep 0")  # the pause between two tries
     env = {**os.environ, **tpu_vm.boundary(tmp_path, secret["inputs"]["secretId"], "proj", "a token"), "FAILURES": str(failures)}
     tpu_vm.executable(tmp_path / "bin" / "ray", RAY_TIMING_OUT)
-    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert (proc.returncode == 0) is (failures < 2), proc.stderr
-    rays = [c for c in tpu_vm.calls(tmp_path) if c.startswith("ray ")]
-    head = f"ray start --head --port={tpu.GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={tpu.DASHBOARD_PORT} " \
-           '--resources={"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}'
-    assert rays == ([head] if failures == 0 else [head, "ray stop --force", head])  # a second try, after stopping what the first left
-    deadline = time.time() + 10  # the keeper runs in the background
-    while not any(c.startswith("python3 -m infra.keeper --end tpu") for c in tpu_vm.calls(tmp_path)):
-        assert time.time() < deadline, "host 0 started no keeper"
-        time.sleep(0.1)
+    tpu_vm.executable(tmp_path / "bin" / "pgrep", tpu_vm.PGREP_NO_RAYLET)  # the raylet dies after the script: the watcher sees none
+    try:
+        proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        assert (proc.returncode == 0) is (failures < 2), proc.stderr
+        head = f"ray start --head --port={tpu.GCS_PORT} --dashboard-host=127.0.0.1 --dashboard-port={tpu.DASHBOARD_PORT} " \
+               '--resources={"TPU_HOST": 1, "TPU_SLICE_HEAD": 1}'
+
+        def script_s_own() -> list[str]:  # the calls before the watcher's first look
+            calls = tpu_vm.calls(tmp_path)
+            looked = next((i for i, c in enumerate(calls) if c.startswith("pgrep ")), len(calls))
+            return [c for c in calls[:looked] if c.startswith("ray ")]
+
+        assert script_s_own() == ([head] if failures == 0 else [head, "ray stop --force", head])  # a second try, after stopping what the first left
+        deadline = time.time() + 10  # the keeper runs in the background
+        while not any(c.startswith("python3 -m infra.keeper --end tpu") for c in tpu_vm.calls(tmp_path)):
+            assert time.time() < deadline, "host 0 started no keeper"
+            time.sleep(0.1)
+        if failures < 2:  # Ray started: its watcher finds no raylet and starts Ray again, with the same arguments
+            deadline = time.time() + 10
+            while tpu_vm.calls(tmp_path)[-3:] != ["pgrep -x raylet", "ray stop --force", head]:
+                assert time.time() < deadline, tpu_vm.calls(tmp_path)[-6:]
+                time.sleep(0.1)
+            assert "no raylet: starting Ray again" in (tmp_path / "ray.log").read_text()
+        else:  # a Ray that never started is not watched: the script failed and the slice is deleted at its lease's end
+            time.sleep(1)
+            assert not any(c.startswith("pgrep ") for c in tpu_vm.calls(tmp_path))
+    finally:
+        assert tpu_vm.stop_watchers(tmp_path) == (1 if failures < 2 else 0)
 
 
 def test_gke_kubeconfig_is_a_secret_built_from_the_cluster():
