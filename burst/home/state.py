@@ -87,6 +87,9 @@ def _dashboard_url(url: Optional[str]) -> Optional[str]:
     return url
 
 
+CLUSTER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 class ClusterHandle(BaseModel):
     """Everything later commands need to reach a cluster burst started."""
 
@@ -122,6 +125,26 @@ class ClusterHandle(BaseModel):
     @classmethod
     def _check_dashboard(cls, url: Optional[str]) -> Optional[str]:
         return _dashboard_url(url)
+
+    @field_validator("cluster_id")
+    @classmethod
+    def _check_cluster_id(cls, cluster_id: str) -> str:
+        """One cluster's id: what ``down`` matches processes, directories and objects on (an empty or
+        odd one, from a hand edit, would match other clusters' too)."""
+        if not CLUSTER_ID.fullmatch(cluster_id):
+            raise ValueError(f"{cluster_id[:40]!r} is not a cluster id (1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit)")
+        return cluster_id
+
+    @model_validator(mode="after")
+    def _temp_dir_is_the_cluster_s(self) -> "ClusterHandle":
+        """The Ray directory ``down`` stops every process in and removes is this cluster's own (an
+        absolute path named by its id), never a directory a hand edit put there."""
+        if self.temp_dir is not None:
+            path = Path(self.temp_dir)
+            if not path.is_absolute() or path.name != self.cluster_id or len(path.parts) < 3 or ".." in path.parts:
+                raise ValueError(f"temp_dir {self.temp_dir[:80]!r} is not this cluster's Ray directory (an absolute path named by its id "
+                                 f"{self.cluster_id!r})")
+        return self
 
 
 class RunRecord(BaseModel):
@@ -162,6 +185,16 @@ class RunRecord(BaseModel):
 def new_run_id(workload: str) -> str:
     """A fresh run id: the workload, the time and four random hex digits."""
     return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+
+
+def own_token(handle: ClusterHandle) -> Path | None:
+    """The token file ``down`` may delete: the handle's, where burst made it, in the cluster's own
+    directory; None for a token the user keeps (an on-prem site's) or a path a hand edit put there."""
+    if not handle.token_path:
+        return None
+    path = Path(handle.token_path)
+    home = _dir("clusters") / check_name(handle.name)
+    return path if path.parent == home and path.name == "auth_token" else None
 
 
 def cluster_dir(name: str) -> Path:

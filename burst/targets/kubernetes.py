@@ -541,8 +541,9 @@ class KubernetesTarget(Target):
                              exit_code=1)
         with state.locked():
             state.delete(ClusterHandle, handle.name)
-        if handle.token_path:
-            Path(handle.token_path).unlink(missing_ok=True)
+        token = state.own_token(handle)  # never a file a hand edit named
+        if token is not None:
+            token.unlink(missing_ok=True)
         report.say(f"deleted {len([o for o in created if o['kind'] != 'Namespace'])} object(s) burst created on {context}")
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:

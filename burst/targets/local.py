@@ -234,8 +234,9 @@ def _forget(handle: ClusterHandle) -> None:
     state.delete(ClusterHandle, handle.name)
     if handle.temp_dir:
         shutil.rmtree(handle.temp_dir, ignore_errors=True)
-    if handle.token_path:
-        Path(handle.token_path).unlink(missing_ok=True)
+    token = state.own_token(handle)  # never a file a hand edit named
+    if token is not None:
+        token.unlink(missing_ok=True)
 
 
 def down(handle: ClusterHandle) -> None:

@@ -408,8 +408,9 @@ class PulumiTarget(Target):
             self._driver(handle.stack, watcher).destroy()
         with state.locked():
             state.delete(ClusterHandle, handle.name)
-        if handle.token_path:
-            Path(handle.token_path).unlink(missing_ok=True)
+        token = state.own_token(handle)  # never a file a hand edit named
+        if token is not None:
+            token.unlink(missing_ok=True)
 
     def adopt(self, handle: ClusterHandle, report: Reporter = QUIET, poll_s: float = 5.0, timeout_s: float = 3 * 3600) -> Optional[ClusterHandle]:
         """The Pulumi CLI runs in a session of its own: a killed `up` (or controller) leaves it
