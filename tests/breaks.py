@@ -140,7 +140,7 @@ BREAKS = [
           ("tests/infra/test_head_auth.py::test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_without_the_token",),
           "the TPU hosts start Ray without token authentication"),
     Break("tpu-ray-start-tried-once", "infra/tpu.py",
-          (('ray_start() {{ ray start "$@" || {{ ray stop --force || true; sleep 5; ray start "$@"; }}; }}', 'ray_start() {{ ray start "$@"; }}'),),
+          (('  ray start "$@" || {{ ray stop --force || true; sleep 5; ray start "$@"; }}\n', '  ray start "$@"\n'),),
           ("tests/infra/test_stacks.py::test_a_tpu_host_starts_its_keeper_whatever_ray_does_and_tries_a_timed_out_ray_start_once_more",),
           "a TPU host whose `ray start` timed out on a busy boot is left without Ray", fast=True),
     Break("tpu-keeper-after-ray", "infra/tpu.py",
