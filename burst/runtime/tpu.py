@@ -81,10 +81,10 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
         steps_per_epoch=cfg.steps_per_epoch, precision=computes_in[0], pod_hosts=cfg.tpu_hosts if pod else None)
 
     def save_epoch(metrics: dict) -> None:
-        keep(f"epoch_{metrics['epoch']:04d}")
+        keep(checkpoint_name(metrics["epoch"]))
 
     def save_position(position: dict) -> None:
-        keep(f"epoch_{position['epoch'] - 1:04d}_step_{position['step']:06d}")
+        keep(checkpoint_name(position["epoch"] - 1, position["step"]))
 
     def keep(name: str) -> None:
         local = local_root / name
@@ -95,7 +95,7 @@ def train_on_host(cfg_arg: str, final_dir: str) -> str:
                               replicas=strategy.num_replicas_in_sync, save_position=save_position)
     trainer.save(final_dir)
     if trainer.stopped:
-        keep(f"epoch_{trainer.stopped['epoch'] - 1:04d}_step_{trainer.stopped['step']:06d}")  # the next attempt starts here
+        keep(checkpoint_name(trainer.stopped["epoch"] - 1, trainer.stopped["step"]))  # the next attempt starts here
         (Path(final_dir) / "stopped.json").write_text(json.dumps(trainer.stopped))
         announce_stop(trainer, notices)
     shutil.rmtree(local_root, ignore_errors=True)
@@ -107,9 +107,9 @@ def pod_input(cfg: JobConfig) -> JobConfig:
     made once per run from the staged HDF5 files by the job's driver: ``cfg`` naming them.
 
     On a pod slice TensorFlow's client, on host 0, builds each host's input pipeline and every
-    host runs its own in its own TPU runtime (Cloud TPU's "Performance guide" and TensorFlow's
-    ``distribute_datasets_from_function``: one pipeline per host, ``InputContext.input_pipeline_id``
-    its host). No Python runs there, so HDF5 (read by a Python generator) cannot be its input, and
+    host runs its own in its own TPU runtime (``distribute_datasets_from_function`` in its
+    ``tf.distribute.InputReplicationMode.PER_WORKER`` mode: the input function is called for each
+    worker, one pipeline per host, ``InputContext.input_pipeline_id`` its host). No Python runs there, so HDF5 (read by a Python generator) cannot be its input, and
     no host reads another's disk: each host copies its own shards from the store first
     (``HostSentinel.stage``). A single host reads the HDF5 files as before."""
     import tempfile
@@ -278,10 +278,16 @@ def train(cfg: JobConfig, dest: Path, train_fn: Callable[[str, str], str] = trai
     return None, f"the TPU slice failed {MAX_SLICE_RESTARTS + 1} times; last: {why}"
 
 
+def checkpoint_name(done: int, step: int | None = None) -> str:
+    """A TPU checkpoint's directory name: ``epoch_0002`` after two whole epochs, and
+    ``epoch_0001_step_000040`` for one taken 40 steps into the second. ``newest_position`` reads them back."""
+    return f"epoch_{done:04d}" if step is None else f"epoch_{done:04d}_step_{step:06d}"
+
+
 def newest_position(cfg: JobConfig) -> tuple[int, int]:
     """(epoch, step) where the run's newest checkpoint on storage goes on from (1-based epoch, steps
     done in it), as a ``StoppedEvent`` says it; (1, 0) with none. Read from the checkpoints' names
-    (``epoch_0002``: two epochs done; ``epoch_0001_step_000040``: 40 steps into the second)."""
+    (``checkpoint_name``)."""
     from . import storage
 
     best = (1, 0)

@@ -28,6 +28,10 @@ SAY_EVERY_S = 30.0
 SCRAPE_TIMEOUT_S = 3.0
 USAGE_LOG = "usage.jsonl"
 
+# A TPU VM's chips, as each host publishes them from libtpu (``TpuGauges``).
+TPU_DUTY_GAUGE = "burst_tpu_duty_cycle_percent"
+TPU_HBM_GAUGE = "burst_tpu_hbm_used_bytes"
+
 # Ray's node gauges (ray.dashboard.modules.reporter.reporter_agent, exported with Ray's "ray_"
 # prefix) -> (burst's field, how a node's several series combine: per GPU, per TPU chip)
 NODE_GAUGES: dict[str, tuple[str, str]] = {
@@ -41,8 +45,8 @@ NODE_GAUGES: dict[str, tuple[str, str]] = {
     "ray_node_gram_available": ("gpu_mem_free_mb", "sum"),
     "ray_tpu_duty_cycle": ("tpu_percent", "mean"),          # GKE's TPU device plugin only
     "ray_tpu_memory_used": ("tpu_mem_used_bytes", "sum"),
-    "ray_burst_tpu_duty_cycle_percent": ("tpu_percent", "mean"),  # a TPU VM's hosts: libtpu's own (TpuGauges)
-    "ray_burst_tpu_hbm_used_bytes": ("tpu_mem_used_bytes", "sum"),
+    f"ray_{TPU_DUTY_GAUGE}": ("tpu_percent", "mean"),  # a TPU VM's hosts: libtpu's own (TpuGauges)
+    f"ray_{TPU_HBM_GAUGE}": ("tpu_mem_used_bytes", "sum"),
     "ray_node_network_send_speed": ("net_send_bytes_s", "sum"),
     "ray_node_network_receive_speed": ("net_recv_bytes_s", "sum"),
 }
@@ -89,9 +93,6 @@ class WorkerGauges:
         self._samples.set(samples_per_s, tags=self._tags)
         self._wait.set(input_wait_fraction, tags=self._tags)
 
-
-TPU_DUTY_GAUGE = "burst_tpu_duty_cycle_percent"
-TPU_HBM_GAUGE = "burst_tpu_hbm_used_bytes"
 
 
 def libtpu_monitoring():

@@ -20,6 +20,7 @@ inside the functions that need them.
 from __future__ import annotations
 
 import contextlib
+import functools
 
 FLOAT32 = "float32"
 BFLOAT16 = "mixed_bfloat16"
@@ -115,9 +116,7 @@ def optimizer(inner, precision: str):
     return agreed_loss_scale_optimizer()(inner)
 
 
-_AGREED_CLASS = None
-
-
+@functools.cache
 def agreed_loss_scale_optimizer():
     """Keras' ``LossScaleOptimizer`` whose "are the gradients finite?" is one answer for all replicas.
 
@@ -131,9 +130,6 @@ def agreed_loss_scale_optimizer():
     anyone branches, so every replica skips the same updates and halves its scale to the same
     value; a skip is said in the worker's log.
     """
-    global _AGREED_CLASS
-    if _AGREED_CLASS is not None:
-        return _AGREED_CLASS
     import keras
     import tensorflow as tf
 
@@ -151,8 +147,7 @@ def agreed_loss_scale_optimizer():
             with tf.control_dependencies([said]):
                 return tf.identity(agreed)
 
-    _AGREED_CLASS = AgreedLossScaleOptimizer
-    return _AGREED_CLASS
+    return AgreedLossScaleOptimizer
 
 
 def _say_skipped(own_finite, scale, applied):
