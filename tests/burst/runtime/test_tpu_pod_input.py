@@ -41,7 +41,7 @@ from burst.runtime.ray_head import free_port
 from workloads.gan3d import synthetic
 
 HOSTS = 2
-disk = Path(tempfile.mkdtemp(prefix="burst-pod-disk-"))  # each host mounts its own tmpfs here
+disk = Path(tempfile.mkdtemp(prefix="pod-disk-", dir=out))  # each host mounts its own tmpfs here (inside the test's directory)
 port = free_port()
 hosts = []
 for i in range(HOSTS):
