@@ -142,7 +142,7 @@ class Controller:
         else:
             handle = runs.cluster(name)
         attempt.provider, attempt.region, attempt.preemptible = handle.provider, handle.region, handle.preemptible
-        attempt.hourly_usd, attempt.cluster_created = handle.hourly_usd, handle.created
+        attempt.hourly_usd, attempt.cluster_created, attempt.cluster_id = handle.hourly_usd, handle.created, handle.cluster_id
         self.save()
         self.submit(attempt, handle)
 
@@ -219,6 +219,8 @@ class Controller:
         record = load_run(self.m.run_id)
         if handle is None:
             return self.lost(attempt, "its cluster record is gone (taken down)")
+        if not attempt.owns(handle):  # taken down while no controller ran, and a cluster of that name brought up since
+            return self.lost(attempt, f"it was taken down (cluster {handle.name!r} is now another cluster, {handle.cluster_id})")
         target = targets.get(handle.provider)
         if attempt.submitted is None:  # a controller before this one stopped between up and submit
             if record.cluster == attempt.cluster and record.attempts == attempt.number and record.job_id:
@@ -238,10 +240,13 @@ class Controller:
         reserve = CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider)
         recovery = self.policy.recovery
         lease_stop = False
-        seen = time.time()  # the last look that reached the run's job: blindness is counted from it, by the clock
+        # Blindness is counted in time this machine was awake (time.monotonic stops while a laptop
+        # sleeps, on Linux and macOS alike): a wake after an hour asleep is not an hour of blindness.
+        seen = time.monotonic()  # the last look that reached the run's job
         reopen, said_blind = Backoff(REOPEN_WAITS_S), 0.0
         while True:
             why_blind = None
+            opened = time.monotonic()  # nothing is judged lost through a way to the cluster opened before the grace had passed
             try:
                 with target.reach(handle) as reachable:
                     client = jobs.client(reachable)
@@ -258,8 +263,11 @@ class Controller:
                         if not target.is_alive(fresh):
                             if self.past_lease(target, fresh):  # its lease is over: the cluster ended itself
                                 return self.lease_over(attempt, fresh, record)
-                            if now - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
-                                return self.lost(attempt, target.stopped_reason(fresh))
+                            if time.monotonic() - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
+                                if opened - seen >= recovery.loss_grace_seconds:
+                                    return self.lost(attempt, target.stopped_reason(fresh))
+                                why_blind = target.stopped_reason(fresh)
+                                break  # judged only through a way opened anew (a stale tunnel after a wake says "dead" too)
                             time.sleep(POLL_S)
                             continue
                         try:
@@ -269,11 +277,11 @@ class Controller:
                             why_blind = f"{exc.__class__.__name__}: {str(exc)[:160]}"
                             if self.blind_budget(guard, record, attempt, handle):
                                 return
-                            if time.time() - seen >= REOPEN_AFTER_S:
+                            if time.monotonic() - seen >= REOPEN_AFTER_S:
                                 break  # the tunnel may be what broke: open a new one
                             time.sleep(POLL_S)
                             continue
-                        seen = time.time()
+                        seen = time.monotonic()
                         reopen.reset()
                         tracker = self.track(attempt, record, log)
                         if guard is not None:
@@ -293,11 +301,14 @@ class Controller:
                 return self.lease_over(attempt, fresh, record)
             if target.is_gone(fresh):  # not a way to it that broke: the cluster ended (an allocation cancelled while no controller ran)
                 return self.lost(attempt, target.stopped_reason(fresh))
-            blind_s = time.time() - seen
-            if blind_s >= recovery.blind_grace_minutes * 60:
+            blind_s = time.monotonic() - seen
+            grace_s = recovery.blind_grace_minutes * 60
+            if blind_s >= grace_s and opened - seen >= grace_s:  # the way failed again after the grace: lost
                 return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")
             if self.blind_budget(guard, record, attempt, handle):
                 return
+            if blind_s >= grace_s:
+                continue  # the grace passed on a way opened before it ended: open a new one now, then judge
             wait = reopen.next_wait()
             if time.time() - said_blind >= BLIND_SAY_EVERY_S:
                 said_blind = time.time()
@@ -422,6 +433,8 @@ class Controller:
         self.say(f"attempt {attempt.number} on {attempt.provider} cluster {attempt.cluster} lost after {minutes:.1f} min ({why}); "
                  f"cost ${attempt.cost_usd:,.4f}; newest checkpoint {last_checkpoint(record.storage_uri, record.run_id) if record.storage_uri else 'none'}")
         handle = state.load(ClusterHandle, attempt.cluster)
+        if not attempt.owns(handle):  # gone, or someone's cluster of the same name: nothing of it is touched
+            handle = None
         if handle is not None:
             self.stop_old_job(handle, record)  # never two copies of the run training at once
         if handle is not None and attempt.own:
@@ -516,7 +529,7 @@ class Controller:
             if attempt.ended is None:
                 self.end_attempt(attempt, final.lower())
             handle = state.load(ClusterHandle, attempt.cluster)
-            if handle is not None and attempt.own and handle.cluster_id and attempt.cluster_created == handle.created:
+            if attempt.own and attempt.owns(handle) and handle.cluster_id:
                 self.take_down(handle)
         if record.run_dir:
             self.write_cost(record)

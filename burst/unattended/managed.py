@@ -43,11 +43,21 @@ class Attempt(BaseModel):
     hourly_usd: HourlyUsd = 0.0
     started: Timestamp = Field(default_factory=time.time)  # the attempt began (planning, up)
     cluster_created: Optional[Timestamp] = None             # its cluster's cost accrues from here
+    cluster_id: Optional[str] = None  # the attempt's own cluster: a later one of the same name is never acted on
     submitted: Optional[Timestamp] = None
     first_step: Optional[Timestamp] = None
     ended: Optional[Timestamp] = None
     how: Optional[str] = None
     cost_usd: float = Field(0.0, ge=0, le=1e12)
+
+    def owns(self, handle: Optional[ClusterHandle]) -> bool:
+        """``handle`` (a record loaded by the attempt's cluster name) is this attempt's cluster, not a
+        later one of the same name (taken down, then brought up again by someone)."""
+        if handle is None:
+            return False
+        if self.cluster_id is not None:
+            return handle.cluster_id == self.cluster_id
+        return self.cluster_created is None or handle.created == self.cluster_created  # an attempt recorded before ids were kept
 
     def cost_until(self, at: float) -> float:
         """The cluster's price from its creation (a cluster the run found running: from the attempt's start) until ``at``."""
@@ -216,7 +226,7 @@ def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float],
     down only what the budget or the lease stops."""
     attempt = Attempt(number=record.attempts, cluster=handle.name, own=False, provider=handle.provider, region=handle.region,
                       preemptible=handle.preemptible, hourly_usd=handle.hourly_usd, started=handle.created,
-                      cluster_created=handle.created, submitted=time.time())
+                      cluster_created=handle.created, cluster_id=handle.cluster_id, submitted=time.time())
     m = ManagedRun(run_id=record.run_id, request={}, cluster=handle.name, own_first=False, recover=False, budget_usd=budget_usd,
                    phase="running", attempts=[attempt])
     save(m)

@@ -1,0 +1,212 @@
+"""Where the controller meets a laptop's sleep, a store that refuses a write and a cluster name
+taken again (issue 64, findings 6, 10 and 11). The controller's own `lost`, `finish`, `take_down`
+and budget guard run here as they do for a user; what stands in is only the cloud cluster behind
+its tunnel (a target whose head and job API answer as the test says), or nothing at all (a real
+local Ray cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    monkeypatch.setenv("BURST_HOME", str(path))
+    return path
+
+
+def _save(record) -> None:
+    from burst.home import state
+
+    with state.locked():
+        state.save(record)
+
+
+class _GkeBehindATunnel:
+    """A cloud cluster reached through a port-forward: ``alive()`` and ``job()`` say how its head and
+    job API answer; every ``reach`` opens the way anew; ``down`` is what `pulumi destroy` would do."""
+
+    provider, provisions, kind, is_scheduler = "gcp", True, "cloud", False
+
+    def __init__(self, alive, job):
+        self.alive, self.job, self.opened, self.downs = alive, job, [], []
+
+    def is_alive(self, handle, timeout: float = 2.0) -> bool:
+        return self.alive()
+
+    def stopped_reason(self, handle) -> str:
+        return "its Ray head does not answer"
+
+    def is_gone(self, handle) -> bool:
+        return False
+
+    def storage_outlives(self, handle) -> bool:
+        return True
+
+    @contextmanager
+    def reach(self, handle):
+        self.opened.append(time.monotonic())
+        yield handle
+
+    def down(self, handle, report=None) -> None:
+        from burst.home import state
+
+        self.downs.append(handle.cluster_id)
+        state.release(handle)
+
+
+def _managed(tmp_path: Path, monkeypatch, target, policy: str, store: str, budget=None):
+    """A managed run r1 on its attempt 1, cluster c (id gke0001), with ``target`` in place of GKE and
+    a job API that answers ``target.job()``; the controller that follows it."""
+    from burst import controller, targets
+    from burst.home.state import ClusterHandle, RunRecord
+    from burst.runtime import jobs
+    from burst.unattended.managed import Attempt, ManagedRun
+
+    (tmp_path / "policy.yaml").write_text(policy)
+    now = time.time()
+    _save(ClusterHandle(name="c", provider="gcp", cluster_id="gke0001", state="running", storage_uri=store, hourly_usd=3600.0,
+                        created=now, region="europe-west4"))
+    _save(RunRecord(run_id="r1", workload="gan3d", cluster="c", provider="gcp", state="RUNNING", job_id="raysubmit_1", storage_uri=store))
+    m = ManagedRun(run_id="r1", request={}, cluster="c", policy=str(tmp_path / "policy.yaml"), budget_usd=budget, recover=False,
+                   attempts=[Attempt(number=1, cluster="c", provider="gcp", region="europe-west4", started=now, cluster_created=now,
+                                     cluster_id="gke0001", submitted=now, hourly_usd=3600.0)])
+    stopped = []
+
+    class _JobApi:
+        def stop_job(self, job_id):
+            stopped.append(job_id)
+
+        def get_job_logs(self, job_id):
+            return ""
+
+    monkeypatch.setattr(targets, "get", lambda provider: target)
+    monkeypatch.setattr(jobs, "client", lambda handle: _JobApi())
+    monkeypatch.setattr(jobs, "job_status", lambda client, job_id: target.job())
+    monkeypatch.setattr(controller, "POLL_S", 0.05)
+    monkeypatch.setattr(controller, "REOPEN_WAITS_S", (0.05,))
+    return controller.Controller(m), m, stopped
+
+
+def _moves(run_id: str) -> str:
+    from burst.unattended.managed import managed_file
+
+    path = managed_file(run_id, ".log")
+    return path.read_text() if path.exists() else ""
+
+
+def test_a_laptop_that_slept_past_the_blind_grace_reopens_the_tunnel_and_follows_the_run_on(home, tmp_path, monkeypatch):
+    """Finding 6. The laptop sleeps 15 minutes while its run trains on GKE; on waking, the
+    port-forward is stale (the job API refuses). Before, blindness was counted by the wall clock
+    from the last good look: the first refused look found the 3 s grace (10 min by default) long
+    spent, and the healthy cluster was destroyed. Now blindness counts awake time only, the tunnel is
+    opened again, the run is followed on, and the cluster is judged lost only when its head truly
+    stops answering, through a way opened after the grace."""
+    wall = time.time
+    asleep = {"s": 0.0}
+    monkeypatch.setattr(time, "time", lambda: wall() + asleep["s"])  # the wall clock jumps; time.monotonic does not
+    looks = {"n": 0, "after_wake": 0}
+    head = {"alive": True}
+
+    def job() -> str:
+        looks["n"] += 1
+        if looks["n"] == 4:
+            asleep["s"] = 15 * 60.0  # the lid closed between the 3rd and 4th look
+        if asleep["s"] and len(gke.opened) == 1:
+            raise ConnectionError("kubectl port-forward: lost connection to pod")  # the stale tunnel
+        if asleep["s"]:
+            looks["after_wake"] += 1
+            if looks["after_wake"] == 5:
+                head["alive"] = False  # later the head really dies
+        return "RUNNING"
+
+    gke = _GkeBehindATunnel(alive=lambda: head["alive"], job=job)
+    c, m, _ = _managed(tmp_path, monkeypatch, gke, "providers: [gcp]\nrecovery: {blind_grace_minutes: 0.05, loss_grace_seconds: 2}\n",
+                       str(tmp_path / "store"))
+    from burst import controller
+
+    monkeypatch.setattr(controller, "REOPEN_AFTER_S", 0.3)
+    c.follow_attempt(m.attempts[0])
+    attempt = m.attempts[0]
+    assert looks["after_wake"] >= 5, "the run was followed through the reopened tunnel after the wake"
+    assert attempt.how == "lost: its Ray head does not answer", attempt.how  # not "not seen for 15.0 min"
+    assert len(gke.opened) >= 3  # the first way, the one reopened after the wake, one opened again before judging the dead head
+    assert gke.downs == ["gke0001"]  # the dead cluster, once
+    assert "not seen for 15" not in _moves("r1")
+
+
+def test_a_head_judged_dead_through_an_old_tunnel_is_asked_again_through_a_new_one(home, tmp_path, monkeypatch):
+    """Finding 6's second half: a way to the cluster opened before the grace passed (a port-forward
+    that went stale) says "dead" for a healthy head; the tunnel is reopened before anything is
+    judged lost, and the healthy head answers again."""
+    ends = iter(["RUNNING"] * 3 + ["FAILED"])
+
+    def alive() -> bool:
+        return len(gke.opened) > 1  # dead through the first way only
+
+    def job() -> str:
+        return next(ends)
+
+    gke = _GkeBehindATunnel(alive=alive, job=job)
+    c, m, _ = _managed(tmp_path, monkeypatch, gke, "providers: [gcp]\nrecovery: {loss_grace_seconds: 2}\n", str(tmp_path / "store"))
+    c.follow_attempt(m.attempts[0])
+    assert m.attempts[0].how == "job failed", m.attempts[0].how  # the job's own end, seen through the new way
+    assert len(gke.opened) == 2
+
+
+def _local_up(home: Path, name: str, cwd: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "local", "--name", name, "--cpus", "1", "--json"],
+                          capture_output=True, text=True, cwd=cwd, timeout=180, env={**os.environ, "BURST_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_a_revived_controller_never_acts_on_a_new_cluster_of_its_cluster_s_name(home, tmp_path):
+    """Finding 10. A managed run's controller died while its cluster `c` trained; the user took `c`
+    down and brought up a new `c` for other work; `burst status` revives the controller. Before, it
+    loaded the record by name, went blind on the new cluster (no such job there) and took it down.
+    Now the attempt names its cluster by id: the new `c` is another cluster, the attempt is lost,
+    and the new cluster is untouched, up and answering."""
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+    from burst.targets import local
+    from burst.unattended.managed import Attempt, ManagedRun, save
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    new = _local_up(home, "c", cwd)
+    try:
+        (tmp_path / "policy.yaml").write_text("providers: [local]\nrecovery: {blind_grace_minutes: 0.05, loss_grace_seconds: 2}\n")
+        old_created = new["created"] - 3600
+        _save(RunRecord(run_id="r1", workload="gan3d", cluster="c", provider="local", state="RUNNING", job_id="raysubmit_old",
+                        storage_uri=new["storage_uri"], attempts=1))
+        save(ManagedRun(run_id="r1", request={}, cluster="c", policy=str(tmp_path / "policy.yaml"), recover=False, phase="running",
+                        cwd=str(cwd), attempts=[Attempt(number=1, cluster="c", provider="local", started=old_created,
+                                                        cluster_created=old_created, cluster_id="local00000old", submitted=old_created)]))
+        proc = subprocess.run([sys.executable, "-m", "burst.controller", "run", "r1"], capture_output=True, text=True, timeout=120,
+                              cwd=cwd, env={**os.environ, "BURST_HOME": str(home)})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        run = state.load(RunRecord, "r1")
+        assert run.state == "LOST" and "is now another cluster" in run.message, run.message
+        handle = state.load(ClusterHandle, "c")
+        assert handle is not None and handle.cluster_id == new["cluster_id"]  # its record stays
+        assert local.LocalTarget().is_alive(handle)  # and it answers
+        assert "(local) taken down" not in _moves("r1")  # nothing was taken down
+    finally:
+        subprocess.run([sys.executable, "-m", "burst.cli", "down", "c"], capture_output=True, timeout=120, cwd=cwd,
+                       env={**os.environ, "BURST_HOME": str(home)})
