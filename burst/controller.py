@@ -239,7 +239,7 @@ class Controller:
         guard = BudgetGuard.for_cluster(handle, remaining) if remaining is not None else None
         reserve = CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider)
         recovery = self.policy.recovery
-        lease_stop = False
+        lease_stop = lease_said = False
         # Blindness is counted in time this machine was awake (time.monotonic stops while a laptop
         # sleeps, on Linux and macOS alike): a wake after an hour asleep is not an hour of blindness.
         seen = time.monotonic()  # the last look that reached the run's job
@@ -254,9 +254,14 @@ class Controller:
                         now = time.time()
                         # a cloud lease; a scheduler's walltime is not the run's end: its notice moves the run
                         if target.provisions and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
-                            self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
-                            request_stop(handle, self.m.run_id)
-                            lease_stop = True
+                            failed = request_stop(handle, self.m.run_id)
+                            if failed is None:
+                                self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
+                                lease_stop = True
+                            elif not lease_said:  # tried again at every look; said once
+                                self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends, and the stop request could "
+                                         f"not be written on {handle.storage_uri} ({failed}); trying again at every look")
+                                lease_said = True
                         fresh = state.load(ClusterHandle, handle.name)
                         if fresh is None or fresh.cluster_id != handle.cluster_id:
                             return self.lost(attempt, "it was taken down")
@@ -552,12 +557,17 @@ def ending(status: str, stopped, *, budget: bool, lease: bool) -> str:
     return "finished" if status == "SUCCEEDED" else "failed"
 
 
-def request_stop(handle: ClusterHandle, run_id: str) -> None:
-    """The same stop request the budget guard writes: the workers checkpoint where they are and end."""
+def request_stop(handle: ClusterHandle, run_id: str) -> Optional[str]:
+    """The same stop request the budget guard writes (the workers checkpoint where they are and end);
+    None once written, else why the store refused it."""
     from .runtime import storage
     from .runtime.job import RunFiles
 
-    storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "lease\n")
+    try:
+        storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "lease\n")
+    except Exception as exc:  # noqa: BLE001 - whatever the store's SDK raised: the controller must outlive it
+        return reason_of(exc)
+    return None
 
 
 # --------------------------------------------------------------------------- the watcher

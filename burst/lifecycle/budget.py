@@ -47,6 +47,7 @@ class BudgetGuard:
     budget_usd: float
     reserve_s: float
     requested_at: Optional[float] = None
+    stop_written: bool = False
     forced: bool = False
 
     @classmethod
@@ -69,12 +70,20 @@ class BudgetGuard:
             raise BurstError(f"the budget of ${self.budget_usd:,.2f} is (nearly) spent: ${self.accrued():,.2f} accrued on cluster "
                              f"{self.handle.name!r} at ${self.handle.hourly_usd:,.2f}/h; raise budget_usd or `burst down {self.handle.name}`", exit_code=3)
 
-    def request_stop(self, run_id: str) -> None:
+    def request_stop(self, run_id: str) -> Optional[str]:
+        """Write the stop request on the run's store; None once written, else why it could not be (a
+        503, expired credentials, a store being recreated): the guard tries again at its next look."""
         from ..runtime import storage
         from ..runtime.job import RunFiles
 
-        storage.write_text(RunFiles(self.handle.storage_uri, run_id).stop_request, "budget\n")
-        self.requested_at = now()
+        if self.requested_at is None:
+            self.requested_at = now()  # the workers' reserve counts from the first try: a write that keeps failing ends in a hard stop
+        try:
+            storage.write_text(RunFiles(self.handle.storage_uri, run_id).stop_request, "budget\n")
+        except Exception as exc:  # noqa: BLE001 - whatever the store's SDK raised: the guard must outlive it
+            return f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+        self.stop_written = True
+        return None
 
     def overdue(self, at: Optional[float] = None) -> bool:
         """The workers did not stop within the reserve: the job must be stopped hard."""
@@ -84,15 +93,26 @@ class BudgetGuard:
     def poll(self, run_id: str, stop_job: Callable[[], None]) -> Optional[str]:
         """One look at the budget while a run goes on; returns what the user should be told.
 
-        First it asks the workers to stop (they agree on a step and checkpoint); if they have not
-        stopped within the checkpoint reserve, it stops the job hard, once.
+        First it asks the workers to stop (they agree on a step and checkpoint); a request the store
+        refused is written again at every look; if they have not stopped within the checkpoint
+        reserve, it stops the job hard, once (again at the next look if the job API refused). No
+        error of the store or the job API escapes: a guard that died would leave the run unguarded.
         """
         if self.requested_at is None and self.must_stop():
-            self.request_stop(run_id)
-            return (f"${self.accrued():,.2f} of ${self.budget_usd:,.2f} spent; taking a final checkpoint and stopping "
-                    f"(reserve {self.reserve_s:.0f} s for checkpoint and tear-down)")
+            failed = self.request_stop(run_id)
+            spent = f"${self.accrued():,.2f} of ${self.budget_usd:,.2f} spent"
+            if failed:
+                return (f"{spent}; the stop request could not be written on {self.handle.storage_uri} ({failed}): tried again at every "
+                        f"look, and the job is stopped hard if its workers have not stopped in {CHECKPOINT_RESERVE_S:.0f} s")
+            return f"{spent}; taking a final checkpoint and stopping (reserve {self.reserve_s:.0f} s for checkpoint and tear-down)"
+        if self.requested_at is not None and not self.stop_written and not self.forced and not self.overdue():
+            if self.request_stop(run_id) is None:
+                return "the stop request is written now; taking a final checkpoint and stopping"
         if self.overdue():
-            stop_job()
+            try:
+                stop_job()
+            except Exception as exc:  # noqa: BLE001 - the job API refused: asked again at the next look
+                return f"the workers did not stop in time and stopping the job failed ({exc.__class__.__name__}: {str(exc)[:160]}); trying again"
             self.forced = True
             return "the workers did not stop in time; stopping the job"
         return None

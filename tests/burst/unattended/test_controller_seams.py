@@ -6,11 +6,13 @@ local Ray cluster)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -210,3 +212,125 @@ def test_a_revived_controller_never_acts_on_a_new_cluster_of_its_cluster_s_name(
     finally:
         subprocess.run([sys.executable, "-m", "burst.cli", "down", "c"], capture_output=True, timeout=120, cwd=cwd,
                        env={**os.environ, "BURST_HOME": str(home)})
+
+
+STORES = ("path", "gs", "abfs")
+
+
+@pytest.fixture(params=STORES)
+def refusing_store(request, tmp_path):
+    """A store that refuses writes under ``runs/r1`` until ``mend()``, on each kind of store burst
+    writes a stop request on: a directory (``runs/r1`` is a file: NotADirectoryError), a bucket on the
+    GCS emulator not made yet (its create is refused), a container on Azurite reached with a wrong
+    account key (403, as with expired credentials; ``mend`` gives the right key back)."""
+    from tests.support.storage_servers import new_bucket
+
+    if request.param == "path":
+        root = tmp_path / "store"
+        (root / "runs").mkdir(parents=True)
+        (root / "runs" / "r1").write_text("not a directory")
+        return str(root), lambda: (root / "runs" / "r1").unlink()
+    server = request.getfixturevalue("gcs_server" if request.param == "gs" else "azurite_server")
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    for k, v in server.env.items():
+        monkeypatch.setenv(k, v)
+    made = new_bucket(request.param, server.env)
+    if request.param == "gs":
+        missing = made + "x"
+
+        def make_bucket():
+            urllib.request.urlopen(urllib.request.Request(f"{server.env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=burst-tests",
+                                                          method="POST", data=json.dumps({"name": missing[5:]}).encode(),
+                                                          headers={"Content-Type": "application/json"}), timeout=10).close()
+
+        return missing, make_bucket
+    right = server.env["AZURE_STORAGE_CONNECTION_STRING"]
+    key = right.split("AccountKey=", 1)[1].split(";", 1)[0]
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", right.replace(key, base64.b64encode(b"an expired key, 64 bytes long, as Azure's are: ........").decode()))
+    return made, lambda: os.environ.__setitem__("AZURE_STORAGE_CONNECTION_STRING", right)
+
+
+def _stop_file(store: str) -> bool:
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+
+    try:
+        return storage.exists(RunFiles(store, "r1").stop_request)
+    except Exception:  # noqa: BLE001 - a store that does not exist holds no stop file
+        return False
+
+
+def test_a_stop_request_the_store_refuses_is_written_again_and_the_job_stopped_hard_when_it_never_is(refusing_store, monkeypatch):
+    """Finding 11, the guard itself, on every kind of store: the store refuses the stop request (a
+    503, expired credentials); before, the error escaped the guard and ended its controller, and a
+    detached run trained on with nothing enforcing its budget. Now the guard says so, writes it
+    again at its next look, and, if the store never takes it, stops the job hard once the workers'
+    reserve is over."""
+    from burst.home.state import ClusterHandle
+    from burst.lifecycle import budget
+
+    store, mend = refusing_store
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(budget, "now", lambda: clock["t"])
+    handle = ClusterHandle(name="c", provider="gcp", cluster_id="gke0001", storage_uri=store, hourly_usd=3600.0, created=0.0)
+    stops = []
+
+    def refused():
+        raise ConnectionError("the job API does not answer")
+
+    never = budget.BudgetGuard(handle, budget_usd=1100.0, reserve_s=60.0)  # $1/s: the stop is due at t = 1040
+    assert never.poll("r1", stop_job=lambda: stops.append("hard")) is None
+    clock["t"] = 1045.0
+    said = never.poll("r1", stop_job=lambda: stops.append("hard"))
+    assert "the stop request could not be written" in said and not _stop_file(store)
+    clock["t"] = 1050.0
+    assert never.poll("r1", stop_job=lambda: stops.append("hard")) is None  # refused again, quietly
+    clock["t"] = 1045.0 + budget.CHECKPOINT_RESERVE_S + 1
+    assert "stopping the job failed" in never.poll("r1", stop_job=refused) and not never.forced  # asked again at the next look
+    assert never.poll("r1", stop_job=lambda: stops.append("hard")) == "the workers did not stop in time; stopping the job"
+    assert stops == ["hard"] and never.forced
+
+    guard = budget.BudgetGuard(handle, budget_usd=1100.0, reserve_s=60.0)
+    clock["t"] = 1045.0
+    assert "could not be written" in guard.poll("r1", stop_job=lambda: stops.append("too soon"))
+    mend()
+    clock["t"] = 1046.0
+    assert guard.poll("r1", stop_job=lambda: stops.append("too soon")) == "the stop request is written now; taking a final checkpoint and stopping"
+    assert _stop_file(store) and stops == ["hard"]
+
+
+def test_a_controller_whose_store_refuses_the_stop_request_outlives_it_and_stops_the_run_at_its_budget(home, tmp_path, monkeypatch, gcs_server):
+    """Finding 11 through the controller: a managed run on GKE reaches its budget while its gs://
+    store refuses writes; before, the controller died of the store's error (and `finish("FAILED")`
+    took the cluster down with no final checkpoint). Now it says so, writes the request once the
+    store takes it, the workers stop, and the run ends STOPPED_BUDGET with its cluster taken down."""
+    from burst.home.state import RunRecord
+    from burst.home import state
+    from burst.lifecycle import budget
+    from tests.support.storage_servers import new_bucket
+
+    for k, v in gcs_server.env.items():
+        monkeypatch.setenv(k, v)
+    made = new_bucket("gs", gcs_server.env)
+    store = made + "x"  # not made yet: the emulator answers 404 to every write
+    monkeypatch.setattr(budget, "CHECKPOINT_RESERVE_S", 30.0)  # the workers' reserve: far longer than the store's refusal
+    monkeypatch.setattr(budget, "teardown_seconds", lambda provider: 0.5)
+    refused_looks = {"n": 0}
+
+    def job() -> str:
+        if "could not be written" in _moves("r1"):
+            refused_looks["n"] += 1
+            if refused_looks["n"] == 5:  # a few looks after the refusal, the store is back
+                urllib.request.urlopen(urllib.request.Request(f"{gcs_server.env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=burst-tests",
+                                                              method="POST", data=json.dumps({"name": store[5:]}).encode(),
+                                                              headers={"Content-Type": "application/json"}), timeout=10).close()
+        return "STOPPED" if _stop_file(store) else "RUNNING"  # the workers checkpoint and end once they read it
+
+    gke = _GkeBehindATunnel(alive=lambda: True, job=job)
+    c, m, _ = _managed(tmp_path, monkeypatch, gke, "providers: [gcp]\n", store, budget=32.0)  # $1/s, stop due after about 1.5 s
+    c.run()
+    run = state.load(RunRecord, "r1")
+    assert run.state == "STOPPED_BUDGET", run.message
+    assert gke.downs == ["gke0001"]
+    log = _moves("r1")
+    assert "the stop request could not be written" in log and "the stop request is written now" in log
