@@ -190,6 +190,7 @@ def catalog_refresh(
     provider: Annotated[Optional[str], typer.Option(help="whose rows to renew (default: every provider whose price list needs no account: Azure's Retail Prices API; gcp and gcp-tpu read Google's Cloud Billing Catalog with your credentials)")] = None,
     catalog_file: Annotated[Optional[Path], typer.Option("--catalog", help="catalog to start from (default: the refreshed one, else the packaged one)")] = None,
     out_file: Annotated[Optional[Path], typer.Option("--out", help="where to write (default: the refreshed catalog every command reads)")] = None,
+    accept: Annotated[bool, typer.Option("--accept", help="write prices that moved by more than 25 % too (without it, such a refresh is shown and nothing is written)")] = False,
 ) -> None:
     """Renew the catalog's rows from the providers' public price lists; each renewed row carries its source and date."""
     import datetime
@@ -205,11 +206,20 @@ def catalog_refresh(
     dest = out_file or cat.refreshed_path()
     today = datetime.date.today().isoformat()
     cat.load(source)  # a catalog that does not read is one line here, before anything is asked
-    text, said = read_text(source, "catalog"), []
+    text, said, large = read_text(source, "catalog"), [], []
     for name in providers:
         text, changes, missing = refresh.refresh(text, name, today)
-        said += [f"  {c.describe()}" for c in changes] + [f"  kept: {line}" for line in missing]
+        said += [f"  {c.describe()}" + (f" [moved {c.largest_move:.0%}]" if c.large else "") for c in changes]
+        said += [f"  kept: {line}" for line in missing]
         said.append(f"{name}: {len(changes)} row(s) renewed from its price list, {len(missing)} kept")
+        large += [c for c in changes if c.large]
+    if large and not accept:
+        for line in said:
+            console.print(line)
+        worst = max(large, key=lambda c: c.largest_move)
+        raise BurstError(f"{len(large)} price(s) moved by more than {refresh.LARGE_CHANGE:.0%} (the most: {worst.instance_type} in "
+                         f"{worst.region}, {worst.largest_move:.0%}); nothing was written: check them against the provider's price "
+                         f"page, then run again with --accept to take them, or correct the rows by hand (quality: corrected)")
     if provider is None and (asked := [p for p in refresh.renewable() if p not in providers]):
         said.append(f"not renewed: {', '.join(asked)} (their price list needs your credentials: "
                     f"`burst catalog refresh --provider {asked[0]}`)")

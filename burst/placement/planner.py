@@ -95,7 +95,7 @@ class Plan:
                 "excluded": self.excluded, "candidates": [c.to_dict() for c in self.candidates]}
 
 
-_QUALITY = ("catalog", "derived", "estimate")
+_QUALITY = ("catalog", "corrected", "derived", "estimate")
 
 
 def _epochs(policy: Policy, profile: Profile, asked: Optional[int]) -> int:

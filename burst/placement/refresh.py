@@ -4,7 +4,11 @@ A target that has one says so (``Target.price_list``: Azure's Retail Prices API,
 account; Google's Cloud Billing Catalog for the GKE and TPU rows, which needs the user's
 credentials and is read only when named with ``--provider``). A renewed row carries the price
 list's name, the date it was read, and quality ``catalog``; a row the list does not price stays as
-it was and is said. Nothing is written unless every query was answered.
+it was and is said. A row corrected by hand (quality ``corrected``: the catalog header says why,
+often a price list whose first matching SKU is not the standard one) is never overwritten; what
+the list says for it is shown beside it. A price that moves by more than ``LARGE_CHANGE`` is a
+change to review: ``burst catalog refresh`` writes nothing until it is accepted (``--accept``).
+Nothing is written unless every query was answered.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from typing import Optional
 
 from .. import targets
 from ..errors import BurstError
+
+#: a renewed price this far from the row's (either way, as a fraction) is reviewed before it is written
+LARGE_CHANGE = 0.25
+CORRECTED = "corrected"
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,18 @@ class Change:
     old_spot: Optional[float]
     new_spot: Optional[float]
     old_date: str
+
+    @property
+    def largest_move(self) -> float:
+        """The larger relative move of its two prices (a spot price that appears or goes counts as none)."""
+        moves = [abs(self.new_od - self.old_od) / self.old_od]
+        if self.old_spot and self.new_spot:
+            moves.append(abs(self.new_spot - self.old_spot) / self.old_spot)
+        return max(moves)
+
+    @property
+    def large(self) -> bool:
+        return self.largest_move > LARGE_CHANGE
 
     def describe(self) -> str:
         def money(v: Optional[float]) -> str:
@@ -86,6 +106,10 @@ def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], li
             missing.append(f"{shape_label(row)} in {row['region']}: {price_list.unlisted}; row kept as read {row['fetched_at']}")
             continue
         od, spot = found
+        if row.get("quality") == CORRECTED:  # the list's answer is what the correction was made against: said, never written
+            missing.append(f"{shape_label(row)} in {row['region']}: corrected by hand ({row.get('note') or 'see the catalog header'}); "
+                           f"the price list says on-demand {od:g}, the row keeps {float(row['price_od']):g}")
+            continue
         old_spot = float(row["price_spot"]) if row["price_spot"] else None
         changes.append(Change(row["region"], shape_label(row), float(row["price_od"]), od, old_spot, spot, row["fetched_at"]))
         row.update(price_od=f"{od:g}", price_spot="" if spot is None else f"{spot:g}", quality="catalog", source=source, fetched_at=today)

@@ -127,7 +127,7 @@ class Layout:
 
     @property
     def quality(self) -> str:
-        order = ("catalog", "derived", "estimate")
+        order = ("catalog", "corrected", "derived", "estimate")
         return max((p.offer.quality for p in self.pools), key=lambda q: order.index(q) if q in order else 3)
 
     def hourly_usd(self, preemptible: bool) -> float:

@@ -35,7 +35,7 @@ def test_every_row_is_sane_and_sourced(offers):
         assert o.price_od > 0 and o.price_od != 700.0
         assert o.price_spot is None or 0 < o.price_spot <= o.price_od, o
         assert o.source and o.fetched_at, o
-        assert o.quality in ("catalog", "derived", "estimate")
+        assert o.quality in ("catalog", "corrected", "derived", "estimate")
 
 
 def test_anomalies_are_resolved(offers):

@@ -134,33 +134,42 @@ def test_gke_rows_are_renewed_from_google_s_skus_bundled_into_nodes(billing, mon
     for key, row in after.items():
         provider, region, shape, accel, _ = key
         old = before[key]
-        if provider != "gcp" or (region == "europe-west4" and accel != "T4") or accel == "H100":
-            assert row == old, key  # not GKE, or no SKU for all its parts: kept as it was
+        if provider != "gcp" or (region == "europe-west4" and accel != "T4") or accel == "H100" or old["quality"] == "corrected":
+            assert row == old, key  # not GKE, no SKU for all its parts, or corrected by hand: kept as it was
             continue
         renewed += 1
         assert row["quality"] == "catalog" and row["source"].startswith("Google Cloud Billing Catalog API") and row["fetched_at"] == row["source"][-10:]
         if region == "us-central1" and accel in ("T4", "V100", "A100-40GB"):
             # Google's list prices bundled as nodes give back the packaged (SkyPilot-derived) prices
             assert float(row["price_od"]) == pytest.approx(float(old["price_od"]), abs=1e-4), key
-    assert renewed == 4 * 4 + 3 + 3  # us-central1 T4, V100, L4, A100-40GB and A100-80GB shapes; europe-west4 T4
+    assert renewed == 4 * 3 + 3 + 3  # us-central1 T4, V100, L4 and A100-40GB shapes; europe-west4 T4 (A100-80GB is corrected)
     t4 = after[("gcp", "us-central1", "n1-standard-8", "T4", "1")]
     assert float(t4["price_spot"]) == _node(t4, 0.14, 0.00698, 0.00094)  # the Preemptible SKUs of the same parts
     l4 = after[("gcp", "us-central1", "g2-standard-24", "L4", "2")]
     assert float(l4["price_od"]) == _node(l4, 0.56, 0.025, 0.003) and l4["price_spot"] == ""  # no spot SKU: no spot price
     a100_80 = after[("gcp", "us-central1", "a2-ultragpu-1g", "A100-80GB", "1")]
-    assert float(a100_80["price_od"]) == _node(a100_80, 3.0, 0.031611, 0.004237)  # its own GPU SKU, not the 40 GB one
+    assert a100_80["price_od"] == "5.07" and a100_80["quality"] == "corrected"  # corrected by hand: never overwritten, and the list's
+    listed = _node(a100_80, 3.0, 0.031611, 0.004237)  # answer (its own GPU SKU, not the 40 GB one) is said beside it
+    assert "kept: a2-ultragpu-1g + 1 A100-80GB in us-central1: corrected by hand (GPU OD: catalog 1.8462 too low" in result.output
+    assert f"the price list says on-demand {listed:g}, the row keeps 5.07" in result.output
     eu = after[("gcp", "europe-west4", "n1-standard-8", "T4", "1")]
     assert float(eu["price_od"]) == _node(eu, 0.40, 0.034806, 0.004664)
     assert "n1-standard-8 + 1 T4 in europe-west4: on-demand 0.7858 -> " in result.output
     assert "kept: a2-highgpu-1g + 1 A100-40GB in europe-west4: no SKU prices all its parts in this region" in result.output
     assert "kept: n1-standard-8 + 1 V100 in europe-west4" in result.output  # the same machine type with another GPU: said apart
-    assert "gcp: 22 row(s) renewed from its price list" in result.output
+    assert "gcp: 18 row(s) renewed from its price list" in result.output
 
 
 def test_tpu_slices_are_renewed_per_device_pod_or_chip_with_a_gcloud_token(billing, tmp_path, monkeypatch):
     _gcloud(tmp_path, monkeypatch, 'echo "ya29.test-token"\n')
     before = _rows(catalog.DEFAULT_PATH)
-    result = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp-tpu"])
+    # the pod SKU here (TEST) is dearer than the device's: pod slices' prices double, a change reviewed before it is written
+    refused = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp-tpu"])
+    assert refused.exit_code == 2 and not catalog.refreshed_path().exists()
+    assert "tpu-v2-32 in us-central1: on-demand 18 -> 36, spot 5.4 -> - (was read 2026-11-26) [moved 100%]" in refused.output
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: 4 price(s) moved by more than 25% (the most: tpu-v2-32 in us-central1, 100%); "
+                                                              "nothing was written")
+    result = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp-tpu", "--accept"])
     assert result.exit_code == 0, result.output
     assert set(billing.auth) == {"Bearer ya29.test-token"}
     after = _rows(catalog.refreshed_path())
@@ -202,3 +211,29 @@ def test_no_credentials_or_refused_ones_are_one_line_and_nothing_is_written(bill
     assert refused.exit_code == 2 and "refused the credentials (HTTP 403" in refused.stderr and "the catalog is unchanged" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     assert not catalog.refreshed_path().exists() and catalog.default_path() == catalog.DEFAULT_PATH
+
+
+def test_a_refresh_never_undoes_the_catalog_s_own_corrections(billing, monkeypatch):
+    """Finding 13 of issue 64: Google lists a non-standard H100 SKU first (the one SkyPilot's
+    fetcher took, 4.20076 $/GPU-h in us-central1, the catalog header says); before, a refresh took
+    it, cut a3-highgpu-8g's price almost in half (87.83 -> 48.11 $/h with these host SKUs), marked the row `catalog` and said
+    nothing. Now the corrected rows are kept, and what the list says is shown beside them."""
+    import sys
+
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "COMPUTE", COMPUTE + [
+        _sku("Nvidia H100 80GB GPU running in Americas", "GPU", "OnDemand", 4.20076, US),
+        _sku("A3 Instance Core running in Americas", "CPU", "OnDemand", 0.031611, US),  # TEST
+        _sku("A3 Instance Ram running in Americas", "RAM", "OnDemand", 0.004237, US),  # TEST
+    ])
+    monkeypatch.setenv(gcp_prices.KEY_ENV, "AIza-test-key")
+    before = _rows(catalog.DEFAULT_PATH)
+    result = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "gcp"])
+    assert result.exit_code == 0, result.output
+    after = _rows(catalog.refreshed_path())
+    a3 = ("gcp", "us-central1", "a3-highgpu-8g", "H100", "8")
+    assert after[a3] == before[a3] and after[a3]["price_od"] == "87.83248"
+    listed = _node(before[a3], 4.20076, 0.031611, 0.004237)
+    assert listed < 50  # what the refresh would have written
+    assert f"kept: a3-highgpu-8g + 8 H100 in us-central1: corrected by hand (GPU OD: catalog 4.20076 too low; us-east4 standard SKU " \
+           f"(a3-highgpu-8g = 87.83/h list)); the price list says on-demand {listed:g}, the row keeps 87.8325" in result.output
