@@ -53,6 +53,16 @@ def token_secret_id(spec: StackSpec) -> str:
 KEEPER_PERMISSIONS = ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]  # the slice's keeper: ending a node, nothing more
 
 
+def keeper_condition(spec: StackSpec) -> dict:
+    """The IAM condition of the keeper's grant: this slice's own node (and the operations its delete
+    starts, in its zone), by resource name, so that code on any host of any slice cannot delete
+    another TPU with it. Names as Cloud TPU's API gives them: projects/P/locations/ZONE/nodes/NAME."""
+    where = f"projects/{spec.project}/locations/{spec.pools[0].zone}"
+    return {"title": f"burst keeper of {spec.slug}"[:100],
+            "description": "only this slice's own node and its zone's operations",
+            "expression": f'resource.name == "{where}/nodes/{spec.slug}" || resource.name.startsWith("{where}/operations/")'}
+
+
 def keeper_args(spec: StackSpec) -> str:
     """The keeper's command line on host 0: its own node (the slice's name, in its zone), its lease, its idle time."""
     args = ["--end", "tpu", "--project", str(spec.project), "--zone", spec.pools[0].zone, "--name", spec.slug, "--expires", str(spec.expires),
@@ -176,11 +186,12 @@ def host_identity(spec: StackSpec, bucket: str, labels: dict) -> tuple[gcp.servi
                                                role="roles/secretmanager.secretAccessor", member=member)
     # the keeper on host 0 deletes the slice at its lease's end: a role of its own with the three
     # permissions that takes (Cloud TPU nodes take no IAM policy of their own, so it is granted on the
-    # project, to this slice's own service account; the keeper names only its own node)
+    # project, to this slice's own service account, with a condition naming this node: no other TPU)
     role = gcp.projects.IAMCustomRole("tpu-keeper-role", role_id=f"burstKeeper{spec.lease_id}"[:64], project=spec.project,
                                       title=f"burst keeper of {spec.cluster}", permissions=KEEPER_PERMISSIONS,
                                       description=_describe(labels))
-    keeper = gcp.projects.IAMMember("tpu-keeper", project=spec.project, role=role.name, member=member)
+    keeper = gcp.projects.IAMMember("tpu-keeper", project=spec.project, role=role.name, member=member,
+                                    condition=gcp.projects.IAMMemberConditionArgs(**keeper_condition(spec)))
     return account, [access, secret, version, reader, role, keeper]
 
 

@@ -172,6 +172,11 @@ def test_tpu_vm_slice(accelerator, preemptible, runtime):
     assert role["inputs"]["permissions"] == ["tpu.nodes.get", "tpu.nodes.delete", "tpu.operations.get"]
     (grant,) = of_type(resources, "projects/iAMMember:IAMMember")
     assert grant["inputs"]["member"].startswith("serviceAccount:") and "-tpu@" in grant["inputs"]["member"]
+    # granted on the project (TPU nodes take no policy of their own), so a condition names this node: no other TPU of the project
+    where = f"projects/proj/locations/{spec.pools[0].zone}"
+    assert grant["inputs"]["condition"]["expression"] == (f'resource.name == "{where}/nodes/{spec.slug}" || '
+                                                          f'resource.name.startsWith("{where}/operations/")')
+    assert grant["inputs"]["condition"]["title"] == f"burst keeper of {spec.slug}"
     assert_every_resource_is_labelled(resources, spec)
 
 
