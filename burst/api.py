@@ -581,9 +581,11 @@ def remove_dataset(store: str, key: str) -> StagedDataset:
 
 
 def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str], None]] = None,
-         on_event: Optional[Callable] = None) -> str:
-    """A run's job log: from its cluster while it exists, else the copy saved with the run.
-    With ``follow``, ``on_line`` and ``on_event`` hear the job's output until it ends."""
+         on_event: Optional[Callable] = None, on_notice: Optional[Callable[[str], None]] = None) -> str:
+    """A run's job log: from its cluster while it answers, else the copy saved with the run, else the
+    one its target keeps on this machine (a killed local head's driver log); ``on_notice`` hears
+    where it came from when not from the cluster. With ``follow``, ``on_line`` and ``on_event``
+    hear the job's output until it ends."""
     from .runtime import jobs
 
     record = runs.load_run(run_id)
@@ -597,19 +599,35 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
             for line in text.splitlines():
                 on_line(line)
         return text
-    with targets.get(handle.provider).reach(handle) as reachable:
-        try:
-            if follow:  # until the job ends, every line and event as it comes
-                jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
-            return jobs.client(reachable).get_job_logs(record.job_id)
-        except RuntimeError as exc:  # the Jobs API's 404: a cluster of that name started again since
-            if "does not exist" not in str(exc):
-                raise
-            text = _saved_log(record)
-            if text is not None:
-                return text
-            raise BurstError(f"cluster {record.cluster!r} no longer knows run {run_id}'s job (the cluster was started again "
-                             "since) and no log was saved for it", exit_code=1) from None
+    target = targets.get(handle.provider)
+    try:
+        with target.reach(handle) as reachable:
+            try:
+                if follow:  # until the job ends, every line and event as it comes
+                    jobs.follow(reachable, record, on_event=on_event or (lambda e: None), on_line=on_line)
+                return jobs.client(reachable).get_job_logs(record.job_id)
+            except RuntimeError as exc:  # the Jobs API's 404: a cluster of that name started again since
+                if "does not exist" not in str(exc):
+                    raise
+                text = _saved_log(record)
+                if text is not None:
+                    return text
+                raise BurstError(f"cluster {record.cluster!r} no longer knows run {run_id}'s job (the cluster was started again "
+                                 "since) and no log was saved for it", exit_code=1) from None
+    except BurstError as exc:  # the head does not answer (killed, its tunnel refused): the log kept elsewhere, if any
+        if "no longer knows" in str(exc):
+            raise
+        kept = _saved_log_path(record) if _saved_log(record) is not None else (
+            target.kept_job_log(handle, record.job_id) if record.job_id else None)
+        if kept is None:
+            raise BurstError(f"{exc}; no copy of run {run_id}'s log is kept on this machine", exit_code=exc.exit_code) from None
+        text = kept.read_text(errors="replace")
+        if on_notice is not None:
+            on_notice(f"cluster {record.cluster!r} does not answer; the log below is the copy kept at {kept}")
+        if follow and on_line is not None:  # nothing more will come from a head that does not answer
+            for line in text.splitlines():
+                on_line(line)
+        return text
 
 
 def _saved_log_path(record: RunRecord) -> Path:

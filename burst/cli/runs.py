@@ -124,11 +124,14 @@ def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer
 
     for line in moves(run_id):  # a managed run: where it ran and why it moved
         typer.echo(f"managed: {line}")
+    def notice(line: str) -> None:
+        typer.echo(f"note: {line}", err=True)
+
     if follow:
-        api.logs(run_id, follow=True, on_line=typer.echo,
+        api.logs(run_id, follow=True, on_line=typer.echo, on_notice=notice,
                  on_event=lambda e: typer.echo(f"BURST_EVENT {json.dumps(e.model_dump(mode='json'))}"))
     else:
-        typer.echo(api.logs(run_id), nl=False)
+        typer.echo(api.logs(run_id, on_notice=notice), nl=False)
 
 
 def report(run_id: Annotated[str, typer.Argument()], open_browser: Annotated[bool, typer.Option("--open")] = False) -> None:

@@ -153,6 +153,11 @@ class Target(ABC):
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
         """True while the cluster can take jobs."""
 
+    def kept_job_log(self, handle: ClusterHandle, job_id: str) -> Optional[Path]:
+        """Where a job's log outlives its Ray head on this machine (``burst logs`` of a run whose head
+        died reads it there); None: it lives only on the head."""
+        return None
+
     def is_gone(self, handle: ClusterHandle) -> bool:
         """True only when the target knows the cluster has ended (its scheduler says the job ended,
         none of its processes is left), asked without reaching its Ray head: a controller that cannot

@@ -283,6 +283,14 @@ class LocalTarget(Target):
         """A running cluster none of whose processes is left on this machine (a killed head, its keeper's end)."""
         return handle.state == "running" and not cluster_processes(handle.cluster_id, handle.temp_dir)
 
+    def kept_job_log(self, handle: ClusterHandle, job_id: str) -> Path | None:
+        """Ray's job driver log, in the cluster's session directory on this machine: it outlives a killed head."""
+        import glob
+
+        root = Path(handle.temp_dir or ray_head.temp_dir_of(handle.cluster_id))
+        found = [Path(p) for p in glob.glob(str(root / "session_*" / "logs" / f"job-driver-{glob.escape(job_id)}.log"))]
+        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
     def metrics_discovery(self, handle: ClusterHandle) -> Path:
         """Ray writes it into the cluster's temp dir, on this machine (its metrics ports: this machine's loopback)."""
         return Path(handle.temp_dir or ray_head.temp_dir_of(handle.cluster_id)) / "prom_metrics_service_discovery.json"
