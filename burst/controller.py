@@ -165,7 +165,7 @@ class Controller:
         self.save()
         where = f"{handle.provider} cluster {name}" + (f" ({handle.region})" if handle.region else "")
         self.say(f"attempt {n}: run {'resumed' if n > 1 else 'submitted'} on {where} at ${handle.hourly_usd:,.2f}/h"
-                 + (f" from {resume_from}" if resume_from else ""))
+                 + (f" from {resume_from.describe()}" if resume_from else ""))
 
     def can_move(self) -> bool:
         return self.m.recover and len(self.m.attempts) <= self.policy.recovery.max_restarts

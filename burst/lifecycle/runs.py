@@ -4,6 +4,7 @@ collect its results and record the run. Everything a command or a notebook does 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -94,7 +95,7 @@ def load_run(run_id: str) -> RunRecord:
     return record
 
 
-def train(request: TrainRequest, report: Reporter = QUIET, resume_from: Optional[str] = None) -> RunRecord:
+def train(request: TrainRequest, report: Reporter = QUIET, resume_from: Optional["ResumePoint"] = None) -> RunRecord:
     """Train on a running cluster as a Ray job, then validate; returns the finished run's record.
 
     Raises ``BurstError`` when the run fails (exit code 1) or the budget guard stops it (3, the
@@ -127,7 +128,7 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
 
 
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
-              earlier: Optional[RunRecord] = None, resume_from: Optional[str] = None) -> RunRecord:
+              earlier: Optional[RunRecord] = None, resume_from: Optional["ResumePoint"] = None) -> RunRecord:
     from ..runtime import jobs
     from .budget import BudgetGuard
 
@@ -142,8 +143,8 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     resources = target.job_resources(handle, request.workers)
     resources.runs_precision(request.precision, handle.name)  # before anything is staged
     data = target.stage_data(handle, request.data, run.run_id, report) if request.data is not None else None
-    resume_from = resume_from or (stage_checkpoint(earlier, handle) if earlier else None)
-    resume_from = target.job_path(handle, resume_from) if resume_from else None  # the job's view of the storage
+    point = resume_from or (stage_checkpoint(earlier, handle) if earlier else None)
+    resume_from = target.job_path(handle, point.uri) if point else None  # the job's view of the storage
     cfg = JobConfig(**request.settings(), run_id=run.run_id, storage=target.job_storage(handle), data=target.job_path(handle, data) if data else None,
                     synthetic=None if data else (request.synthetic or DEFAULT_SYNTHETIC_EVENTS),
                     workers=resources.workers, cpus_per_worker=resources.cpus_per_worker, gpus_per_worker=resources.gpus_per_worker,
@@ -153,8 +154,9 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     run.config = cfg.model_dump(mode="json", exclude={"storage", "train_files", "resume_from", "notices"})
     run.config["data_source"] = request.data  # as the user gave it: a resume stages it again, not the old cluster's copy
     if earlier:
-        report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from the checkpoints in {resume_from}" if resume_from else
-                   f"resuming run {run.run_id} (attempt {run.attempts}): no complete checkpoint of it is left, so it starts again at epoch 1")
+        report.say(f"resuming run {run.run_id} (attempt {run.attempts}) from {point.describe()}" if point else
+                   f"resuming run {run.run_id} (attempt {run.attempts}): no complete checkpoint of it is left (none kept here, none on "
+                   f"{earlier.storage_uri or 'its store'}, no final one), so it starts again at epoch 1")
         clear_verdicts(handle.storage_uri, run.run_id)
     guard = BudgetGuard.for_cluster(handle, request.budget_usd)
     if guard is not None:
@@ -314,22 +316,8 @@ def kept_checkpoints(run_id: str) -> Path:
 
 
 def _reachable_checkpoints(record: RunRecord, scratch: Path) -> list[Path]:
-    """Every checkpoint of the run burst can still reach, as directories here: those kept on this
-    machine, then its store's (what Ray Train wrote there, what a move staged there). A store gone
-    with its cluster is passed over: what was kept here stands for it."""
-    from ..runtime import storage
-    from ..runtime.job import RunFiles
-    from ..runtime.training import checkpoints_here
-
-    found = checkpoints_here([str(kept_checkpoints(record.run_id))], scratch)
-    if record.storage_uri:
-        files = RunFiles(record.storage_uri, record.run_id)
-        for root in (files.ray_train_dir, files.tpu_checkpoints, storage.join(record.storage_uri, "resume", record.run_id)):
-            try:
-                found += checkpoints_here([root], scratch)
-            except OSError:
-                pass
-    return found
+    """Every checkpoint of the run burst can still reach, as directories here (``_checkpoints_with_origin``)."""
+    return [path for path, _ in _checkpoints_with_origin(record, scratch)]
 
 
 def keep_checkpoint(record: RunRecord) -> Optional[Path]:
@@ -354,28 +342,83 @@ def keep_checkpoint(record: RunRecord) -> Optional[Path]:
     return dest
 
 
-def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[str]:
-    """Where the next attempt of ``record`` on ``handle`` resumes from: its store's own checkpoints
-    when it runs on the same store again, else the newest complete checkpoint burst can reach
-    (kept here, or on the store it ran on) copied to ``handle``'s store (None: nothing to resume).
-    Directories, buckets and claims alike; a copy through this machine works between clouds."""
-    from ..runtime import storage
-    from ..runtime.job import RunFiles
-    from ..runtime.training import latest_checkpoint
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a resumed run goes on from: ``uri`` is what its job reads (a directory of
+    checkpoints on the new cluster's store), ``checkpoint`` the one chosen, with how far it got."""
 
-    kept = kept_checkpoints(record.run_id)
-    same_store = record.storage_uri and record.storage_uri.rstrip("/") == handle.storage_uri.rstrip("/")
-    if same_store and not (kept.is_dir() and any(kept.iterdir())):  # a kept copy: that store went (a claim of the same name is a new one)
-        return RunFiles(record.storage_uri, record.run_id).ray_train_dir
+    uri: str
+    checkpoint: str
+    epochs: int
+    step: int
+
+    def describe(self) -> str:
+        return f"{self.checkpoint} (epoch {self.epochs}" + (f", step {self.step} of epoch {self.epochs + 1})" if self.step else ")")
+
+
+def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[ResumePoint]:
+    """Where the next attempt of ``record`` on ``handle`` resumes from: the newest complete checkpoint
+    burst can reach (kept here; on the store it ran on: Ray Train's, the TPU driver's, one staged by
+    a move, and the run's final checkpoint ``runs/<id>/checkpoint``, the one a stop names), checked
+    to exist and be complete rather than assumed (a store's lifecycle may have deleted what the run
+    wrote). One already in ``handle``'s store's own Ray Train directory is read there; any other is
+    copied to ``handle``'s store. None: nothing to resume from. Directories, buckets and claims alike."""
     import tempfile
 
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
+    from ..runtime.training import latest_checkpoint, progress_in
+
     with tempfile.TemporaryDirectory() as tmp:
-        newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp)))
+        found = _checkpoints_with_origin(record, Path(tmp), final=True)
+        newest = latest_checkpoint([path for path, _ in found])
         if newest is None:
             return None
+        origin = next(where for path, where in found if path == newest)
+        epochs, step = progress_in(newest)
+        own = RunFiles(handle.storage_uri, record.run_id).ray_train_dir
+        if origin == own:  # in the new cluster's own store already: read where it is
+            return ResumePoint(own, storage.join(own, newest.name), epochs, step)
         dest = storage.join(handle.storage_uri, "resume", record.run_id)
-        storage.copy_dir(str(newest), storage.join(dest, newest.name))
-    return dest
+        name = newest.name if newest.name.startswith(CHECKPOINT_NAMES) else "checkpoint_final"
+        storage.copy_dir(str(newest), storage.join(dest, name))
+    return ResumePoint(dest, f"{storage.join(dest, name)} (staged from {storage.join(origin, newest.name)})", epochs, step)
+
+
+CHECKPOINT_NAMES = ("checkpoint_", "epoch_")  # what a job's resume directory is searched for (burst.runtime.training)
+
+
+def _checkpoints_with_origin(record: RunRecord, scratch: Path, final: bool = False) -> list[tuple[Path, str]]:
+    """Every checkpoint of the run burst can still reach, as (directory here, where it is): those kept
+    on this machine, then its store's (what Ray Train wrote there, what the TPU driver wrote, what a
+    move staged there) and, with ``final``, the run's final checkpoint. A store gone with its
+    cluster is passed over: what was kept here stands for it."""
+    from ..runtime import storage
+    from ..runtime.job import RunFiles
+    from ..runtime.training import checkpoints_here
+
+    kept = str(kept_checkpoints(record.run_id))
+    found = [(path, kept) for path in checkpoints_here([kept], scratch)]
+    if record.storage_uri:
+        files = RunFiles(record.storage_uri, record.run_id)
+        for root in (files.ray_train_dir, files.tpu_checkpoints, storage.join(record.storage_uri, "resume", record.run_id)):
+            try:
+                found += [(path, root) for path in checkpoints_here([root], scratch)]
+            except OSError:
+                pass
+        if final:  # a copy of the furthest one when the run ended: first, so that on a tie the one it copied wins
+            where = storage.join(files.run_dir, "checkpoint")
+            try:
+                if storage.is_remote(where):
+                    storage.copy_dir(where, str(scratch / "final" / "checkpoint"))
+                    local = scratch / "final" / "checkpoint"
+                else:
+                    local = Path(where)
+                if local.is_dir():
+                    found.insert(0, (local, files.run_dir))
+            except OSError:
+                pass
+    return found
 
 
 def last_checkpoint(storage_uri: str, run_id: str) -> str:

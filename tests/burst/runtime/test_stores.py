@@ -101,6 +101,46 @@ def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):
     assert last_checkpoint(store, "r1") == f"{storage.join(where, 'checkpoint_000001')} (epoch 2, step 4 of epoch 3)"
 
 
+def test_a_resume_names_the_checkpoint_it_uses_checks_it_and_falls_back_to_the_final_one(store, tmp_path, monkeypatch):
+    """Issue 64, finding 3, on every kind of store: a stopped run's Ray Train checkpoints were
+    deleted by the store's lifecycle, its final checkpoint (runs/<id>/checkpoint, the one the stop
+    message named) is still there. Before, a resume on the same store returned ray-train/<id>
+    unchecked, the job started at epoch 0, and the CLI said "resuming ... from the checkpoints in".
+    Now the resume checks what is there, names the checkpoint, and goes on from the final one;
+    with nothing left it says it starts again; with Ray Train's own there, it reads them in place."""
+    from burst.home.state import ClusterHandle, RunRecord
+    from burst.lifecycle.runs import stage_checkpoint
+    from burst.runtime import storage
+    from burst.runtime.job import RunFiles
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    files = RunFiles(store, "r1")
+    written = tmp_path / "written"
+    _checkpoint(written / "ray-train", "checkpoint_000002", 3)
+    final = _checkpoint(written / "run", "checkpoint", 3)  # the job copies the furthest one there when it stops
+    storage.copy_dir(str(written / "ray-train"), files.ray_train_dir)
+    storage.copy_dir(str(final), storage.join(files.run_dir, "checkpoint"))
+    record = RunRecord(run_id="r1", workload="gan3d", cluster="a", provider="local", state="STOPPED", storage_uri=store)
+    same = ClusterHandle(name="b", provider="local", cluster_id="b1", storage_uri=store)
+
+    point = stage_checkpoint(record, same)  # Ray Train's own checkpoint is there: read in place, nothing copied
+    assert point.uri == files.ray_train_dir and (point.epochs, point.step) == (3, 0)
+    assert point.describe() == f"{storage.join(files.ray_train_dir, 'checkpoint_000002')} (epoch 3)"
+    assert storage.list_dirs(storage.join(store, "resume")) == []
+
+    storage.remove_tree(files.ray_train_dir)  # the lifecycle's days are over for what Ray Train wrote
+    point = stage_checkpoint(record, same)
+    assert point is not None and point.uri == storage.join(store, "resume", "r1") and point.epochs == 3
+    assert point.describe().endswith(f"(staged from {storage.join(files.run_dir, 'checkpoint')}) (epoch 3)")
+    back = tmp_path / "back"
+    storage.copy_dir(storage.join(point.uri, "checkpoint_final"), str(back))
+    assert _tree(back) == _tree(final)
+
+    storage.remove_tree(point.uri)
+    storage.remove_tree(storage.join(files.run_dir, "checkpoint"))
+    assert stage_checkpoint(record, same) is None  # nothing left: said as such, never "resuming from" an empty directory
+
+
 def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gcs_store, azure_store, tmp_path, monkeypatch):
     from burst.lifecycle.runs import stage_checkpoint
     from burst.runtime import storage
@@ -114,7 +154,7 @@ def test_a_move_stages_the_newest_checkpoint_from_a_gs_store_to_an_abfs_store(gc
     storage.copy_dir(str(local), RunFiles(gcs_store, "r1").ray_train_dir)
     record = RunRecord(run_id="r1", workload="gan3d", cluster="a", provider="local", state="LOST", storage_uri=gcs_store)
     handle = ClusterHandle(name="b", provider="local", cluster_id="b1", storage_uri=azure_store)
-    staged = stage_checkpoint(record, handle)
+    staged = stage_checkpoint(record, handle).uri
     assert staged == storage.join(azure_store, "resume", "r1")
     assert storage.list_dirs(staged) == ["checkpoint_000001"]
     back = tmp_path / "back"
@@ -136,7 +176,7 @@ def test_a_tpu_run_s_checkpoints_move_and_a_tpu_run_resumes_from_a_staged_one(gc
     newest = _checkpoint(written, "epoch_0001_step_000004", 1, step=4)
     storage.copy_dir(str(written), RunFiles(gcs_store, "r1").tpu_checkpoints)
     record = RunRecord(run_id="r1", workload="gan3d", cluster="tpu", provider="gcp-tpu", state="LOST", storage_uri=gcs_store)
-    staged = stage_checkpoint(record, ClusterHandle(name="b", provider="azure", cluster_id="b1", storage_uri=azure_store))
+    staged = stage_checkpoint(record, ClusterHandle(name="b", provider="azure", cluster_id="b1", storage_uri=azure_store)).uri
     assert storage.list_dirs(staged) == ["epoch_0001_step_000004"]
     # the next attempt on a TPU slice: its own storage holds an older checkpoint of its own; the staged one is further on
     own = tmp_path / "slice-storage"
@@ -214,7 +254,7 @@ def test_a_checkpoint_is_kept_before_a_cluster_whose_storage_goes_with_it_is_tak
     assert [p.name for p in kept_checkpoints("r1").iterdir()] == ["checkpoint_000001"]
     for store in (azure_store, gcs_store):  # another cloud's store; a new cluster on a store of the same name, now empty
         handle = ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=store)
-        staged = stage_checkpoint(load_run("r1"), handle)
+        staged = stage_checkpoint(load_run("r1"), handle).uri
         back = tmp_path / "back" / store.split(":")[0]
         storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
         assert _tree(back) == _tree(newest)
@@ -237,7 +277,7 @@ def test_a_cloud_cluster_s_store_outlives_it_and_the_next_attempt_reads_the_chec
     _attempt_ends(how, gke, m, lambda self, handle: (state.delete(ClusterHandle, handle.name), destroyed.append(handle.name)), monkeypatch)
     assert destroyed == ["g"] and not kept_checkpoints("r1").exists()  # nothing had to be copied off
     assert sorted(storage.list_dirs(RunFiles(gcs_store, "r1").ray_train_dir)) == ["checkpoint_000000", "checkpoint_000001"]
-    staged = stage_checkpoint(load_run("r1"), ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store))
+    staged = stage_checkpoint(load_run("r1"), ClusterHandle(name="a", provider="azure", cluster_id="lease0002", storage_uri=azure_store)).uri
     back = tmp_path / "back"
     storage.copy_dir(storage.join(staged, "checkpoint_000001"), str(back))
     assert _tree(back) == _tree(newest)
