@@ -39,6 +39,7 @@ from .home.records import read_json, write_json_atomic
 from .home.state import ClusterHandle, RunRecord
 from .unattended.managed import FINAL_STATES, Attempt, ManagedRun, managed_file, say_move, take_lock, load, save
 from .targets.base import Reporter
+from .monitor import stop as stop_monitor
 
 if TYPE_CHECKING:
     from .placement.policy import Policy
@@ -477,6 +478,7 @@ class Controller:
         while True:
             try:
                 targets.get(handle.provider).down(handle, _Said())
+                stop_monitor(handle.name)  # its Prometheus and the tunnel it scrapes through go with it
                 self.say(f"cluster {handle.name} ({handle.provider}) taken down")
                 return
             except Exception as exc:  # noqa: BLE001 - whatever the target raised

@@ -54,6 +54,9 @@ class Monitor(BaseModel):
     dashboards: list[str] = []
     forward_pid: Optional[int] = None  # the tunnel to the head's metrics relay, for a cluster reached through one
     relay_url: Optional[str] = None    # that relay, as Prometheus reaches it (its scrapes' proxy)
+    # when each process started (psutil's create_time): a pid the system gave to another process since is never stopped
+    started: Optional[float] = None
+    forward_started: Optional[float] = None
 
 
 def directory(cluster: str) -> Path:
@@ -91,6 +94,32 @@ def running(cluster: str) -> Optional[Monitor]:
 def tunnel_holds(mon: Monitor) -> bool:
     """True when the monitor needs no tunnel, or its tunnel to the head's relay still runs."""
     return mon.forward_pid is None or _alive(mon.forward_pid, named=None)
+
+
+def _started(pid: Optional[int]) -> Optional[float]:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time() if pid is not None else None
+    except psutil.Error:
+        return None
+
+
+def _ours(pid: Optional[int], started: Optional[float], named: Optional[str]):
+    """The process burst started as ``pid``, if it still runs: the same start time (a pid reused by
+    another process has another), or, for a record written before start times were kept, the
+    program's name. None: gone, or not ours."""
+    import psutil
+
+    if pid is None or not _alive(pid, named=None):
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if started is not None:
+            return proc if abs(proc.create_time() - started) < 1e-3 else None  # the same figure, read the same way
+        return proc if named is not None and named in proc.name() else None
+    except psutil.Error:
+        return None
 
 
 def _alive(pid: int, named: Optional[str] = "prometheus") -> bool:
@@ -202,7 +231,7 @@ def _launch(handle: ClusterHandle, here: Path, discovery: Path, port: Optional[i
     proc = _start_until_ready(cmd, handle, here / "prometheus.log", f"{url}/-/ready",
                               lambda last: f"Prometheus did not start for cluster {handle.name!r}: {last}; its log: {here / 'prometheus.log'}")
     mon = Monitor(cluster=handle.name, pid=proc.pid, url=url, directory=str(here), dashboards=_dashboards(handle, here), forward_pid=forward_pid,
-                  relay_url=proxy_url)
+                  relay_url=proxy_url, started=_started(proc.pid), forward_started=_started(forward_pid))
     (here / "monitor.json").write_text(mon.model_dump_json(indent=1))
     return mon
 
@@ -252,17 +281,20 @@ def _dashboards(handle: ClusterHandle, here: Path) -> list[str]:
 
 
 def stop(cluster: str) -> bool:
-    """Stop the cluster's Prometheus and the tunnel it scrapes through; True when one was running."""
+    """Stop the cluster's Prometheus and the tunnel it scrapes through, each only if it is the very
+    process burst started (a pid reused since is left alone), whether or not the other still runs
+    (a Prometheus that died leaves its tunnel otherwise); the record goes too. True when there was one."""
     import psutil
 
-    mon = running(cluster)
-    if mon is None:
+    path = directory(cluster) / "monitor.json"
+    try:
+        mon = Monitor.model_validate_json(path.read_text())
+    except (OSError, ValueError):
         return False
-    for pid in (mon.pid, mon.forward_pid):
-        if pid is None:
+    for proc in (_ours(mon.pid, mon.started, "prometheus"), _ours(mon.forward_pid, mon.forward_started, None)):
+        if proc is None:
             continue
         try:
-            proc = psutil.Process(pid)
             proc.terminate()
             proc.wait(timeout=20)
         except psutil.TimeoutExpired:
@@ -270,6 +302,7 @@ def stop(cluster: str) -> bool:
         except psutil.Error:
             pass
     (Path(mon.directory) / "kubeconfig").unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     return True
 
 

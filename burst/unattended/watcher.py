@@ -15,6 +15,7 @@ from .backoff import Backoff, reason_of
 from .managed import managed_dir, lock_held, is_controller, spawn_controller, take_lock
 from ..home.state import ClusterHandle
 from ..targets.base import QUIET, Reporter
+from ..monitor import stop as stop_monitor
 
 WATCH_POLL_S = 5.0     # a watcher's look at its cluster
 DOWN_RETRY_S = (30.0, 60.0, 120.0, 300.0)  # after a failed `down`: the waits before trying again (then the last, for ever)
@@ -126,6 +127,7 @@ def watch(name: str) -> int:
             _note(log, f"cluster {name} taken down by its watcher: {why}")
             try:
                 targets.get(current.provider).down(current, QUIET)
+                stop_monitor(name)  # its Prometheus and the tunnel it scrapes through go with it
             except Exception as exc:  # noqa: BLE001 - Pulumi's own errors too: a watcher that dies leaves the cluster up
                 wait = retry.next_wait()
                 _note(log, f"error: taking cluster {name} down failed ({reason_of(exc)}); trying again in {wait:g} s")
