@@ -60,7 +60,18 @@ OPERATOR_RELEASE = "kuberay-operator"
 POLL_S = 5.0
 UNSCHEDULABLE_GRACE_S = 180.0  # pods no node takes and no autoscaler answers for this long: no node will come
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError")
-KEPT_IN_NAMESPACE = {("ConfigMap", "kube-root-ca.crt")}  # what Kubernetes itself puts in every namespace
+KEPT_IN_NAMESPACE = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}  # what Kubernetes itself puts in every namespace
+NOT_CONTENT = {"Event", "EndpointSlice", "Endpoints", "Lease"}  # records about objects, not anyone's objects (they go with them)
+
+
+def namespaced_kinds(context: Optional[str]) -> list[str]:
+    """Every kind of object the API server lists in a namespace (built-in and custom: Kueue's
+    LocalQueues, RBAC, CronJobs, NetworkPolicies, ResourceQuotas, Ingresses, ...), as `kubectl
+    api-resources --namespaced --verbs=list` names them: what deleting the namespace would delete."""
+    names = kubectl(context, "api-resources", "--namespaced=true", "--verbs=list", "-o", "name", what="api-resources").split()
+    if not names:
+        raise BurstError(f"kubectl api-resources listed no namespaced kinds on {context}; the namespace is kept", exit_code=1)
+    return names
 
 
 def run(tool: str, context: Optional[str], *args: str, data: Optional[str] = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -192,6 +203,20 @@ def cluster_id_of(lease_id: str) -> str:
     return lease_id[:12]
 
 
+def object_prefix(name: str, lease_id: str) -> str:
+    """The RayCluster's name and its objects' prefix: the cluster's name and its id, so that two
+    people's `k8s` in one namespace (each from their own machine) and two long names cut alike are
+    different objects; 40 characters at most (KubeRay's pod and Service names are made from it)."""
+    from infra.spec import safe_name
+
+    return f"{safe_name(f'burst-{name}', 27)}-{cluster_id_of(lease_id)}"
+
+
+def owner_of(obj: dict) -> Optional[str]:
+    """The lease a Kubernetes object carries (burst's label), None for one burst did not make for a cluster."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get("burst-lease")
+
+
 class KubernetesTarget(Target):
     """A site's own Kubernetes cluster, driven through kubectl and helm; burst creates only the RayCluster and its objects."""
 
@@ -238,7 +263,7 @@ class KubernetesTarget(Target):
         from .pulumi_stack import ray_version
 
         return ByoSpec(
-            name=safe_name(f"burst-{name}", 40), cluster_id=cluster_id_of(lease_id), namespace=site.namespace,
+            name=object_prefix(name, lease_id), cluster_id=cluster_id_of(lease_id), namespace=site.namespace,
             labels={"burst-lease": lease_id, "burst-expires": str(expires), "burst-cluster": safe_name(name, 63)},
             ray_version=ray_version(), workers=workers, gpus_per_worker=per_worker, image=placement.image,
             node_selector=dict(site.node_selector), tolerations=tuple(t.manifest() for t in site.tolerations),
@@ -298,6 +323,7 @@ class KubernetesTarget(Target):
             ray_head.new_token(token_path)
             objects = manifests(spec, token_path.read_text().strip())
             for obj in objects:  # one by one, each recorded before it is applied: a kill in between leaves nothing `down` cannot find
+                self._check_not_taken(context, obj, lease_id)  # `kubectl apply` would take over someone else's object of that name
                 created.append({"kind": obj["kind"], "name": obj["metadata"]["name"],
                                 "namespace": obj["metadata"].get("namespace")})
                 self._intend(claim, created)
@@ -312,7 +338,12 @@ class KubernetesTarget(Target):
             self._wait_ready(handle, report, lease.wait or not spec.local_queue)
         except BaseException as exc:
             report.say(f"up failed; deleting what it created on {context}")
-            self._delete(context, created)
+            left = self._delete(context, created)
+            if left:  # the record stays, with what is still there, so that `burst down` finishes the job
+                self._keep_for_down(claim, created, token_path)
+                why = exc if isinstance(exc, BurstError) else f"creating cluster {name!r} on Kubernetes failed: {exc}"
+                raise BurstError(f"{why}; and {len(left)} object(s) it created could not be deleted ({'; '.join(left)[:300]}): "
+                                 f"`burst down {name}` deletes them", exit_code=1) from None
             self._release_shared(context, site.namespace, QUIET)
             token_path.unlink(missing_ok=True)
             state.release(claim)
@@ -322,6 +353,33 @@ class KubernetesTarget(Target):
                 raise
             raise BurstError(f"creating cluster {name!r} on Kubernetes failed: {exc}; what it created was deleted", exit_code=1) from None
         return state.load(ClusterHandle, name) or handle, True
+
+    @staticmethod
+    def _check_not_taken(context: Optional[str], obj: dict, lease_id: str) -> None:
+        """Refuse to apply over an object of that name that is not this cluster's (another person's
+        cluster, or the site's own): `kubectl apply` would silently take it over."""
+        meta = obj["metadata"]
+        args = ["get", obj["kind"].lower(), meta["name"], "-o", "json"] + (["-n", meta["namespace"]] if meta.get("namespace") else [])
+        found = read(context, *args, what=f"get {obj['kind']} {meta['name']}")
+        if found is not None and owner_of(json.loads(found)) != lease_id:
+            owner = owner_of(json.loads(found))
+            raise BurstError(f"{obj['kind']} {meta['name']} already exists in namespace {meta.get('namespace')} on {context} and is "
+                             + (f"another burst cluster's (lease {owner})" if owner else "not burst's")
+                             + "; nothing of it was touched: choose another --name", exit_code=1)
+
+    @staticmethod
+    def _keep_for_down(claim: ClusterHandle, created: list[dict], token_path: Path) -> None:
+        """A failed `up` that could not delete all it made: its record stays (state stopping) naming
+        every object, so that `burst down` deletes what is left, by name and lease."""
+        with state.locked():
+            current = state.load(ClusterHandle, claim.name)
+            if current is None or current.cluster_id != claim.cluster_id:
+                return
+            current.state = "stopping"
+            current.starter_pid = None
+            current.token_path = str(token_path) if token_path.exists() else None
+            current.outputs.update({"created": list(created), "failed_up": True})
+            state.save(current)
 
     @staticmethod
     def _intend(claim: ClusterHandle, created: list[dict]) -> None:
@@ -504,10 +562,10 @@ class KubernetesTarget(Target):
                         report.say(f"uninstalled the KubeRay operator burst installed in {ns} (Helm keeps its CRDs)")
             ns_raw = read(context, "get", "namespace", namespace, "-o", "json", what=f"get namespace {namespace}")
             if ns_raw is not None and burst_owns(json.loads(ns_raw)):
-                inside = [o for o in items(context, "get", "rayclusters.ray.io,deployments,statefulsets,jobs,pods,persistentvolumeclaims,"
-                                                    "services,configmaps,secrets", "-n", namespace, what=f"get what is in {namespace}")
+                inside = [o for o in items(context, "get", ",".join(namespaced_kinds(context)), "-n", namespace,
+                                           what=f"get what is in {namespace}")
                           if (o.get("kind"), o["metadata"]["name"]) not in KEPT_IN_NAMESPACE
-                          and o.get("type") != "kubernetes.io/service-account-token"]
+                          and o.get("kind") not in NOT_CONTENT and o.get("type") != "kubernetes.io/service-account-token"]
                 if inside:
                     report.say(f"namespace {namespace} stays: {len(inside)} object(s) of others are in it")
                 else:

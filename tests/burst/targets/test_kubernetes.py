@@ -5,6 +5,7 @@ weighs the cluster against the clouds and reads a recorded Kueue queue, and the 
 reached through the head pod."""
 
 import json
+import re
 from contextlib import contextmanager
 import os
 import subprocess
@@ -174,9 +175,11 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     proc = burst("up", "--provider", "kubernetes", "--policy", str(policy), "--gpus", "8", "--name", "lab", "--json", home=home, fake=fake)
     assert proc.returncode == 0, proc.stderr
     handle = json.loads(proc.stdout)
+    rc = handle["outputs"]["ray_cluster"]
+    assert rc == f"burst-lab-{handle['cluster_id']}"  # the name and the cluster's id: another person's `lab` is another object
     assert handle["state"] == "running" and handle["outputs"]["context"] == "lab"
     assert handle["budget_usd"] == 5000  # what `burst train` on it is held to (the local target's own test: test_budget_guard_...)
-    assert handle["storage_uri"] == "kube://lab/physics/burst-lab/mnt/burst" and handle["outputs"]["job_storage"] == "/mnt/burst"
+    assert handle["storage_uri"] == f"kube://lab/physics/{rc}/mnt/burst" and handle["outputs"]["job_storage"] == "/mnt/burst"
     assert oct(os.stat(handle["token_path"]).st_mode & 0o777) == "0o600"
     recorded = calls(fake)
     assert all(any(a == "--context=lab" or a == "--kube-context=lab" for a in c["argv"]) for c in recorded)  # always the pinned context
@@ -198,12 +201,12 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     # your own Kubernetes has a lease too: the keeper beside the head deletes this RayCluster at its end, and may do nothing else
     head = applied[-1]["spec"]["headGroupSpec"]["template"]["spec"]
     (side,) = [c for c in head["containers"] if c["name"] == "burst-keeper"]
-    assert side["command"][:3] == ["python", "-c", keeper.source()] and head["serviceAccountName"] == "burst-lab-keeper"
+    assert side["command"][:3] == ["python", "-c", keeper.source()] and head["serviceAccountName"] == f"{rc}-keeper"
     args = side["command"][3:]
-    assert args[:6] == ["--end", "kube", "--namespace", "physics", "--name", "burst-lab"]
+    assert args[:6] == ["--end", "kube", "--namespace", "physics", "--name", rc]
     assert float(args[args.index("--expires") + 1]) == handle["expires"]
-    assert applied[3]["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": ["burst-lab"], "verbs": ["get", "delete"]}]
-    assert applied[4]["subjects"] == [{"kind": "ServiceAccount", "name": "burst-lab-keeper", "namespace": "physics"}]
+    assert applied[3]["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": [rc], "verbs": ["get", "delete"]}]
+    assert applied[4]["subjects"] == [{"kind": "ServiceAccount", "name": f"{rc}-keeper", "namespace": "physics"}]
 
     for group in applied[-1]["spec"]["workerGroupSpecs"]:  # a worker pod's preStop posts where this cluster's runs read
         hook = group["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
@@ -214,8 +217,8 @@ def test_up_installs_the_operator_it_lacks_applies_burst_s_objects_and_down_dele
     assert proc.returncode == 0, proc.stderr
     deleted = [c["argv"] for c in calls(fake) if "delete" in c["argv"]]
     assert [(a[a.index("delete") + 1], a[a.index("delete") + 2]) for a in deleted] == [
-        ("raycluster", "burst-lab"), ("rolebinding", "burst-lab-keeper"), ("role", "burst-lab-keeper"), ("serviceaccount", "burst-lab-keeper"),
-        ("persistentvolumeclaim", "burst-lab-storage"), ("secret", "burst-lab-burst-ray-auth"), ("configmap", "burst-kuberay-operator")]
+        ("raycluster", rc), ("rolebinding", f"{rc}-keeper"), ("role", f"{rc}-keeper"), ("serviceaccount", f"{rc}-keeper"),
+        ("persistentvolumeclaim", f"{rc}-storage"), ("secret", f"{rc}-burst-ray-auth"), ("configmap", "burst-kuberay-operator")]
     assert any(c["tool"] == "helm" and "uninstall" in c["argv"] for c in calls(fake))  # burst installed the operator: the last to leave removes it
     assert left_on(fake) == [] and not (home / "clusters" / "lab.json").exists()
     assert json.loads((fake / "crds.json").read_text()) == ["rayclusters.ray.io"]  # Helm keeps the CRD
@@ -250,7 +253,7 @@ def test_a_site_with_the_prometheus_operator_gets_a_pod_monitor_and_one_without_
     (fake / "crds.json").write_text(json.dumps(crds + ["podmonitors.monitoring.coreos.com"]))
     proc = burst("up", "--provider", "kubernetes", "--policy", str(policy), "--name", "lab", home=home, fake=fake)
     assert proc.returncode == 0, proc.stderr
-    assert "physics_podmonitor_burst-lab-metrics" in left_on(fake)
+    assert any(re.fullmatch(r"physics_podmonitor_burst-lab-[0-9a-f]{12}-metrics", o) for o in left_on(fake)), left_on(fake)
     assert burst("down", "lab", home=home, fake=fake).returncode == 0
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
 
@@ -314,7 +317,7 @@ def test_a_failed_apply_deletes_what_up_created_and_gives_the_name_back(tmp_path
     (fake / "fail-apply-RayCluster").write_text("")
     home = tmp_path / "home"
     proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--name", "lab", home=home, fake=fake)
-    assert proc.returncode == 1 and "kubectl apply RayCluster burst-lab failed on context lab" in proc.stderr
+    assert proc.returncode == 1 and re.search(r"kubectl apply RayCluster burst-lab-[0-9a-f]{12} failed on context lab", proc.stderr)
     assert len([x for x in proc.stderr.splitlines() if x.startswith("error")]) == 1 and "Traceback" not in proc.stderr
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]  # the Secret and the claim applied before it are gone
     assert not (home / "clusters" / "lab.json").exists()
@@ -326,10 +329,11 @@ def test_with_kueue_up_returns_queued_and_status_sees_the_admission(tmp_path, si
     (fake / "namespaces.json").write_text(json.dumps(["physics"]))
     home = tmp_path / "home"
     proc = burst("up", "--provider", "kubernetes", "--policy", str(site(", local_queue: gpu-queue")), "--name", "lab", home=home, fake=fake)
-    assert proc.returncode == 0 and "Kueue holds RayCluster physics/burst-lab (gpu-queue)" in " ".join((proc.stderr + proc.stdout).split())
+    assert proc.returncode == 0 and re.search(r"Kueue holds RayCluster physics/burst-lab-[0-9a-f]{12} \(gpu-queue\)", " ".join((proc.stderr + proc.stdout).split()))
     assert json.loads((home / "clusters" / "lab.json").read_text())["state"] == "starting"
     status = json.loads(burst("status", "--json", home=home, fake=fake).stdout)
-    assert [c["state"] for c in status["clusters"]] == ["waiting (Kueue holds RayCluster physics/burst-lab (gpu-queue))"]
+    (waiting,) = [c["state"] for c in status["clusters"]]
+    assert re.fullmatch(r"waiting \(Kueue holds RayCluster physics/burst-lab-[0-9a-f]{12} \(gpu-queue\)\)", waiting), waiting
     (fake / "admitted").write_text("")  # Kueue admits the RayCluster
     status = json.loads(burst("status", "--json", home=home, fake=fake).stdout)
     assert [c["state"] for c in status["clusters"]] == ["running"]
@@ -742,3 +746,109 @@ def test_an_image_that_cannot_be_pulled_fails_up_in_one_line_and_leaves_nothing(
     home, error = _failed_up(tmp_path, site, fake, "image-pull", "lab")
     assert "ErrImagePull" in error
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "lab.json").exists()
+
+
+@pytest.mark.parametrize("first_down", ["alice", "bob"])
+def test_two_people_bring_up_k8s_on_one_namespace_and_either_down_leaves_the_other_s_untouched(tmp_path, site, fake, first_down):
+    """Issue 64, finding 5: two members of a group, each from their own machine (their own state
+    directory), both `burst up --provider kubernetes` with the default name `k8s` into the group's
+    namespace. Before, object names came from the cluster name alone: bob's `up` silently took over
+    alice's Secret, claim and RayCluster, and either `down` deleted both. Now each cluster's objects
+    carry its id, nothing is applied over an object that is not this cluster's, and either goes
+    first while the other keeps everything."""
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    homes = {who: tmp_path / who for who in ("alice", "bob")}
+    ids = {}
+    for who, home in homes.items():
+        proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--json", home=home, fake=fake)
+        assert proc.returncode == 0, proc.stderr
+        ids[who] = json.loads(proc.stdout)["cluster_id"]
+        assert json.loads(proc.stdout)["name"] == "k8s"
+    everything = left_on(fake)
+    mine = {who: [o for o in everything if ids[who] in o] for who in homes}
+    assert len(mine["alice"]) == len(mine["bob"]) == 6 and not set(mine["alice"]) & set(mine["bob"])
+    token = {who: json.loads(next(Path(fake / "objects").glob(f"physics_secret_burst-k8s-{ids[who]}-*.json")).read_text())["stringData"]
+             for who in homes}
+    assert token["alice"] != token["bob"]  # bob's up did not rewrite alice's Ray token
+    second = "bob" if first_down == "alice" else "alice"
+    (fake / "calls.jsonl").unlink()
+    proc = burst("down", "k8s", home=homes[first_down], fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert left_on(fake) == sorted(set(everything) - set(mine[first_down]))  # the other's six objects untouched
+    deleted = [" ".join(c["argv"]) for c in calls(fake) if "delete" in c["argv"]]
+    assert deleted and all(ids[first_down] in a for a in deleted), deleted
+    assert burst("status", "--json", home=homes[second], fake=fake).returncode == 0
+    proc = burst("down", "k8s", home=homes[second], fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]  # the site's operator and namespace stay
+
+
+def test_up_never_applies_over_an_object_that_is_not_its_own(tmp_path, site, fake, monkeypatch):
+    """An object of the very name up would apply, made by someone else (by hand, or a cluster of
+    another lease): refused in one line, nothing applied, the name given back."""
+    from burst.targets import kubernetes
+
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    monkeypatch.setattr(kubernetes.uuid, "uuid4", lambda: type("U", (), {"hex": "0123456789ab" + "0" * 20})())
+    (fake / "objects" / "physics_secret_burst-lab-0123456789ab-burst-ray-auth.json").write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "burst-lab-0123456789ab-burst-ray-auth", "namespace": "physics"}}))
+    home = tmp_path / "home"
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    from burst import api
+    from burst.errors import BurstError
+
+    with pytest.raises(BurstError, match=r"Secret burst-lab-0123456789ab-burst-ray-auth already exists in namespace physics on lab and "
+                                         r"is not burst's; nothing of it was touched"):
+        api.up("kubernetes", "lab", policy=str(site()), gpus=4)
+    assert not any("apply" in c["argv"] and "Secret" in (c["stdin"] or "") for c in calls(fake))
+    assert left_on(fake) == ["physics_secret_burst-lab-0123456789ab-burst-ray-auth", "ray-system_deployment_kuberay-operator"]
+    assert not (home / "clusters" / "lab.json").exists()
+
+
+def test_a_failed_up_that_cannot_delete_what_it_made_keeps_a_record_for_down(tmp_path, site, fake):
+    """Issue 64, finding 7: the RayCluster's apply fails and RBAC refuses deleting the Secret. Before,
+    `up` ignored what its clean-up could not delete and forgot the cluster: the Secret, claim and RBAC
+    objects stayed for good with no record for `burst down`. Now the record stays naming them, the
+    error says so, and `burst down` finishes the job once it can."""
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    (fake / "fail-apply-RayCluster").write_text("")
+    (fake / "fail-delete-secret").write_text("")
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--name", "lab", home=home, fake=fake)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "and 1 object(s) it created could not be deleted (Secret burst-lab-" in error and error.endswith("`burst down lab` deletes them")
+    record = json.loads((home / "clusters" / "lab.json").read_text())
+    assert record["state"] == "stopping" and [o["kind"] for o in record["outputs"]["created"]][:2] == ["Secret", "PersistentVolumeClaim"]
+    assert [o for o in left_on(fake) if "_secret_" in o]  # still there: the record is what finds it
+    (fake / "fail-delete-secret").unlink()  # RBAC fixed
+    proc = burst("down", "lab", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"] and not (home / "clusters" / "lab.json").exists()
+
+
+@pytest.mark.parametrize("kind, api_version, crd", [
+    ("RoleBinding", "rbac.authorization.k8s.io/v1", None), ("LocalQueue", "kueue.x-k8s.io/v1beta1", "localqueues.kueue.x-k8s.io"),
+    ("CronJob", "batch/v1", None), ("NetworkPolicy", "networking.k8s.io/v1", None), ("ResourceQuota", "v1", None),
+    ("ServiceAccount", "v1", None),
+])
+def test_the_last_down_never_deletes_a_namespace_holding_objects_of_any_kind(tmp_path, site, fake, kind, api_version, crd):
+    """Issue 64, finding 9: the emptiness check asked nine kinds; a namespace burst created, in which
+    a colleague has since put a Kueue LocalQueue, a RoleBinding, a CronJob, a NetworkPolicy, a
+    ResourceQuota or a ServiceAccount, was deleted with them. Now every namespaced kind the API
+    server lists (`kubectl api-resources`) is asked."""
+    if crd:
+        (fake / "crds.json").write_text(json.dumps([crd]))
+    site_operator(fake)
+    home = tmp_path / "home"
+    assert burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "a", home=home, fake=fake).returncode == 0
+    (fake / "objects" / f"physics_{kind.lower()}_team.json").write_text(json.dumps({
+        "apiVersion": api_version, "kind": kind, "metadata": {"name": "team", "namespace": "physics"}}))
+    proc = burst("down", "a", home=home, fake=fake)
+    assert proc.returncode == 0 and "namespace physics stays: 1 object(s) of others are in it" in " ".join(proc.stderr.split())
+    assert f"physics_{kind.lower()}_team" in left_on(fake) and "-_namespace_physics" in left_on(fake)
