@@ -71,6 +71,7 @@ class Controller:
     def __init__(self, m: ManagedRun):
         self.m = m
         self.policy = self._policy()
+        self.kept_up: set[str] = set()  # clusters whose storage holds checkpoints that could not be copied off: never taken down here
 
     def _policy(self) -> "Policy":
         from .placement import policy as policy_mod
@@ -253,8 +254,9 @@ class Controller:
                     client = jobs.client(reachable)
                     while True:
                         now = time.time()
-                        # a cloud lease; a scheduler's walltime is not the run's end: its notice moves the run
-                        if target.provisions and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
+                        # a lease a keeper ends (a cloud's, your own Kubernetes'): a final checkpoint before the keeper acts;
+                        # a scheduler's walltime is not the run's end: its notice moves the run
+                        if target.keeper_ends_lease and handle.expires is not None and now > handle.expires - reserve and not lease_stop:
                             failed = request_stop(handle, self.m.run_id)
                             if failed is None:
                                 self.say(f"attempt {attempt.number}: the lease of cluster {handle.name} ends; taking a final checkpoint and stopping")
@@ -324,16 +326,16 @@ class Controller:
 
     @staticmethod
     def past_lease(target, handle: ClusterHandle) -> bool:
-        """The cluster's lease has ended (a scheduler's walltime is not a lease: its notice moves the run)."""
-        return not target.is_scheduler and handle.expires is not None and time.time() >= handle.expires
+        """The cluster's lease has ended and a keeper ends it (a scheduler's walltime is not a lease: its notice moves the run)."""
+        return (target.keeper_ends_lease or not target.is_scheduler) and handle.expires is not None and time.time() >= handle.expires
 
     def lease_over(self, attempt: Attempt, handle: ClusterHandle, record: RunRecord) -> None:
         """The cluster's lease is over and it does not answer: it ended itself (its keeper) while this
         controller could not act (a sleeping laptop). Not a loss to move from: the run stops there."""
         why = targets.get(handle.provider).stopped_reason(handle)
         self.end_attempt(attempt, f"stopped at the end of its lease ({why})")
-        self.keep_checkpoint(handle, record)
-        self.take_down(handle)
+        if self.keep_checkpoint(handle, record):
+            self.take_down(handle)
         self.finish("STOPPED", f"the lease of cluster {handle.name!r} ended ({why}); `burst train --resume {record.run_id}` goes on "
                                f"from its last checkpoint")
 
@@ -347,8 +349,8 @@ class Controller:
             self.say(f"budget guard (cluster not seen): {said}")
         if guard.forced:
             self.end_attempt(attempt, "stopped by the budget guard (the cluster could not be reached)")
-            self.keep_checkpoint(handle, record)
-            self.take_down(handle)
+            if self.keep_checkpoint(handle, record):
+                self.take_down(handle)
             self.finish("STOPPED_BUDGET", f"stopped by the budget guard while cluster {handle.name!r} could not be reached: "
                                           f"${self.m.spent():,.2f} of ${self.m.budget_usd:,.2f} spent; cluster torn down")
             return True
@@ -379,8 +381,8 @@ class Controller:
             return self.lost(attempt, f"it gave notice ({stopped.reason}); checkpointed at epoch {stopped.epoch} step {stopped.step}")
         if how in ("budget", "lease"):
             self.end_attempt(attempt, "stopped by the budget guard" if budget else "stopped at the end of its lease")
-            self.keep_checkpoint(handle, record)  # the final one: `--resume` goes on from it
-            self.take_down(handle)  # the budget or the lease stops whoever started it
+            if self.keep_checkpoint(handle, record):  # the final one: `--resume` goes on from it
+                self.take_down(handle)  # the budget or the lease stops whoever started it
             where = f"epoch {stopped.epoch} step {stopped.step}" if stopped else "its last checkpoint"
             if budget:
                 self.finish("STOPPED_BUDGET", f"stopped by the budget guard at {where}: ${self.m.spent():,.2f} of ${self.m.budget_usd:,.2f} "
@@ -443,8 +445,7 @@ class Controller:
             handle = None
         if handle is not None:
             self.stop_old_job(handle, record)  # never two copies of the run training at once
-        if handle is not None and attempt.own:
-            self.keep_checkpoint(handle, record)  # before its storage goes with it: the next attempt resumes from it
+        if handle is not None and attempt.own and self.keep_checkpoint(handle, record):  # before its storage goes: the next attempt resumes from it
             self.take_down(handle)
         lost_on = targets.get(attempt.provider) if attempt.provider in targets.PROVIDERS else None
         if lost_on is not None and lost_on.kind != "local":  # this machine lost a Ray head, not the machine: a new cluster here is a move like any other
@@ -460,15 +461,23 @@ class Controller:
             return
         self.say(f"moving run {self.m.run_id}: planning again" + (f" without {', '.join(self.m.avoid)}" if self.m.avoid else ""))
 
-    def keep_checkpoint(self, handle: ClusterHandle, record: RunRecord) -> None:
-        """Copy the run's newest checkpoint to this machine when ``handle``'s storage goes with it."""
+    def keep_checkpoint(self, handle: ClusterHandle, record: RunRecord) -> bool:
+        """Copy the run's newest checkpoint to this machine when ``handle``'s storage goes with it;
+        False when it could not be read (a claim whose head pod is gone): that storage must stay."""
         from .lifecycle.runs import keep_checkpoint
 
         if targets.get(handle.provider).storage_outlives(handle):
-            return
-        kept = keep_checkpoint(record)
+            return True
+        try:
+            kept = keep_checkpoint(record)
+        except (BurstError, OSError) as exc:
+            self.say(f"the run's checkpoints on cluster {handle.name}'s storage could not be read ({reason_of(exc)}): the cluster and its "
+                     f"storage are kept, not taken down; `burst down {handle.name}` deletes them once you no longer need them")
+            self.kept_up.add(handle.cluster_id)
+            return False
         self.say(f"newest checkpoint kept on this machine at {kept} before cluster {handle.name} and its storage go" if kept else
                  f"cluster {handle.name} and its storage go with no complete checkpoint of the run")
+        return True
 
     def take_down(self, handle: ClusterHandle) -> None:
         """Down, tried again with backoff on any error (a Pulumi CommandError too: a controller that
@@ -536,7 +545,7 @@ class Controller:
             if attempt.ended is None:
                 self.end_attempt(attempt, final.lower())
             handle = state.load(ClusterHandle, attempt.cluster)
-            if attempt.own and attempt.owns(handle) and handle.cluster_id:
+            if attempt.own and attempt.owns(handle) and handle.cluster_id and handle.cluster_id not in self.kept_up:
                 self.take_down(handle)
         if record.run_dir:
             self.write_cost(record)

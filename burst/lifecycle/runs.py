@@ -315,9 +315,9 @@ def kept_checkpoints(run_id: str) -> Path:
     return state.home() / "checkpoints" / state.check_name(run_id, "run")
 
 
-def _reachable_checkpoints(record: RunRecord, scratch: Path) -> list[Path]:
+def _reachable_checkpoints(record: RunRecord, scratch: Path, strict: bool = False) -> list[Path]:
     """Every checkpoint of the run burst can still reach, as directories here (``_checkpoints_with_origin``)."""
-    return [path for path, _ in _checkpoints_with_origin(record, scratch)]
+    return [path for path, _ in _checkpoints_with_origin(record, scratch, strict=strict)]
 
 
 def keep_checkpoint(record: RunRecord) -> Optional[Path]:
@@ -330,7 +330,7 @@ def keep_checkpoint(record: RunRecord) -> Optional[Path]:
     from ..runtime.training import latest_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
-        newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp)))
+        newest = latest_checkpoint(_reachable_checkpoints(record, Path(tmp), strict=True))  # a store that does not answer: an error
         if newest is None:
             return None
         dest = kept_checkpoints(record.run_id) / newest.name
@@ -388,11 +388,12 @@ def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[Resum
 CHECKPOINT_NAMES = ("checkpoint_", "epoch_")  # what a job's resume directory is searched for (burst.runtime.training)
 
 
-def _checkpoints_with_origin(record: RunRecord, scratch: Path, final: bool = False) -> list[tuple[Path, str]]:
+def _checkpoints_with_origin(record: RunRecord, scratch: Path, final: bool = False, strict: bool = False) -> list[tuple[Path, str]]:
     """Every checkpoint of the run burst can still reach, as (directory here, where it is): those kept
     on this machine, then its store's (what Ray Train wrote there, what the TPU driver wrote, what a
     move staged there) and, with ``final``, the run's final checkpoint. A store gone with its
-    cluster is passed over: what was kept here stands for it."""
+    cluster is passed over (what was kept here stands for it), unless ``strict``: then a store that
+    does not answer is an error, not "no checkpoint" (what is about to be deleted must be read first)."""
     from ..runtime import storage
     from ..runtime.job import RunFiles
     from ..runtime.training import checkpoints_here
@@ -404,19 +405,21 @@ def _checkpoints_with_origin(record: RunRecord, scratch: Path, final: bool = Fal
         for root in (files.ray_train_dir, files.tpu_checkpoints, storage.join(record.storage_uri, "resume", record.run_id)):
             try:
                 found += [(path, root) for path in checkpoints_here([root], scratch)]
-            except OSError:
-                pass
+            except (OSError, BurstError):  # a store gone with its cluster (a claim whose head pod is gone)
+                if strict:
+                    raise
         if final:  # a copy of the furthest one when the run ended: first, so that on a tie the one it copied wins
             where = storage.join(files.run_dir, "checkpoint")
             try:
                 if storage.is_remote(where):
-                    storage.copy_dir(where, str(scratch / "final" / "checkpoint"))
                     local = scratch / "final" / "checkpoint"
+                    if storage.list_dirs(where) or storage.exists(storage.join(where, "history.json")):
+                        storage.copy_dir(where, str(local))
                 else:
                     local = Path(where)
                 if local.is_dir():
                     found.insert(0, (local, files.run_dir))
-            except OSError:
+            except (OSError, BurstError):  # none there, or the store cannot be read any more
                 pass
     return found
 

@@ -122,6 +122,8 @@ class Target(ABC):
     provisions: ClassVar[bool] = False      # creates resources with `up` and destroys them with `down`
     supports_spot: ClassVar[bool] = False   # offers preemptible capacity
     is_scheduler: ClassVar[bool] = False    # runs jobs through a batch scheduler with a queue
+    keeper_ends_lease: ClassVar[bool] = False  # a keeper beside the cluster ends it at its lease's end (not a walltime's notice):
+                                               # a run on it is asked to checkpoint before, and what the keeper ended is not lost
     renders_offline: ClassVar[bool] = False  # `up --dry-run` can show what it would create
     reads_local_paths: ClassVar[bool] = True  # the job's nodes can read this machine's files
     takes_storage: ClassVar[bool] = False   # `up --storage` chooses where results go

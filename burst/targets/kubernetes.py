@@ -224,6 +224,7 @@ class KubernetesTarget(Target):
     kind = "onprem"
     default_cluster_name = "k8s"
     is_scheduler = True          # with Kueue, a queue the plan asks
+    keeper_ends_lease = True     # the keeper beside the head deletes the RayCluster at the lease's end (24 h by default)
     renders_offline = True       # `up --dry-run` prints the manifests
     reads_local_paths = False    # the pods cannot read this machine's files: --data is copied to the storage
     runs_images = True

@@ -96,6 +96,7 @@ class PulumiTarget(Target):
 
     kind = "cloud"
     provisions = True
+    keeper_ends_lease = True
     supports_spot = True
     renders_offline = True
     reads_local_paths = False  # cloud nodes cannot read this machine's disk: data goes to the bucket

@@ -473,7 +473,7 @@ def test_a_run_is_submitted_through_the_port_forward_with_the_secret_s_token_and
             moves = (home / "managed" / f"{run_id}.log").read_text() if (home / "managed" / f"{run_id}.log").exists() else ""
             assert "reopening the way to it" in moves, moves
             forwards = [c["argv"] for c in calls(fake) if "port-forward" in c["argv"]]
-            assert forwards and all(a[0] == "--context=lab" and "service/burst-k8s-head-svc" in a and "--address=127.0.0.1" in a for a in forwards)
+            assert forwards and all(a[0] == "--context=lab" and f"service/{handle['outputs']['head_service']}" in a and "--address=127.0.0.1" in a for a in forwards)
             assert any(relay_port in a for a in forwards)
             assert killed_pids and len(run_tunnels()) > opened_before  # the run's tunnel opened again after it was killed
             assert psutil.pid_exists(mon["forward_pid"])  # the monitor's own tunnel was not the run's to break

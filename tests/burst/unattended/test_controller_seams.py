@@ -42,7 +42,7 @@ class _GkeBehindATunnel:
     """A cloud cluster reached through a port-forward: ``alive()`` and ``job()`` say how its head and
     job API answer; every ``reach`` opens the way anew; ``down`` is what `pulumi destroy` would do."""
 
-    provider, provisions, kind, is_scheduler = "gcp", True, "cloud", False
+    provider, provisions, kind, is_scheduler, keeper_ends_lease = "gcp", True, "cloud", False, True
 
     def __init__(self, alive, job):
         self.alive, self.job, self.opened, self.downs = alive, job, [], []
@@ -334,3 +334,104 @@ def test_a_controller_whose_store_refuses_the_stop_request_outlives_it_and_stops
     assert gke.downs == ["gke0001"]
     log = _moves("r1")
     assert "the stop request could not be written" in log and "the stop request is written now" in log
+
+
+KUBE_FAKES = Path(__file__).resolve().parents[2] / "fakes" / "kube"
+
+
+class _KubernetesSite(_GkeBehindATunnel):
+    """Your own Kubernetes: no stack (burst applies objects), a keeper beside the head deletes the
+    RayCluster at the lease's end, and the claim store is read through the head pod (the stand-in
+    kubectl, whose claim is a directory): it goes with the cluster."""
+
+    provider, provisions, kind, is_scheduler, keeper_ends_lease = "kubernetes", False, "onprem", True, True
+
+    def storage_outlives(self, handle) -> bool:
+        return False
+
+
+def _claim_with_checkpoints(fake: Path, tmp_path: Path, monkeypatch) -> tuple[str, Path]:
+    """A claim (stand-in) holding run r1's Ray Train checkpoints of epochs 1 and 2; (its URI, the newest)."""
+    from burst.runtime import kube_storage
+    from tests.burst.runtime.test_stores import _checkpoint
+
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{KUBE_FAKES}:{os.environ['PATH']}")
+    on_claim = fake / "pvc" / "ray-train" / "r1"
+    _checkpoint(on_claim, "checkpoint_000000", 1)
+    newest = _checkpoint(on_claim, "checkpoint_000001", 2)
+    return kube_storage.uri("lab", "physics", "burst-k8s-0123456789ab", "/mnt/burst"), newest
+
+
+def test_a_managed_run_on_kubernetes_checkpoints_before_its_lease_ends_and_resumes_from_it(home, tmp_path, monkeypatch):
+    """Issue 64, finding 1: a managed run on your own Kubernetes still training at its lease's end.
+    Before, only cloud targets were asked to checkpoint first: the keeper deleted the RayCluster,
+    the controller went blind, `lost()` read the checkpoints through a head pod that was gone,
+    failed, `finish("FAILED")` and `take_down` deleted the claim with every checkpoint. Now the run
+    is asked to stop before the keeper acts, its final checkpoint is copied off the claim while the
+    head still answers, the run is STOPPED, and a resume elsewhere goes on from that checkpoint."""
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+    from burst.lifecycle import budget
+    from burst.lifecycle.runs import kept_checkpoints, load_run, stage_checkpoint
+    from tests.burst.runtime.test_stores import _tree
+
+    fake = tmp_path / "cluster"
+    fake.mkdir()
+    claim, newest = _claim_with_checkpoints(fake, tmp_path, monkeypatch)
+    monkeypatch.setattr(budget, "CHECKPOINT_RESERVE_S", 2.0)
+    monkeypatch.setattr(budget, "teardown_seconds", lambda provider: 1.0)
+    keeper_at = time.time() + 3.0 + 2.0  # the lease's end: the keeper deletes the RayCluster then
+    stop_seen = {}
+
+    def job() -> str:
+        if time.time() >= keeper_at:
+            (fake / "unreachable").write_text("")  # the keeper deleted the RayCluster: no head pod to read the claim through
+            raise ConnectionError("the head is gone")
+        if (fake / "pvc" / "runs" / "r1" / "STOP").exists():
+            stop_seen.setdefault("at", time.time())
+            return "STOPPED"  # the workers read it, checkpoint where they are and end
+        return "RUNNING"
+
+    site = _KubernetesSite(alive=lambda: time.time() < keeper_at, job=job)
+    c, m, _ = _managed(tmp_path, monkeypatch, site, "providers: [kubernetes]\nrecovery: {loss_grace_seconds: 2}\n", claim)
+    with state.locked():
+        handle = state.load(ClusterHandle, "c")
+        state.save(handle.model_copy(update={"provider": "kubernetes", "expires": keeper_at}))
+    c.run()
+    run = load_run("r1")
+    assert run.state == "STOPPED" and "--resume r1" in run.message, run.message
+    assert stop_seen and stop_seen["at"] < keeper_at  # asked, and seen by the workers, before the keeper acted
+    kept = kept_checkpoints("r1") / "checkpoint_000001"
+    assert _tree(kept) == _tree(newest)  # copied off the claim while its head pod answered
+    assert site.downs == ["gke0001"]  # then the cluster and its claim went
+    point = stage_checkpoint(run, ClusterHandle(name="k8s-2", provider="local", cluster_id="next0001", storage_uri=str(tmp_path / "next")))
+    assert point is not None and point.epochs == 2  # `burst train --resume r1` goes on from epoch 2's checkpoint
+    assert "lease of cluster c ends; taking a final checkpoint" in _moves("r1")
+
+
+def test_a_claim_whose_checkpoints_cannot_be_copied_off_is_never_deleted(home, tmp_path, monkeypatch):
+    """The controller slept past the lease (a laptop): the keeper has deleted the RayCluster, the
+    claim can no longer be read. Before, the controller failed on the read and deleted the claim.
+    Now the lease's end is recognised as the keeper's (not a loss), and the cluster and its claim
+    stay, said, for `burst down` once the user no longer needs them."""
+    from burst.lifecycle.runs import load_run
+
+    fake = tmp_path / "cluster"
+    fake.mkdir()
+    claim, _ = _claim_with_checkpoints(fake, tmp_path, monkeypatch)
+    (fake / "unreachable").write_text("")  # the head pod is gone with the RayCluster
+    site = _KubernetesSite(alive=lambda: False, job=lambda: "RUNNING")
+    c, m, _ = _managed(tmp_path, monkeypatch, site, "providers: [kubernetes]\nrecovery: {loss_grace_seconds: 2}\n", claim)
+    from burst.home import state
+    from burst.home.state import ClusterHandle
+
+    with state.locked():
+        handle = state.load(ClusterHandle, "c")
+        state.save(handle.model_copy(update={"provider": "kubernetes", "expires": time.time() - 60}))
+    c.run()
+    run = load_run("r1")
+    assert run.state == "STOPPED" and "lease of cluster 'c' ended" in run.message, run.message
+    assert site.downs == []  # nothing deleted: the claim holds the only checkpoints
+    assert (fake / "pvc" / "ray-train" / "r1" / "checkpoint_000001").is_dir()
+    assert "the cluster and its storage are kept, not taken down; `burst down c` deletes them" in _moves("r1")

@@ -170,7 +170,7 @@ def test_a_cluster_that_waited_in_a_queue_is_not_idle_the_moment_it_starts(home,
 class _Head:
     """A target whose head answers as ``alive`` says and whose job API answers as ``api`` says."""
 
-    provider, provisions, kind, is_scheduler = "local", False, "local", False
+    provider, provisions, kind, is_scheduler, keeper_ends_lease = "local", False, "local", False, False
 
     def __init__(self, alive, api):
         self.alive, self.api, self.looks = alive, api, []
