@@ -95,7 +95,7 @@ def storage_identity(spec: StackSpec, rg, cluster, tags: dict) -> managedidentit
         "ray-blob-access", principal_id=identity.principal_id, principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
         role_definition_id=subscription.apply(
             lambda s: f"/subscriptions/{s}/providers/Microsoft.Authorization/roleDefinitions/{BLOB_DATA_CONTRIBUTOR}"),
-        scope=spec.store_scope)
+        scope=spec.store_container_scope)  # the store's container, not the whole account
     return identity
 
 

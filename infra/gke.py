@@ -97,8 +97,10 @@ def program(spec: StackSpec) -> dict:
                                      display_name=f"burst Ray pods of {spec.cluster}",
                                      # service accounts take no labels: the lease goes in the description
                                      description=" ".join(f"{k}={v}" for k, v in labels.items()))
+    condition = spec.store_condition  # a named store under a prefix: that prefix only
     gcp.storage.BucketIAMMember("ray-bucket-access", bucket=spec.store_bucket, role="roles/storage.objectAdmin",
-                                member=gsa.email.apply(lambda e: f"serviceAccount:{e}"))
+                                member=gsa.email.apply(lambda e: f"serviceAccount:{e}"),
+                                condition=gcp.storage.BucketIAMMemberConditionArgs(**condition) if condition else None)
     # The workload pool exists once the cluster does (a project's first GKE cluster creates it):
     # the member is taken from the cluster's output, so the binding waits for the cluster.
     pool_name = cluster.workload_identity_config.apply(lambda c: c["workload_pool"] if isinstance(c, dict) else c.workload_pool)

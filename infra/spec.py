@@ -96,6 +96,27 @@ class StackSpec:
         return self.store_uri
 
     @property
+    def store_condition(self) -> Optional[dict]:
+        """The IAM condition of a grant on a ``gs://BUCKET/PREFIX`` store: the objects under its
+        prefix (and the bucket itself, where listing is checked), not the rest of a bucket that is
+        the site's; None for a store that is a whole bucket (burst's region store)."""
+        uri = self.require_store()
+        bucket, _, prefix = uri.removeprefix("gs://").partition("/")
+        prefix = prefix.strip("/")
+        if not uri.startswith("gs://") or not prefix:
+            return None
+        return {"title": f"burst store {prefix}"[:100], "description": f"objects under gs://{bucket}/{prefix}/ only",
+                "expression": (f'resource.type == "storage.googleapis.com/Bucket" || '
+                               f'resource.name.startsWith("projects/_/buckets/{bucket}/objects/{prefix}/")')}
+
+    @property
+    def store_container_scope(self) -> str:
+        """Azure: the grant's scope, the store's container (a storage account holds others' containers too)."""
+        uri = self.require_store()
+        container = uri.split("://", 1)[1].split("@", 1)[0]
+        return f"{self.store_scope}/blobServices/default/containers/{container}"
+
+    @property
     def store_bucket(self) -> str:
         """The GCS bucket of a ``gs://`` store (its name, without any path)."""
         uri = self.require_store()

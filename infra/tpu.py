@@ -178,7 +178,9 @@ def host_identity(spec: StackSpec, bucket: str, labels: dict) -> tuple[gcp.servi
     account = gcp.serviceaccount.Account("tpu-sa", account_id=f"{spec.slug[:24]}-tpu".strip("-"), project=spec.project,
                                          display_name=f"burst TPU hosts of {spec.cluster}", description=_describe(labels))
     member = account.email.apply(lambda e: f"serviceAccount:{e}")
-    access = gcp.storage.BucketIAMMember("tpu-bucket-access", bucket=bucket, role="roles/storage.objectAdmin", member=member)
+    condition = spec.store_condition  # a named store under a prefix: that prefix only
+    access = gcp.storage.BucketIAMMember("tpu-bucket-access", bucket=bucket, role="roles/storage.objectAdmin", member=member,
+                                         condition=gcp.storage.BucketIAMMemberConditionArgs(**condition) if condition else None)
     secret = gcp.secretmanager.Secret("ray-token", secret_id=token_secret_id(spec), project=spec.project, labels=labels,
                                       replication=gcp.secretmanager.SecretReplicationArgs(auto=gcp.secretmanager.SecretReplicationAutoArgs()))
     version = gcp.secretmanager.SecretVersion("ray-token-value", secret=secret.id, secret_data=pulumi.Output.secret(spec.require_token()))

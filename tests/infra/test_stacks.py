@@ -302,7 +302,8 @@ def test_aks_ray_pods_reach_storage_through_workload_identity_and_no_key_exists(
     assert federation["inputs"]["audiences"] == ["api://AzureADTokenExchange"]
     (grant,) = of_type(resources, "RoleAssignment")
     assert grant["inputs"]["roleDefinitionId"].endswith("/roleDefinitions/ba92f5b4-2d11-453d-a403-e96b0029c9fe")  # Storage Blob Data Contributor
-    assert grant["inputs"]["scope"] == spec.store_scope  # the region store's account, not the subscription or the group
+    # the region store's container, not its account (which may hold others' containers), the subscription or the group
+    assert grant["inputs"]["scope"] == f"{spec.store_scope}/blobServices/default/containers/{spec.store_uri.split('://')[1].split('@')[0]}"
     assert spec.store_scope.endswith(f"/storageAccounts/{spec.store_uri.split('@')[1].split('.')[0]}")
     assert not of_type(resources, "StorageAccount") and not of_type(resources, "BlobContainer")  # the store outlives the cluster
     (ksa,) = [r for r in of_type(resources, "core/v1:ServiceAccount") if r["inputs"]["metadata"]["name"] == "burst-ray"]
@@ -409,7 +410,13 @@ def test_the_dry_run_shows_the_store_and_its_own_stack():
     assert out["store"] == {"uri": "gs://site-bucket", "stack": None, "named": True, "kept_after_down": True, "lifecycle_days": None,
                             "resources": []}
     (grant,) = of_type(out["resources"], "bucketIAMMember:BucketIAMMember")
+    assert grant["inputs"]["bucket"] == "site-bucket" and "condition" not in grant["inputs"]  # the whole bucket is the store
+    # a named store under a prefix of a site's bucket: the grant reaches that prefix only (issue 64, finding 12)
+    under = api._in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket/burst'}}"))
+    (grant,) = of_type(targets.get("gcp").render("t", under, Lease(hours=1))["resources"], "bucketIAMMember:BucketIAMMember")
     assert grant["inputs"]["bucket"] == "site-bucket"
+    assert grant["inputs"]["condition"]["expression"] == ('resource.type == "storage.googleapis.com/Bucket" || '
+                                                          'resource.name.startsWith("projects/_/buckets/site-bucket/objects/burst/")')
 
 
 @pytest.mark.parametrize("provider, accelerator, gpus, region", [("gcp", "V100", 16, "us-central1"), ("azure", "T4", 4, "eastus")])
