@@ -573,6 +573,18 @@ def remove_dataset(store: str, key: str) -> StagedDataset:
     found = [d for d in datasets([store]) if d.key == key]
     if not found:
         raise BurstError(f"no dataset {key[:40]!r} on {store}; `burst datasets --store {store}` lists them")
+    from .unattended import managed
+
+    def reading(r: RunRecord) -> bool:  # still training, or a managed run its controller has not finished (it may move and read it again)
+        if key not in str((r.config or {}).get("data") or ""):
+            return False
+        m = managed.load(r.run_id) if r.managed else None
+        return r.state not in managed.FINAL_STATES or (m is not None and m.phase != "finished")
+
+    readers = [r.run_id for r in state.load_all(RunRecord) if reading(r)]
+    if readers:
+        raise BurstError(f"dataset {key} on {store} is being read by run(s) {', '.join(sorted(readers))}; nothing was removed: "
+                         f"remove it once they have ended (`burst status`)", exit_code=1)
     staged.remove(store, key)
     from .home import staged as index
 

@@ -67,8 +67,9 @@ def _norm(store: str) -> str:
     return str(store).rstrip("/")
 
 
-def remember(src: Path, key: str, store: str, nbytes: int) -> None:
-    """``src`` (content key ``key``) is complete on ``store``."""
+def remember(src: Path, key: str, store: str, nbytes: int, staged_at: Optional[float] = None) -> None:
+    """``src`` (content key ``key``) is complete on ``store``, copied there at ``staged_at`` (a reuse
+    keeps the copy's own time: the store's lifecycle counts its files' age from it, not from this run)."""
     with state.locked():
         index = _load()
         index.signatures.pop(signature(src), None)
@@ -76,7 +77,7 @@ def remember(src: Path, key: str, store: str, nbytes: int) -> None:
         if len(index.signatures) > MAX_SIGNATURES:
             index.signatures = dict(list(index.signatures.items())[-MAX_SIGNATURES:])
         index.stagings = [s for s in index.stagings if not (s.key == key and _norm(s.store) == _norm(store))]
-        index.stagings.append(Staging(store=_norm(store), key=key, bytes=nbytes, staged_at=time.time()))
+        index.stagings.append(Staging(store=_norm(store), key=key, bytes=nbytes, staged_at=staged_at or time.time()))
         write_json_atomic(_path(), index.model_dump(mode="json"))
 
 

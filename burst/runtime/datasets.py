@@ -1,8 +1,10 @@
 """Datasets staged once per store: a training set copied to a store (a directory, a bucket, a site
 claim) goes under its content hash, ``<store>/datasets/<key>/files/``, with a completion marker,
 ``COMPLETE``, written last. Later runs, scan trials, resumes and moves into that store find the
-marker and copy nothing; a copy cut short (a killed CLI, a lost connection) has no marker and is
-never taken for complete: the next run copies again, over it.
+marker and copy nothing once they have checked that every file it counts is there (a store's
+lifecycle deletes objects by their own age, so a marker written last can outlive the files: then
+the dataset is copied again); a copy cut short (a killed CLI, a lost connection) has no marker and
+is never taken for complete: the next run copies again, over it.
 
 The key is a sha256 over every file's relative path and full content, so two datasets that differ
 in one byte never share a copy.
@@ -30,6 +32,7 @@ class Staged:
     key: str
     bytes_total: int
     bytes_copied: int
+    staged_at: float = 0.0  # when the copy on the store was made (its files' age, which the store's lifecycle counts)
 
 
 def _files(src: Path) -> list[Path]:
@@ -100,9 +103,22 @@ def stage(src: Path, store: str) -> Staged:
     where = location(store, key)
     files = storage.join(where, "files")
     total = sum(f.stat().st_size for f in _files(src))
-    if storage.exists(storage.join(where, MARKER)):
-        return Staged(files, key, total, 0)
+    marker = storage.join(where, MARKER)
+    if storage.exists(marker):
+        info = _read_marker(marker)
+        if info is not None and storage.tree_stats(files) == (int(info.get("files") or 0), int(info.get("bytes") or 0)):
+            return Staged(files, key, total, 0, float(info.get("staged_at") or 0.0))
+        storage.remove(marker)  # the marker outlived files the store's lifecycle deleted: copied again, the marker last
+    now = time.time()
     storage.copy_dir(str(src), files)
-    storage.write_text(storage.join(where, MARKER), json.dumps({"key": key, "bytes": total, "files": len(_files(src)),
-                                                                "source": str(src), "staged_at": time.time()}))
-    return Staged(files, key, total, total)
+    storage.write_text(marker, json.dumps({"key": key, "bytes": total, "files": len(_files(src)), "source": str(src), "staged_at": now}))
+    return Staged(files, key, total, total, now)
+
+
+def _read_marker(marker: str) -> dict | None:
+    """A marker's record; None for a damaged one (not complete)."""
+    try:
+        info = json.loads(storage.read_text(marker))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("bytes"), int) else None

@@ -105,6 +105,14 @@ def list_dirs(value: str) -> list[str]:
     return sorted(line for line in proc.stdout.decode(errors="replace").splitlines() if line) if proc.returncode == 0 else []
 
 
+def tree_stats(value: str) -> tuple[int, int]:
+    """(files, bytes) under the path in the pod (0, 0 when it is absent)."""
+    p = KubePath.parse(value)
+    proc = _exec(p, "find", p.path, "-type", "f", "-printf", "%s\\n", check=False)
+    sizes = [int(line) for line in proc.stdout.decode(errors="replace").splitlines() if line.strip().isdigit()] if proc.returncode == 0 else []
+    return len(sizes), sum(sizes)
+
+
 def download(value: str, dest: str) -> None:
     """A file or a directory tree in the pod to ``dest`` here (the tree's contents as ``dest``).
     Copied to a fresh path beside ``dest`` and renamed into place once complete: what was at

@@ -234,6 +234,22 @@ def _copy_files(src: str, dest: str) -> None:
     fs.copy_files(src_path, dest_path, source_filesystem=src_fs, destination_filesystem=dest_fs)
 
 
+def tree_stats(uri: str) -> tuple[int, int]:
+    """(files, bytes) under ``uri`` (0, 0 when it is absent), local, in a bucket or in a claim."""
+    if not is_remote(uri):
+        files = [p for p in Path(uri).rglob("*") if p.is_file()] if Path(uri).is_dir() else []
+        return len(files), sum(p.stat().st_size for p in files)
+    if kube := _kube(uri):
+        return kube.tree_stats(uri)
+    from pyarrow import fs
+
+    bucket, inner = filesystem(uri)
+    if bucket.get_file_info(inner).type == fs.FileType.NotFound:
+        return 0, 0
+    infos = [i for i in bucket.get_file_info(fs.FileSelector(inner, recursive=True)) if i.type == fs.FileType.File]
+    return len(infos), sum(i.size or 0 for i in infos)
+
+
 def list_dirs(uri: str) -> list[str]:
     """The names of the directories directly under ``uri`` (none when it is absent), local or in a bucket."""
     if not is_remote(uri):

@@ -261,7 +261,7 @@ class Target(ABC):
         staged = datasets.stage(Path(data), handle.storage_uri)
         from ..home import staged as index
 
-        index.remember(Path(data), staged.key, handle.storage_uri, staged.bytes_total)  # the plan prices staging here at 0 next time
+        index.remember(Path(data), staged.key, handle.storage_uri, staged.bytes_total, staged.staged_at)  # the plan prices staging here at 0 next time
         report.say(f"dataset {staged.key}: {staged.bytes_copied:,} of {staged.bytes_total:,} bytes copied"
                    + (" (already on the store)" if staged.bytes_copied == 0 else "") + f"; {staged.uri}")
         return staged.uri

@@ -400,6 +400,59 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     assert len(storage.list_dirs(storage.join(store, "datasets"))) == 2
 
 
+def test_a_dataset_the_lifecycle_cut_is_copied_again_keeps_its_age_and_is_never_removed_under_a_run(store, tmp_path, monkeypatch):
+    """Issue 64, finding 4, on every kind of store. The lifecycle deletes objects by their own age,
+    so the marker (written last) outlived files: staging reused it and the run trained on what was
+    left. Reuse reset the dataset's staging time, so the plan priced a deleted copy at 0 h. And
+    `burst datasets --remove` deleted a dataset a running run was reading. Now a reuse checks every
+    file the marker counts (else copies again), keeps the copy's own time, and removal is refused
+    while a run, or a managed run not finished, reads it."""
+    from typer.testing import CliRunner
+
+    from burst import targets
+    from burst.cli import app
+    from burst.home import staged as index
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+    from burst.runtime import storage
+    from burst.targets.base import Reporter
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    data = tmp_path / "showers"
+    (data / "train").mkdir(parents=True)
+    for i in range(3):
+        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(100_000))
+    said = []
+    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    handle = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=store)
+    gke = targets.get("gcp")
+    first = gke.stage_data(handle, str(data), "r1", report)
+    (when,) = [s.staged_at for s in index._load().stagings]
+    time.sleep(0.05)
+    gke.stage_data(handle, str(data), "r2", report)
+    assert "0 of 300,000 bytes copied (already on the store)" in said[-1]
+    assert [s.staged_at for s in index._load().stagings] == [when]  # the copy's own time, not the reuse's
+
+    storage.remove(storage.join(first, "train", "ele_1.h5"))  # the lifecycle's days are over for one file, not yet for the marker
+    again = gke.stage_data(handle, str(data), "r3", report)
+    assert again == first and "300,000 of 300,000 bytes copied" in said[-1]  # copied again, never trained on two files of three
+    back = tmp_path / "back"
+    storage.copy_dir(again, str(back))
+    assert _tree(back) == _tree(data)
+
+    key = first.rstrip("/").split("/")[-2]
+    with state.locked():
+        state.save(RunRecord(run_id="r3", workload="gan3d", cluster="g", provider="gcp", state="RUNNING", storage_uri=store,
+                             config={"data": again}))
+    refused = CliRunner().invoke(app, ["datasets", "--store", store, "--remove", key])
+    assert refused.exit_code == 1 and f"dataset {key} on {store} is being read by run(s) r3; nothing was removed" in refused.output
+    assert storage.tree_stats(again) == (3, 300_000)
+    with state.locked():
+        state.save(state.load(RunRecord, "r3").model_copy(update={"state": "SUCCEEDED"}))
+    assert CliRunner().invoke(app, ["datasets", "--store", store, "--remove", key]).exit_code == 0
+    assert storage.tree_stats(again) == (0, 0)
+
+
 def _plan(policy: Path, data: Path) -> dict:
     from typer.testing import CliRunner
 

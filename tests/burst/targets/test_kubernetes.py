@@ -388,6 +388,7 @@ def test_the_claim_is_read_and_written_through_the_head_pod(tmp_path, fake, monk
     assert (fake / "pvc" / "runs" / "r1" / "STOP").read_text() == "budget\n"  # on the claim, through `kubectl exec`
     (fake / "pvc" / "runs" / "r1" / "report").mkdir()
     (fake / "pvc" / "runs" / "r1" / "report" / "metrics.json").write_text("{}")
+    assert storage.tree_stats(storage.join(root, "runs", "r1")) == (2, len("budget\n") + 2)  # files and bytes, counted in the pod
     storage.copy_dir(storage.join(root, "runs", "r1"), str(tmp_path / "here"))  # results: `kubectl cp`
     assert (tmp_path / "here" / "report" / "metrics.json").read_text() == "{}"
     storage.remove(stop)
