@@ -566,6 +566,27 @@ def datasets(stores: Optional[list[str]] = None) -> list[StagedDataset]:
     return out
 
 
+def store_lifecycle(provider: str, region: str, *, policy=None, report: Reporter = QUIET, **days: Optional[int]) -> str:
+    """Change the lifecycle rules of burst's store of ``provider`` in ``region`` (``checkpoints_days``,
+    ``datasets_days``, ``notices_days``; those not given stay as the store has them): the one way
+    they change once the store is made. Returns the store's URI."""
+    from .placement import policy as policy_mod
+
+    target = targets.get(targets.check_provider(provider))
+    if not hasattr(target, "make_store"):
+        raise BurstError(f"{provider} has no store burst makes (stores are made for the clouds' regions: gcp, gcp-tpu, azure)", exit_code=2)
+    given = {k: v for k, v in days.items() if v is not None}
+    if not given:
+        raise BurstError("say which rule to change: --checkpoints-days, --datasets-days or --notices-days", exit_code=2)
+    pol = policy if policy is not None and not isinstance(policy, (str, Path)) else policy_mod.load(Path(policy) if policy else None)
+    target.check_prerequisites("change a store's lifecycle")
+    spec = target.region_store(region, pol.stores)
+    from dataclasses import replace
+
+    uri, _ = target.make_store(replace(spec, **given), report, set_rules=frozenset(given))
+    return uri
+
+
 def remove_dataset(store: str, key: str) -> StagedDataset:
     """Delete one staged dataset from a store; returns what was there."""
     from .runtime import datasets as staged

@@ -184,6 +184,10 @@ class StackDriver:
         result = self._interruptible(lambda: stack.up(on_output=self.on_output, on_event=self.on_event, color="never"))
         return {k: v.value for k, v in result.outputs.items()}
 
+    def config(self) -> dict[str, str]:
+        """The stack's configuration as last set ({} for a stack never brought up)."""
+        return {k: v.value for k, v in self.stack.get_all_config().items()}
+
     def outputs(self) -> dict:
         return {k: v.value for k, v in self.stack.outputs().items()}
 

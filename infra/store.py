@@ -10,7 +10,7 @@ datasets and capacity notices after so many days; a run's published results (``r
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .spec import safe_name
 
@@ -71,10 +71,16 @@ class StoreSpec:
 
     @property
     def config(self) -> dict[str, str]:
-        """The stack's Pulumi configuration."""
-        if self.service == GCS:
-            return {"gcp:project": self.project, "gcp:region": self.region}
-        return {"azure-native:location": self.region}
+        """The stack's Pulumi configuration: where, and the lifecycle its rules were made with (kept
+        in the stack, so that the next `up`, from any machine sharing the backend, reads them back)."""
+        where = {"gcp:project": self.project, "gcp:region": self.region} if self.service == GCS else {"azure-native:location": self.region}
+        return {**where, **{f"burst:{rule}Days": str(days) for rule, _, days in self.rules()}}
+
+    def with_rules_of(self, config: dict[str, str]) -> "StoreSpec":
+        """This store with the lifecycle days a made stack's configuration holds (those it lacks: as they are)."""
+        days = {f"{rule}_days": int(config[f"burst:{rule}Days"]) for rule, _, _ in self.rules()
+                if str(config.get(f"burst:{rule}Days", "")).isdigit()}
+        return replace(self, **days)
 
     def labels(self) -> dict[str, str]:
         """Labels/tags on the store: no lease or expiry (a sweeper of expired leases must never take it)."""

@@ -38,6 +38,7 @@ app.command("workloads")(planning.workloads_list)
 app.command("datasets")(stores.datasets)
 app.add_typer(planning.policy_app, name="policy")
 app.add_typer(planning.catalog_app, name="catalog")
+app.add_typer(stores.store_app, name="store")
 
 
 @app.callback(invoke_without_command=True)

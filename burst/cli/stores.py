@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..errors import BurstError
-from .render import console, emit_json, out
+from .render import ConsoleReporter, console, emit_json, out
 
 
 def datasets(
@@ -41,3 +41,23 @@ def datasets(
         t.add_row(d.store, d.key, "complete" if d.complete else "incomplete (a copy cut short; the next run copies again)",
                   str(d.files), f"{d.bytes / 2**30:.3f} GiB", when, "-" if d.usd_per_month is None else f"{d.usd_per_month:.4f}", d.source or "-")
     out.print(t)
+
+
+store_app = typer.Typer(help="burst's region stores (made once per cloud region, kept after `burst down`).")
+
+
+@store_app.command("lifecycle")
+def lifecycle(
+    provider: Annotated[str, typer.Option(help="the cloud whose store it is: gcp, gcp-tpu or azure")],
+    region: Annotated[str, typer.Option(help="the store's region")],
+    checkpoints_days: Annotated[Optional[int], typer.Option(min=1, max=36500, help="days a checkpoint is kept")] = None,
+    datasets_days: Annotated[Optional[int], typer.Option(min=1, max=36500, help="days a staged dataset is kept")] = None,
+    notices_days: Annotated[Optional[int], typer.Option(min=1, max=36500, help="days a notice is kept")] = None,
+    policy_file: Annotated[Optional[str], typer.Option("--policy", help="policy naming the project (default: the packaged one)")] = None,
+) -> None:
+    """Change a store's lifecycle rules: the only way they change once it is made (a later `burst up` keeps them)."""
+    from .. import api
+
+    uri = api.store_lifecycle(provider, region, policy=policy_file, report=ConsoleReporter(), checkpoints_days=checkpoints_days,
+                              datasets_days=datasets_days, notices_days=notices_days)
+    out.print(f"lifecycle of {uri} changed")

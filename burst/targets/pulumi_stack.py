@@ -16,6 +16,7 @@ import uuid
 from abc import abstractmethod
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
 
@@ -192,16 +193,33 @@ class PulumiTarget(Target):
         """(uri, scope) of the store the cluster's runs keep their files in: the one the policy or
         ``--storage`` names, else the region's own, whose stack is created or updated here (once per
         project and region; concurrent ``up``s take turns) and never destroyed by ``burst down``."""
-        from filelock import FileLock
-
         if placement.storage:
             report.say(f"store: {placement.storage} (named; the cluster is granted access to it)")
             return placement.storage, self.named_store_scope(placement.storage)
-        spec = self.region_store(placement.region, placement.stores)
+        return self.make_store(self.region_store(placement.region, placement.stores), report)
+
+    def make_store(self, spec, report: Reporter = QUIET, set_rules: frozenset = frozenset()) -> tuple[str, Optional[str]]:
+        """Bring the region's store stack up; (uri, scope). A store owns its lifecycle: once made, its
+        rules are the ones its stack holds, whatever a later policy says (said when they differ), and
+        change only for the rules named in ``set_rules`` (``checkpoints_days``, ...: ``burst store lifecycle``)."""
+        from filelock import FileLock
+
         report.say(f"store: {spec.uri} (stack {spec.stack_name}: made once for {spec.region}, kept after `burst down`)")
         lock = state.home() / "pulumi" / f"{spec.stack_name}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with FileLock(str(lock)), report.stack_progress("preparing the store") as watcher:
+            with stack_errors():
+                made = self._driver(spec.stack_name).config()
+            if made and set_rules:  # the days not given keep the store's own
+                given = {f"{r}_days": d for r, _, d in spec.rules()}
+                spec = replace(spec.with_rules_of(made), **{k: v for k, v in given.items() if k in set_rules})
+            elif made:
+                kept = spec.with_rules_of(made)
+                if kept.rules() != spec.rules():
+                    report.say(f"store {spec.uri} keeps its lifecycle (" + ", ".join(f"{r} {d} d" for r, _, d in kept.rules())
+                               + "); the policy says " + ", ".join(f"{r} {d} d" for r, _, d in spec.rules())
+                               + f": `burst store lifecycle --provider {self.provider} --region {spec.region} --checkpoints-days N` changes it")
+                spec = kept
             driver = self._driver(spec, watcher, program=self.store_program(spec))
             try:
                 with stack_errors():

@@ -29,6 +29,7 @@ class RecordingPulumi(BurstPulumiCommand):
         self.interrupted = threading.Event()
         self.blocking = threading.Event()  # set once `up` is running and waiting to be interrupted
         self.destroys = 0
+        self.config: dict[str, dict[str, str]] = {}  # each stack's configuration, as `config set-all` left it
 
     def run(self, args, cwd, additional_env, on_output=None, on_error=None):
         args = [a for a in args if a != "--non-interactive"]
@@ -59,6 +60,11 @@ class RecordingPulumi(BurstPulumiCommand):
             return auto.CommandResult(json.dumps([{"kind": "update", "startTime": "2026-11-22T00:00:00.000Z", "message": "",
                                                    "environment": {}, "config": {}, "result": "succeeded",
                                                    "endTime": "2026-11-22T00:10:00.000Z"}]), "", 0)
+        elif args[:2] == ["config", "set-all"]:
+            pairs = [args[i + 1] for i, a in enumerate(args) if a in ("--plaintext", "--secret")]
+            self.config.setdefault(stack, {}).update(dict(p.split("=", 1) for p in pairs))
+        elif args[:1] == ["config"] and "--json" in args:  # `pulumi config --show-secrets --json`: {key: {value, secret}}
+            return auto.CommandResult(json.dumps({k: {"value": v, "secret": False} for k, v in self.config.get(stack, {}).items()}), "", 0)
         elif args[0] == "destroy":
             self.destroys += 1
         elif args[:2] == ["stack", "export"]:

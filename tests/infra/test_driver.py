@@ -21,7 +21,7 @@ from burst.errors import BurstError
 from burst.placement import catalog, layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
 from burst.home.state import ClusterHandle
-from burst.targets.base import Lease
+from burst.targets.base import Lease, Reporter
 from burst.targets import google_cloud
 from infra.driver import BurstPulumiCommand, StackDriver
 from tests.support import cloud_api
@@ -356,3 +356,37 @@ def test_a_stack_whose_starter_died_is_waited_for_and_adopted_never_destroyed_un
     assert adopted is not None and adopted.state == "running" and adopted.storage_uri == "gs://b"
     assert "destroy" not in fake.commands() and "up" not in fake.commands()
     assert state.load(ClusterHandle, "t").state == "running"
+
+
+def test_a_store_keeps_its_lifecycle_through_later_ups_and_changes_it_only_when_told(home, monkeypatch):
+    """Issue 64, finding 2: every cloud `up` brought the region's store stack up with the policy it
+    was given, so a default `up` after one with `checkpoints_days: 365` set 30 days, and the bucket
+    deleted the checkpoints of stopped runs waiting to resume. Now the store's rules live in its
+    stack's configuration: a later `up` keeps them (and says so), and `burst store lifecycle`
+    changes them, one rule at a time."""
+    from typer.testing import CliRunner
+
+    from burst import api
+    from burst.cli import app
+    from tests.fakes.pulumi_cli import pulumi_command
+
+    fake = RecordingPulumi()
+    long_kept = policy.parse("stores: {checkpoints_days: 365}")
+    placement = planner.pin(long_kept, profile.load("gan3d"), catalog.load(),
+                            PlacementRequest(provider="gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1"))
+    said = []
+    report = type("Said", (), {"say": lambda self, m: said.append(m), "stack_progress": Reporter.stack_progress})()
+    with pulumi_command(fake) as gke:
+        gke.ensure_store(api._in_store(placement, long_kept), report)
+        assert fake.config["store-gcs-us-central1"]["burst:checkpointsDays"] == "365"
+        gke.ensure_store(api._in_store(placement, policy.load(None)), report)  # a colleague's default policy, a later `up`
+    assert fake.config["store-gcs-us-central1"]["burst:checkpointsDays"] == "365"  # the rule the bucket was made with stays
+    assert any("keeps its lifecycle (checkpoints 365 d, datasets 90 d, notices 7 d); the policy says checkpoints 30 d" in m for m in said), said
+    monkeypatch.setattr(type(targets.get("gcp")), "command", fake)
+    monkeypatch.setattr(type(targets.get("gcp")), "check_prerequisites", lambda self, action: None)
+    changed = CliRunner().invoke(app, ["store", "lifecycle", "--provider", "gcp", "--region", "us-central1", "--checkpoints-days", "60"])
+    assert changed.exit_code == 0, changed.output
+    assert fake.config["store-gcs-us-central1"]["burst:checkpointsDays"] == "60"
+    assert fake.config["store-gcs-us-central1"]["burst:datasetsDays"] == "90"  # the rule not named stays as the store has it
+    refused = CliRunner().invoke(app, ["store", "lifecycle", "--provider", "gcp", "--region", "us-central1"])
+    assert refused.exit_code == 2 and "say which rule to change" in refused.output

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.checkpoints import checkpoint as _checkpoint, tree as _tree
 from tests.support.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
 
 STORES = ["directory", "gs", "abfs"]
@@ -25,10 +26,6 @@ def store(request, tmp_path) -> str:
     if request.param == "directory":
         return str(tmp_path / "store")
     return request.getfixturevalue("gcs_store" if request.param == "gs" else "azure_store")
-
-
-def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_files_round_trip_and_are_removed(store):
@@ -69,18 +66,6 @@ def test_a_tree_copies_from_one_cloud_s_store_to_the_other_s(gcs_store, azure_st
     back = tmp_path / "back"
     storage.copy_dir(storage.join(azure_store, "ckpt"), str(back))
     assert _tree(back) == _tree(src)
-
-
-def _checkpoint(root: Path, name: str, epochs: int, step: int = 0, complete: bool = True) -> Path:
-    """A checkpoint directory as the trainers write it: history.json and a TensorFlow index and data file."""
-    d = root / name
-    d.mkdir(parents=True)
-    history = {"history": [{"epoch": e + 1} for e in range(epochs)], **({"position": {"step": step}} if step else {})}
-    (d / "history.json").write_text(json.dumps(history))
-    (d / "gan3d.index").write_bytes(b"index")
-    if complete:
-        (d / "gan3d.data-00000-of-00001").write_bytes(os.urandom(1000))
-    return d
 
 
 def test_the_newest_complete_checkpoint_is_found_in_any_store(store, tmp_path):

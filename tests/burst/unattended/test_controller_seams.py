@@ -353,7 +353,7 @@ class _KubernetesSite(_GkeBehindATunnel):
 def _claim_with_checkpoints(fake: Path, tmp_path: Path, monkeypatch) -> tuple[str, Path]:
     """A claim (stand-in) holding run r1's Ray Train checkpoints of epochs 1 and 2; (its URI, the newest)."""
     from burst.runtime import kube_storage
-    from tests.burst.runtime.test_stores import _checkpoint
+    from tests.support.checkpoints import checkpoint as _checkpoint
 
     monkeypatch.setenv("FAKE_KUBE", str(fake))
     monkeypatch.setenv("PATH", f"{KUBE_FAKES}:{os.environ['PATH']}")
@@ -374,7 +374,7 @@ def test_a_managed_run_on_kubernetes_checkpoints_before_its_lease_ends_and_resum
     from burst.home.state import ClusterHandle, RunRecord
     from burst.lifecycle import budget
     from burst.lifecycle.runs import kept_checkpoints, load_run, stage_checkpoint
-    from tests.burst.runtime.test_stores import _tree
+    from tests.support.checkpoints import tree as _tree
 
     fake = tmp_path / "cluster"
     fake.mkdir()
