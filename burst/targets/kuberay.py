@@ -53,6 +53,32 @@ class KubeRayTarget(PulumiTarget):
         with stack_errors():
             return self._driver(handle.stack).outputs().get("kubeconfig") or ""
 
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """Its RayCluster is gone while its control plane answers: the keeper beside the head ended it
+        (idle, or the lease), and what the stack holds besides (control plane, system pool, NAT) is
+        left for burst to take down. Asked through the API server, not the head; False when it cannot tell."""
+        import subprocess
+        import tempfile
+
+        try:
+            config = self.kubeconfig(handle)
+        except BurstError:
+            return False
+        if not config:
+            return False
+        from ..home import state
+
+        with tempfile.NamedTemporaryFile("w", prefix="kubeconfig-", dir=str(state.home()), delete=True) as f:  # the user's only (0600)
+            f.write(config)
+            f.flush()
+            try:
+                proc = subprocess.run(["kubectl", f"--kubeconfig={f.name}", "--request-timeout=20s", "get", "rayclusters.ray.io",
+                                       "-n", handle.outputs.get("ray_namespace", "burst"), "-o", "name"],
+                                      capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                return False
+        return proc.returncode == 0 and not proc.stdout.strip()
+
     def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
         return ["kubectl", f"--kubeconfig={kubeconfig}", "port-forward", "-n", handle.outputs.get("ray_namespace", "burst"),
                 f"service/{handle.outputs.get('ray_head_service', 'burst-head-svc')}", f"{port}:{remote_port}", "--address=127.0.0.1"]

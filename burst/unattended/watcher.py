@@ -114,6 +114,8 @@ def watch(name: str) -> int:
                 busy, last_end = job_activity(current)
             except Exception:  # noqa: BLE001 - a tunnel that broke, a head that does not answer: not asked this time
                 busy = None
+                if _ended_by_keeper(current):  # the keeper beside the head ended the Ray part first (idle): the rest goes now
+                    why = "its keeper ended its Ray cluster (no job for its idle time); the rest of it is taken down"
             if busy is not None:  # the idle decision only on a fresh answer: a busy cluster behind a broken tunnel stays up
                 if busy:
                     last_active = now
@@ -135,6 +137,15 @@ def watch(name: str) -> int:
                 continue
             return 0
         time.sleep(WATCH_POLL_S)
+
+
+def _ended_by_keeper(handle: ClusterHandle) -> bool:
+    """The target knows the cluster's Ray part has ended (a keeper deleted its RayCluster, none of its
+    processes is left) without reaching its head; an error asking is "cannot tell"."""
+    try:
+        return targets.get(handle.provider).is_gone(handle)
+    except Exception:  # noqa: BLE001 - the API server did not answer: asked again at the next look
+        return False
 
 
 def _note(log, line: str) -> None:

@@ -390,3 +390,48 @@ def test_a_store_keeps_its_lifecycle_through_later_ups_and_changes_it_only_when_
     assert fake.config["store-gcs-us-central1"]["burst:datasetsDays"] == "90"  # the rule not named stays as the store has it
     refused = CliRunner().invoke(app, ["store", "lifecycle", "--provider", "gcp", "--region", "us-central1"])
     assert refused.exit_code == 2 and "say which rule to change" in refused.output
+
+
+def test_a_watcher_takes_down_what_is_left_once_the_keeper_ended_an_idle_gke_cluster(home, tmp_path, monkeypatch):
+    """Issue 64, finding 8: with `--idle-minutes` on GKE the keeper beside the head deletes the
+    RayCluster when it is idle; the watcher then never reached the head again, and the control
+    plane, system pool and NAT stayed until the lease's end. Now a watcher that cannot reach the head
+    asks the API server (the stack's kubeconfig, stand-in kubectl) whether the RayCluster is gone and
+    takes the rest down (the stack destroyed through the Pulumi CLI stand-in)."""
+    from burst.unattended import watcher
+
+    fake = RecordingPulumi()
+    handle, _ = gke_up(fake)
+    with state.locked():
+        state.save(handle.model_copy(update={"idle_minutes": 30.0}))
+    kube = tmp_path / "kube"
+    kube.mkdir()
+    (kube / "crds.json").write_text('["rayclusters.ray.io"]')
+    monkeypatch.setenv("FAKE_KUBE", str(kube))
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes' / 'kube'}:{os.environ['PATH']}")
+    looks = []
+
+    def unreachable(h):
+        looks.append(time.time())
+        if len(looks) > 40:
+            raise SystemExit("the watcher never took the cluster down")
+        if len(looks) == 3:  # the keeper deletes the RayCluster now (it found the cluster idle for 30 minutes)
+            (kube / "keeper-acted").write_text("")
+        raise ConnectionError("kubectl port-forward: pod burst-head-xxxxx not found")
+
+    (kube / "objects").mkdir()
+    rc = kube / "objects" / "burst_raycluster_burst.json"
+    rc.write_text('{"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "burst", "namespace": "burst"}, "spec": {}}')
+    def keeper_then_unreachable(h):
+        if (kube / "keeper-acted").exists():
+            rc.unlink(missing_ok=True)
+        return unreachable(h)
+
+    monkeypatch.setattr(watcher, "job_activity", keeper_then_unreachable)
+    monkeypatch.setattr(watcher, "WATCH_POLL_S", 0.05)
+    with pulumi_command(fake):
+        assert watcher.watch("t") == 0
+    assert 3 <= len(looks) <= 6  # not while the RayCluster was there; at the first look after it went
+    assert fake.commands().count("destroy") == 1 and state.load(ClusterHandle, "t") is None
+    log = (home / "managed" / "cluster-t.log").read_text()
+    assert "taken down by its watcher: its keeper ended its Ray cluster (no job for its idle time)" in log

@@ -59,8 +59,10 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     site = OnPrem(name="lab", accelerator="V100", gpus=8, scheduler="slurm", login="login.example.org")
     _save(ClusterHandle(name="lab", provider="slurm", cluster_id="slurm0001", state="running", storage_uri=str(tmp_path / "s"),
                         outputs={"site": site.model_dump(mode="json"), "job_id": "7"}))
-    _save(ClusterHandle(name="idle", provider="local", cluster_id="local0001", state="running", storage_uri=str(tmp_path / "l"),
-                        idle_minutes=30.0, watcher_pid=2**31 - 2))  # its watcher died with the machine
+    # its watcher died with the machine; still starting (a running one with none of its processes left is gone: its watcher
+    # would take it down at once, test_driver's keeper test)
+    _save(ClusterHandle(name="idle", provider="local", cluster_id="local0001", state="starting", storage_uri=str(tmp_path / "l"),
+                        idle_minutes=30.0, watcher_pid=2**31 - 2))
     started = time.monotonic()
     proc = burst("status", "--json", home=home, env={"PATH": f"{hanging}{os.pathsep}{os.environ['PATH']}"}, timeout=90)
     took = time.monotonic() - started
