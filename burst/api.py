@@ -254,8 +254,34 @@ def _known_providers(handles: list[ClusterHandle], damaged: list[Damaged]) -> li
     return [h for h in handles if h.provider in targets.PROVIDERS]
 
 
-def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: bool = False, report: Reporter = QUIET) -> list[ClusterHandle]:
-    """Stop (local), forget (on-prem) or destroy (cloud) clusters, verifying nothing is left; returns those taken down."""
+RESUMABLE = ("STOPPED", "STOPPED_BUDGET", "LOST", "FAILED")  # a run that `burst train --resume` may go on with
+
+
+def _keep_resumable(handle: ClusterHandle, report: Reporter) -> None:
+    """Before a cluster whose storage goes with it (a site claim) is taken down: the newest checkpoint
+    of every run on it that may be resumed is copied to this machine; one that cannot be read stops
+    the down (nothing deleted) with the way out."""
+    if targets.get(handle.provider).storage_outlives(handle):
+        return
+    for run in state.load_all(RunRecord, []):
+        if run.cluster != handle.name or run.storage_uri != handle.storage_uri or run.state not in RESUMABLE:
+            continue
+        try:
+            kept = runs.keep_checkpoint(run)
+        except (BurstError, OSError) as exc:
+            raise BurstError(f"cluster {handle.name!r} not taken down: run {run.run_id} ({run.state}) may be resumed, and its checkpoints "
+                             f"on the cluster's storage could not be copied off ({str(exc)[:200]}); nothing was deleted: fix the way to it "
+                             f"and run `burst down {handle.name}` again, or `burst down {handle.name} --discard-checkpoints`",
+                             exit_code=1) from None
+        if kept is not None:
+            report.say(f"run {run.run_id}'s newest checkpoint kept on this machine at {kept} before the storage of {handle.name} goes "
+                       f"(`burst train --resume {run.run_id}` goes on from it)")
+
+
+def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: bool = False, report: Reporter = QUIET,
+         discard_checkpoints: bool = False) -> list[ClusterHandle]:
+    """Stop (local), forget (on-prem) or destroy (cloud) clusters, verifying nothing is left; returns those taken down.
+    A cluster whose storage goes with it keeps the checkpoints of its stopped runs first (``_keep_resumable``)."""
     damaged: list[Damaged] = []
     if expired:
         now = time.time()
@@ -270,6 +296,8 @@ def down(name: Optional[str] = None, *, all_clusters: bool = False, expired: boo
     from .monitor import stop as stop_monitor
 
     for handle in handles:
+        if not discard_checkpoints:
+            _keep_resumable(handle, report)  # a claim goes with its cluster: what a stopped run resumes from is copied off first
         targets.get(handle.provider).down(handle, report)
         stop_watcher(handle)
         stop_monitor(handle.name)  # a local cluster's went with its processes; any other's goes now

@@ -86,11 +86,13 @@ def down(
     name: Annotated[Optional[str], typer.Argument(help="cluster name (default: local)")] = None,
     all_clusters: Annotated[bool, typer.Option("--all", help="stop every cluster burst started")] = False,
     expired: Annotated[bool, typer.Option("--expired", help="destroy every cluster whose lease has passed")] = False,
+    discard_checkpoints: Annotated[bool, typer.Option("--discard-checkpoints", help="take down a cluster whose claim holds a stopped run's checkpoints that cannot be copied off")] = False,
 ) -> None:
     """Stop (local), forget (on-prem) or destroy (cloud) a cluster, verifying nothing is left."""
     from .. import api
 
-    if not api.down(name, all_clusters=all_clusters, expired=expired, report=ConsoleReporter()) and (all_clusters or expired):
+    if not api.down(name, all_clusters=all_clusters, expired=expired, report=ConsoleReporter(),
+                    discard_checkpoints=discard_checkpoints) and (all_clusters or expired):
         console.print("no expired clusters" if expired else "no clusters to stop")
 
 

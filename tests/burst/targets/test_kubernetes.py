@@ -853,3 +853,35 @@ def test_the_last_down_never_deletes_a_namespace_holding_objects_of_any_kind(tmp
     proc = burst("down", "a", home=home, fake=fake)
     assert proc.returncode == 0 and "namespace physics stays: 1 object(s) of others are in it" in " ".join(proc.stderr.split())
     assert f"physics_{kind.lower()}_team" in left_on(fake) and "-_namespace_physics" in left_on(fake)
+
+
+def test_down_copies_a_stopped_run_s_checkpoints_off_its_claim_before_deleting_it(tmp_path, site, fake):
+    """Issue 64, finding 1's second half: a plain `burst down` of your own Kubernetes deleted the
+    claim, with the checkpoints of a run that was stopped (its budget, its lease) and waits for
+    `--resume`. Now down copies the newest one to this machine first; when the claim cannot be read,
+    nothing is deleted and the error says how to go on."""
+    from tests.support.checkpoints import checkpoint, tree
+
+    site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    home = tmp_path / "home"
+    up = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "lab", "--json", home=home, fake=fake)
+    assert up.returncode == 0, up.stderr
+    handle = json.loads(up.stdout)
+    checkpoint(fake / "pvc" / "ray-train" / "r1", "checkpoint_000000", 1)
+    newest = checkpoint(fake / "pvc" / "ray-train" / "r1", "checkpoint_000001", 2)
+    (home / "runs").mkdir(exist_ok=True)
+    (home / "runs" / "r1.json").write_text(json.dumps({"run_id": "r1", "workload": "gan3d", "cluster": "lab", "provider": "kubernetes",
+                                                       "state": "STOPPED_BUDGET", "storage_uri": handle["storage_uri"]}))
+    (fake / "unreachable").write_text("")  # the API server does not answer: the claim cannot be read
+    refused = burst("down", "lab", home=home, fake=fake)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "cluster 'lab' not taken down: run r1 (STOPPED_BUDGET) may be resumed" in said and "nothing was deleted" in said
+    assert "--discard-checkpoints" in said and (home / "clusters" / "lab.json").exists()
+    (fake / "unreachable").unlink()
+    proc = burst("down", "lab", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert tree(home / "checkpoints" / "r1" / "checkpoint_000001") == tree(newest)  # `burst train --resume r1` goes on from epoch 2
+    assert "run r1's newest checkpoint kept on this machine" in " ".join(proc.stderr.split())
+    assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
