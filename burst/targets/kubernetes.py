@@ -323,8 +323,8 @@ class KubernetesTarget(Target):
             self._ensure_operator(context, site.namespace, report)
             ray_head.new_token(token_path)
             objects = manifests(spec, token_path.read_text().strip())
+            self._check_not_taken(context, objects, lease_id)  # `kubectl apply` would take over someone else's object of such a name
             for obj in objects:  # one by one, each recorded before it is applied: a kill in between leaves nothing `down` cannot find
-                self._check_not_taken(context, obj, lease_id)  # `kubectl apply` would take over someone else's object of that name
                 created.append({"kind": obj["kind"], "name": obj["metadata"]["name"],
                                 "namespace": obj["metadata"].get("namespace")})
                 self._intend(claim, created)
@@ -356,17 +356,24 @@ class KubernetesTarget(Target):
         return state.load(ClusterHandle, name) or handle, True
 
     @staticmethod
-    def _check_not_taken(context: Optional[str], obj: dict, lease_id: str) -> None:
-        """Refuse to apply over an object of that name that is not this cluster's (another person's
-        cluster, or the site's own): `kubectl apply` would silently take it over."""
-        meta = obj["metadata"]
-        args = ["get", obj["kind"].lower(), meta["name"], "-o", "json"] + (["-n", meta["namespace"]] if meta.get("namespace") else [])
-        found = read(context, *args, what=f"get {obj['kind']} {meta['name']}")
-        if found is not None and owner_of(json.loads(found)) != lease_id:
-            owner = owner_of(json.loads(found))
-            raise BurstError(f"{obj['kind']} {meta['name']} already exists in namespace {meta.get('namespace')} on {context} and is "
-                             + (f"another burst cluster's (lease {owner})" if owner else "not burst's")
-                             + "; nothing of it was touched: choose another --name", exit_code=1)
+    def _check_not_taken(context: Optional[str], objects: list[dict], lease_id: str) -> None:
+        """Refuse to apply over an object of one of these names that is not this cluster's (another
+        person's cluster, or the site's own): `kubectl apply` would silently take it over. One read
+        of them all (`kubectl get KIND/NAME ... --ignore-not-found`)."""
+        by_ns: dict[str, list[str]] = {}
+        for obj in objects:
+            by_ns.setdefault(obj["metadata"].get("namespace") or "", []).append(f"{obj['kind'].lower()}/{obj['metadata']['name']}")
+        for ns, names in by_ns.items():
+            raw = read(context, "get", *names, "--ignore-not-found", *(["-n", ns] if ns else []), "-o", "json",
+                       what="get the objects up would apply")
+            answer = json.loads(raw) if raw and raw.strip() else {}
+            found = answer.get("items", []) if answer.get("kind") == "List" else ([answer] if answer else [])  # one found: kubectl may print it alone
+            taken = next((o for o in found if owner_of(o) != lease_id), None)
+            if taken is not None:
+                owner = owner_of(taken)
+                raise BurstError(f"{taken['kind']} {taken['metadata']['name']} already exists in namespace {ns or '-'} on {context} and is "
+                                 + (f"another burst cluster's (lease {owner})" if owner else "not burst's")
+                                 + "; nothing of it was touched: choose another --name", exit_code=1)
 
     @staticmethod
     def _keep_for_down(claim: ClusterHandle, created: list[dict], token_path: Path) -> None:

@@ -128,8 +128,8 @@ def test_a_laptop_that_slept_past_the_blind_grace_reopens_the_tunnel_and_follows
         looks["n"] += 1
         if looks["n"] == 4:
             asleep["s"] = 15 * 60.0  # the lid closed between the 3rd and 4th look
-        if asleep["s"] and len(gke.opened) == 1:
-            raise ConnectionError("kubectl port-forward: lost connection to pod")  # the stale tunnel
+        if asleep["s"] and len(gke.opened) <= 2:  # the stale tunnel, then a new one whose first looks fail too (its pod warming up)
+            raise ConnectionError("kubectl port-forward: lost connection to pod")
         if asleep["s"]:
             looks["after_wake"] += 1
             if looks["after_wake"] == 5:
@@ -146,7 +146,7 @@ def test_a_laptop_that_slept_past_the_blind_grace_reopens_the_tunnel_and_follows
     attempt = m.attempts[0]
     assert looks["after_wake"] >= 5, "the run was followed through the reopened tunnel after the wake"
     assert attempt.how == "lost: its Ray head does not answer", attempt.how  # not "not seen for 15.0 min"
-    assert len(gke.opened) >= 3  # the first way, the one reopened after the wake, one opened again before judging the dead head
+    assert len(gke.opened) >= 4  # the first way, two opened after the wake, one opened again before judging the dead head
     assert gke.downs == ["gke0001"]  # the dead cluster, once
     assert "not seen for 15" not in _moves("r1")
 
