@@ -678,11 +678,12 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
     except BurstError as exc:  # the head does not answer (killed, its tunnel refused): the log kept elsewhere, if any
         if "no longer knows" in str(exc):
             raise
-        kept = _saved_log_path(record) if _saved_log(record) is not None else (
-            target.kept_job_log(handle, record.job_id) if record.job_id else None)
-        if kept is None:
-            raise BurstError(f"{exc}; no copy of run {run_id}'s log is kept on this machine", exit_code=exc.exit_code) from None
-        text = kept.read_text(errors="replace")
+        text, kept = _saved_log(record), _saved_log_path(record)
+        if text is None:
+            kept = target.kept_job_log(handle, record.job_id) if record.job_id else None
+            if kept is None:
+                raise BurstError(f"{exc}; no copy of run {run_id}'s log is kept on this machine", exit_code=exc.exit_code) from None
+            text = kept.read_text(errors="replace")
         if on_notice is not None:
             on_notice(f"cluster {record.cluster!r} does not answer; the log below is the copy kept at {kept}")
         if follow and on_line is not None:  # nothing more will come from a head that does not answer

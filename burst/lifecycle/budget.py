@@ -81,7 +81,7 @@ class BudgetGuard:
         try:
             storage.write_text(RunFiles(self.handle.storage_uri, run_id).stop_request, "budget\n")
         except Exception as exc:  # noqa: BLE001 - whatever the store's SDK raised: the guard must outlive it
-            return f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            return _said(exc)
         self.stop_written = True
         return None
 
@@ -112,7 +112,14 @@ class BudgetGuard:
             try:
                 stop_job()
             except Exception as exc:  # noqa: BLE001 - the job API refused: asked again at the next look
-                return f"the workers did not stop in time and stopping the job failed ({exc.__class__.__name__}: {str(exc)[:160]}); trying again"
+                return f"the workers did not stop in time and stopping the job failed ({_said(exc)}); trying again"
             self.forced = True
             return "the workers did not stop in time; stopping the job"
         return None
+
+
+def _said(exc: BaseException) -> str:
+    """An error of a store's SDK or the job API in one line: its class and the line that says why."""
+    from ..unattended.backoff import reason_of
+
+    return f"{exc.__class__.__name__}: {reason_of(exc)}"

@@ -367,7 +367,7 @@ def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[Resum
 
     from ..runtime import storage
     from ..runtime.job import RunFiles
-    from ..runtime.training import latest_checkpoint, progress_in
+    from ..runtime.training import CHECKPOINT_PREFIXES, latest_checkpoint, progress_in
 
     with tempfile.TemporaryDirectory() as tmp:
         found = _checkpoints_with_origin(record, Path(tmp), final=True)
@@ -380,12 +380,9 @@ def stage_checkpoint(record: RunRecord, handle: ClusterHandle) -> Optional[Resum
         if origin == own:  # in the new cluster's own store already: read where it is
             return ResumePoint(own, storage.join(own, newest.name), epochs, step)
         dest = storage.join(handle.storage_uri, "resume", record.run_id)
-        name = newest.name if newest.name.startswith(CHECKPOINT_NAMES) else "checkpoint_final"
+        name = newest.name if newest.name.startswith(CHECKPOINT_PREFIXES) else "checkpoint_final"  # what a job's resume directory is searched for
         storage.copy_dir(str(newest), storage.join(dest, name))
     return ResumePoint(dest, f"{storage.join(dest, name)} (staged from {storage.join(origin, newest.name)})", epochs, step)
-
-
-CHECKPOINT_NAMES = ("checkpoint_", "epoch_")  # what a job's resume directory is searched for (burst.runtime.training)
 
 
 def _checkpoints_with_origin(record: RunRecord, scratch: Path, final: bool = False, strict: bool = False) -> list[tuple[Path, str]]:

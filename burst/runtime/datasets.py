@@ -74,13 +74,9 @@ def listed(store: str) -> list[Listed]:
     out = []
     for key in storage.list_dirs(storage.join(store, "datasets")):
         where = location(store, key)
-        info = None
-        if storage.exists(storage.join(where, MARKER)):
-            try:
-                info = json.loads(storage.read_text(storage.join(where, MARKER)))
-            except (ValueError, UnicodeDecodeError):
-                info = None  # a damaged marker: not complete
-        if isinstance(info, dict) and isinstance(info.get("bytes"), int):
+        marker = storage.join(where, MARKER)
+        info = _read_marker(marker) if storage.exists(marker) else None  # a damaged marker: not complete
+        if info is not None:
             out.append(Listed(store, key, storage.join(where, "files"), True, info["bytes"], int(info.get("files") or 0),
                               info.get("staged_at"), info.get("source")))
         else:

@@ -58,25 +58,16 @@ class KubeRayTarget(PulumiTarget):
         (idle, or the lease), and what the stack holds besides (control plane, system pool, NAT) is
         left for burst to take down. Asked through the API server, not the head; False when it cannot tell."""
         import subprocess
-        import tempfile
 
         try:
-            config = self.kubeconfig(handle)
-        except BurstError:
-            return False
-        if not config:
-            return False
-        from ..home import state
-
-        with tempfile.NamedTemporaryFile("w", prefix="kubeconfig-", dir=str(state.home()), delete=True) as f:  # the user's only (0600)
-            f.write(config)
-            f.flush()
-            try:
-                proc = subprocess.run(["kubectl", f"--kubeconfig={f.name}", "--request-timeout=20s", "get", "rayclusters.ray.io",
+            with self.kubeconfig_file(handle) as config:
+                if not config:
+                    return False
+                proc = subprocess.run(["kubectl", f"--kubeconfig={config}", "--request-timeout=20s", "get", "rayclusters.ray.io",
                                        "-n", handle.outputs.get("ray_namespace", "burst"), "-o", "name"],
                                       capture_output=True, text=True, timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                return False
+        except (BurstError, OSError, subprocess.TimeoutExpired):
+            return False
         return proc.returncode == 0 and not proc.stdout.strip()
 
     def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:

@@ -475,21 +475,27 @@ class PulumiTarget(Target):
         return None
 
     @contextmanager
+    def kubeconfig_file(self, handle: ClusterHandle) -> Iterator[Optional[str]]:
+        """The cluster's kubeconfig in a file of the user's only, for as long as a command needs it (None: none)."""
+        config = self.kubeconfig(handle)
+        if config is None:
+            yield None
+            return
+        fd, path = tempfile.mkstemp(prefix="kubeconfig-", dir=state.home())
+        try:
+            with os.fdopen(fd, "w") as f:  # mkstemp: readable by the user only
+                f.write(config)
+            yield path
+        finally:
+            Path(path).unlink(missing_ok=True)
+
+    @contextmanager
     def reach(self, handle: ClusterHandle) -> Iterator[ClusterHandle]:
         """A copy of the handle whose dashboard URL reaches the Ray head through a tunnel burst owns."""
         self.check_prerequisites("reach the cluster")
-        kubeconfig_file = None
-        config = self.kubeconfig(handle)
-        if config is not None:
-            fd, kubeconfig_file = tempfile.mkstemp(prefix="kubeconfig-", dir=state.home())
-            with os.fdopen(fd, "w") as f:  # mkstemp: readable by the user only
-                f.write(config)
-        try:
+        with self.kubeconfig_file(handle) as kubeconfig_file:
             with tunnel(lambda port: self.tunnel_command(handle, port, kubeconfig_file), handle.name, self.head_hint) as url:
                 yield handle.model_copy(update={"dashboard_url": url})
-        finally:
-            if kubeconfig_file:
-                Path(kubeconfig_file).unlink(missing_ok=True)
 
     head_hint: ClassVar[str] = "check the cluster's head node"
 

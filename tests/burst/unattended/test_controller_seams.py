@@ -18,24 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.records import save as _save
 from tests.support.storage_servers import azure_store, azurite_server, gcs_server, gcs_store  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    monkeypatch.setenv("BURST_HOME", str(path))
-    return path
-
-
-def _save(record) -> None:
-    from burst.home import state
-
-    with state.locked():
-        state.save(record)
 
 
 class _GkeBehindATunnel:

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from tests.support.slurm_site import needs
 
@@ -26,14 +25,6 @@ def _prometheus_missing():
 
 
 pytestmark = needs(_prometheus_missing())
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    monkeypatch.setenv("BURST_HOME", str(path))
-    return path
 
 
 def _cluster(tmp_path: Path, name: str = "g"):

@@ -18,6 +18,7 @@ import pytest
 
 from tests.support import census
 from tests.support.cli_runs import wait_until
+from tests.support.records import save as _save
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -25,21 +26,6 @@ ROOT = Path(__file__).resolve().parents[3]
 def burst(*args, home: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "burst.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
                           env={**os.environ, **(env or {}), "BURST_HOME": str(home)})
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "home"
-    path.mkdir()
-    monkeypatch.setenv("BURST_HOME", str(path))
-    return path
-
-
-def _save(handle) -> None:
-    from burst.home import state
-
-    with state.locked():
-        state.save(handle)
 
 
 def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_first(home, tmp_path):
