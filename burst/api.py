@@ -611,8 +611,7 @@ def store_lifecycle(provider: str, region: str, *, policy=None, report: Reporter
     spec = target.region_store(region, pol.stores)
     from dataclasses import replace
 
-    uri, _ = target.make_store(replace(spec, **given), report, set_rules=frozenset(given))
-    return uri
+    return target.make_store(replace(spec, **given), report, set_rules=frozenset(given)).uri
 
 
 def remove_dataset(store: str, key: str) -> StagedDataset:

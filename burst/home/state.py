@@ -106,6 +106,7 @@ class ClusterHandle(BaseModel):
     token_path: str | None = None
     temp_dir: str | None = None
     storage_uri: str
+    datasets_days: Annotated[int, Field(ge=1, le=36500)] | None = None  # its store deletes staged datasets this old (None: no such rule)
     layout: dict = Field(default_factory=dict)  # e.g. {"nodes": 1, "cpus": 2, "gpus": 0}
     hourly_usd: HourlyUsd = 0.0
     budget_usd: BudgetUsd | None = None  # the policy's total budget: `burst train` stops before it is spent

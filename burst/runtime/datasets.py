@@ -3,7 +3,9 @@ claim) goes under its content hash, ``<store>/datasets/<key>/files/``, with a co
 ``COMPLETE``, written last. Later runs, scan trials, resumes and moves into that store find the
 marker and copy nothing once they have checked that every file it counts is there (a store's
 lifecycle deletes objects by their own age, so a marker written last can outlive the files: then
-the dataset is copied again); a copy cut short (a killed CLI, a lost connection) has no marker and
+the dataset is copied again). A copy old enough for that lifecycle to delete it before the cluster
+that stages it ends its lease is copied again too, so that its files' age starts over: a dataset in
+use never expires under its run. A copy cut short (a killed CLI, a lost connection) has no marker and
 is never taken for complete: the next run copies again, over it.
 
 The key is a sha256 over every file's relative path and full content, so two datasets that differ
@@ -22,6 +24,10 @@ from . import storage
 
 MARKER = "COMPLETE"
 KEY_HEX = 20  # 80 bits of the sha256: no two datasets of one group collide
+DAY_S = 86400.0
+#: Lifecycle ages count whole days and rules run once a day or so: a copy is taken as expiring a day
+#: before its rule's days are over.
+EXPIRY_MARGIN_S = DAY_S
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Staged:
     bytes_total: int
     bytes_copied: int
     staged_at: float = 0.0  # when the copy on the store was made (its files' age, which the store's lifecycle counts)
+    renewed_from: float | None = None  # the previous copy's time when it was copied again before it could expire
 
 
 def _files(src: Path) -> list[Path]:
@@ -91,9 +98,18 @@ def remove(store: str, key: str) -> None:
     storage.remove_tree(where)
 
 
-def stage(src: Path, store: str) -> Staged:
+def expires_before(staged_at: float, days: int | None, until: float | None) -> bool:
+    """Whether a copy made at ``staged_at`` may be deleted by a lifecycle of ``days`` before ``until``
+    (None days: the store deletes nothing; None until: no end known, so nothing is checked)."""
+    return days is not None and until is not None and staged_at + days * DAY_S - EXPIRY_MARGIN_S < until
+
+
+def stage(src: Path, store: str, *, in_use_until: float | None = None, datasets_days: int | None = None) -> Staged:
     """The local dataset directory ``src`` on ``store``: copied under its key unless a complete copy
-    is already there."""
+    is already there that the store's lifecycle (``datasets_days``) keeps until ``in_use_until`` (the
+    lease's end of the cluster that reads it); an older one is copied again, its files overwritten
+    with the same bytes, which starts their age over (GCS counts an object's age from its creation,
+    Azure from its last modification), and its marker written last with the new time."""
     src = Path(src).resolve()
     key = content_key(src)
     where = location(store, key)
@@ -102,13 +118,21 @@ def stage(src: Path, store: str) -> Staged:
     marker = storage.join(where, MARKER)
     if storage.exists(marker):
         info = _read_marker(marker)
-        if info is not None and storage.tree_stats(files) == (int(info.get("files") or 0), int(info.get("bytes") or 0)):
-            return Staged(files, key, total, 0, float(info.get("staged_at") or 0.0))
-        storage.remove(marker)  # the marker outlived files the store's lifecycle deleted: copied again, the marker last
+        whole = info is not None and storage.tree_stats(files) == (int(info.get("files") or 0), int(info.get("bytes") or 0))
+        if whole:
+            staged_at = float(info.get("staged_at") or 0.0)
+            if not expires_before(staged_at, datasets_days, in_use_until):
+                return Staged(files, key, total, 0, staged_at)
+            renewed_from = staged_at  # whole but expiring: the marker stays, every file is rewritten with the same bytes
+        else:
+            renewed_from = None
+            storage.remove(marker)  # the marker outlived files the store's lifecycle deleted: copied again, the marker last
+    else:
+        renewed_from = None
     now = time.time()
     storage.copy_dir(str(src), files)
     storage.write_text(marker, json.dumps({"key": key, "bytes": total, "files": len(_files(src)), "source": str(src), "staged_at": now}))
-    return Staged(files, key, total, total, now)
+    return Staged(files, key, total, total, now, renewed_from)
 
 
 def _read_marker(marker: str) -> dict | None:

@@ -213,7 +213,7 @@ def copy_dir(src: str, dest: str) -> None:
             kube_storage.copy_between(src, dest, copy_dir)
         return
     if not is_remote(src) and not is_remote(dest):
-        shutil.copytree(src, dest, dirs_exist_ok=True)
+        shutil.copytree(src, dest, dirs_exist_ok=True, copy_function=shutil.copy)  # each copy's own time, as a bucket's objects have
         return
     if is_remote(dest):
         bucket, inner = filesystem(dest)

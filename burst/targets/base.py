@@ -8,6 +8,7 @@ the cluster's head (``reach``), and how to take everything down again (``down``)
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -258,10 +259,14 @@ class Target(ABC):
         from ..runtime import datasets
 
         report.say(f"staging {data} on {handle.storage_uri} (once per store: a dataset is kept under its content hash)")
-        staged = datasets.stage(Path(data), handle.storage_uri)
+        staged = datasets.stage(Path(data), handle.storage_uri, in_use_until=handle.expires, datasets_days=handle.datasets_days)
         from ..home import staged as index
 
         index.remember(Path(data), staged.key, handle.storage_uri, staged.bytes_total, staged.staged_at)  # the plan prices staging here at 0 next time
+        if staged.renewed_from is not None:
+            report.say(f"dataset {staged.key} was staged {time.strftime('%Y-%m-%d', time.gmtime(staged.renewed_from))} and the store "
+                       f"deletes datasets after {handle.datasets_days} days, before this cluster's lease ends: copied again, "
+                       f"its age starts over")
         report.say(f"dataset {staged.key}: {staged.bytes_copied:,} of {staged.bytes_total:,} bytes copied"
                    + (" (already on the store)" if staged.bytes_copied == 0 else "") + f"; {staged.uri}")
         return staged.uri

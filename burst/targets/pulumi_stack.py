@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, NamedTuple, Optional
 
 from ..home import state
 from ..errors import BurstError
@@ -36,6 +36,16 @@ SECRET_OUTPUTS = ("kubeconfig",)
 # TPU, Azure): such a failure is retried in the region's other zones that offer the accelerator.
 STOCKOUT_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "GCE_STOCKOUT", "does not have enough resources available",
                     "no more capacity in the zone", "SkuNotAvailable", "AllocationFailed", "OverconstrainedAllocationRequest")
+
+
+class StoreAt(NamedTuple):
+    """The store a cluster keeps its runs' files in: its URI, what the cluster is granted on it, and
+    after how many days its lifecycle deletes a staged dataset (None: a store the policy names, whose
+    rules are not burst's)."""
+
+    uri: str
+    scope: Optional[str]
+    datasets_days: Optional[int] = None
 
 
 class StockOut(Exception):
@@ -189,17 +199,17 @@ class PulumiTarget(Target):
                                               notices_days=stores.notices_days)
         return StoreSpec(service=self.store_service, region=region, project=project or self.store_project(), **keep)
 
-    def ensure_store(self, placement: "Placement", report: Reporter = QUIET) -> tuple[str, Optional[str]]:
-        """(uri, scope) of the store the cluster's runs keep their files in: the one the policy or
+    def ensure_store(self, placement: "Placement", report: Reporter = QUIET) -> StoreAt:
+        """The store the cluster's runs keep their files in: the one the policy or
         ``--storage`` names, else the region's own, whose stack is created or updated here (once per
         project and region; concurrent ``up``s take turns) and never destroyed by ``burst down``."""
         if placement.storage:
             report.say(f"store: {placement.storage} (named; the cluster is granted access to it)")
-            return placement.storage, self.named_store_scope(placement.storage)
+            return StoreAt(placement.storage, self.named_store_scope(placement.storage))
         return self.make_store(self.region_store(placement.region, placement.stores), report)
 
-    def make_store(self, spec, report: Reporter = QUIET, set_rules: frozenset = frozenset()) -> tuple[str, Optional[str]]:
-        """Bring the region's store stack up; (uri, scope). A store owns its lifecycle: once made, its
+    def make_store(self, spec, report: Reporter = QUIET, set_rules: frozenset = frozenset()) -> StoreAt:
+        """Bring the region's store stack up; where it is and the days it keeps datasets. A store owns its lifecycle: once made, its
         rules are the ones its stack holds, whatever a later policy says (said when they differ), and
         change only for the rules named in ``set_rules`` (``checkpoints_days``, ...: ``burst store lifecycle``)."""
         from filelock import FileLock
@@ -231,7 +241,7 @@ class PulumiTarget(Target):
                 raise BurstError(f"the store {spec.uri} of {spec.region} could not be made ({reason}); no cluster was created; "
                                  f"fix the cause and run `burst up` again (the store's stack {spec.stack_name} goes on where it stopped)",
                                  exit_code=1) from None
-        return outputs.get("storage_uri") or spec.uri, outputs.get("scope") or spec.scope
+        return StoreAt(outputs.get("storage_uri") or spec.uri, outputs.get("scope") or spec.scope, spec.datasets_days)
 
     def wheel(self) -> Optional[str]:
         """A burst wheel the nodes install at boot (None: the nodes get burst another way)."""
@@ -368,7 +378,7 @@ class PulumiTarget(Target):
                 lay = moved
 
     def _create(self, name: str, lay: "Layout", placement: "Placement", lease: Lease, hours: float, wheel: Optional[str],
-                claim: ClusterHandle, report: Reporter, store: tuple[str, Optional[str]]) -> ClusterHandle:
+                claim: ClusterHandle, report: Reporter, store: StoreAt) -> ClusterHandle:
         """One attempt at the stack; a failure destroys what it created (``StockOut`` when for want of capacity)."""
         preemptible = placement.preemptible
         report.say(f"layout: {lay.describe()} in {lay.region}, {lay.count} x {lay.accelerator}"
@@ -378,7 +388,7 @@ class PulumiTarget(Target):
         spec = self.build_spec(name, lay, preemptible, hours, wheel_path=wheel, image=placement.image,
                                auth_token=token_path.read_text().strip(), store=store, idle_minutes=lease.idle_minutes)
         handle = ClusterHandle(name=name, provider=self.provider, cluster_id=spec.lease_id, state="starting", expires=float(spec.expires),
-                               storage_uri=store[0], token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
+                               storage_uri=store.uri, datasets_days=store.datasets_days, token_path=str(token_path), layout=lay.to_dict(), hourly_usd=lay.hourly_usd(preemptible),
                                region=lay.region, accelerator=lay.accelerator,
                                preemptible=preemptible, lease_id=spec.lease_id, stack=spec.stack_name, starter_pid=os.getpid(),
                                outputs={"project": spec.project, "zone": spec.pools[0].zone, "image": spec.image or ""})
@@ -407,7 +417,7 @@ class PulumiTarget(Target):
                 raise BurstError(f"creating cluster {name!r} on {self.provider} failed: {reason}; everything it created was destroyed",
                                  exit_code=1) from None
         handle.state = "running"
-        handle.storage_uri = outputs.get("storage_uri") or store[0]
+        handle.storage_uri = outputs.get("storage_uri") or store.uri
         handle.outputs.update({k: v for k, v in outputs.items() if k not in SECRET_OUTPUTS})
         with state.locked():
             state.save(handle)

@@ -392,6 +392,30 @@ def test_a_store_keeps_its_lifecycle_through_later_ups_and_changes_it_only_when_
     assert refused.exit_code == 2 and "say which rule to change" in refused.output
 
 
+def test_a_cluster_records_the_days_its_store_keeps_datasets_as_the_store_holds_them(home, monkeypatch):
+    """What staging needs to protect an expiring dataset while the cluster reads it: the store's own
+    rule (kept in its stack, not the policy's), on the cluster's record; none for a store the
+    policy names (its rules are not burst's)."""
+    from typer.testing import CliRunner
+
+    from burst.cli import app
+
+    fake = RecordingPulumi()
+    monkeypatch.setattr(type(targets.get("gcp")), "command", fake)
+    monkeypatch.setattr(type(targets.get("gcp")), "check_prerequisites", lambda self, action: None)
+    made = CliRunner().invoke(app, ["store", "lifecycle", "--provider", "gcp", "--region", "us-central1", "--datasets-days", "45"])
+    assert made.exit_code == 0, made.output
+    handle, _ = gke_up(fake)  # the default policy says 90 days
+    assert handle.datasets_days == 45 and state.load(ClusterHandle, "t").datasets_days == 45
+    team = policy.parse("stores: {named: {gcp: gs://team-bucket}}")
+    named = planner.pin(team, profile.load("gan3d"), catalog.load(),
+                        PlacementRequest(provider="gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1"))
+    from burst import api
+
+    with pulumi_command(fake) as gke:
+        assert gke.ensure_store(api._in_store(named, team)) == ("gs://team-bucket", None, None)
+
+
 def test_a_watcher_takes_down_what_is_left_once_the_keeper_ended_an_idle_gke_cluster(home, tmp_path, monkeypatch):
     """Issue 64, finding 8: with `--idle-minutes` on GKE the keeper beside the head deletes the
     RayCluster when it is idle; the watcher then never reached the head again, and the control

@@ -438,6 +438,69 @@ def test_a_dataset_the_lifecycle_cut_is_copied_again_keeps_its_age_and_is_never_
     assert storage.tree_stats(again) == (0, 0)
 
 
+def _file_times(uri: str) -> dict[str, float]:
+    """Each file's modification time under ``uri`` on any kind of store: the time a lifecycle counts."""
+    from pyarrow import fs
+
+    from burst.runtime import storage
+
+    where, inner = storage.filesystem(uri) if storage.is_remote(uri) else (fs.LocalFileSystem(), uri)
+    infos = where.get_file_info(fs.FileSelector(inner, recursive=True))
+    return {i.path[len(inner):]: i.mtime.timestamp() for i in infos if i.type == fs.FileType.File}
+
+
+def test_a_dataset_that_would_expire_under_a_cluster_is_copied_again_before_its_run_reads_it(store, tmp_path, monkeypatch):
+    """Issue 64's last rule, on every kind of store: expiring datasets are protected while in use.
+    A copy staged 85 days ago on a store that deletes datasets after 90 was reused by a cluster whose
+    lease ran 10 days more: the lifecycle would delete its files under the run. Now staging copies
+    such a copy again (the same bytes, new objects: their age starts over) and says so; a copy that
+    outlives the lease, or a store without burst's lifecycle, is reused as it is."""
+    from burst import targets
+    from burst.home import staged as index
+    from burst.home.state import ClusterHandle
+    from burst.runtime import datasets, storage
+    from burst.targets.base import Reporter
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    data = tmp_path / "showers"
+    (data / "train").mkdir(parents=True)
+    for i in range(2):
+        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(50_000))
+    said = []
+    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    gke = targets.get("gcp")
+    now = time.time()
+    days = 86400
+    first = gke.stage_data(ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=store), str(data), "r1", report)
+    marker = storage.join(first.rstrip("/").rsplit("/", 1)[0], datasets.MARKER)
+    info = json.loads(storage.read_text(marker))
+    storage.write_text(marker, json.dumps({**info, "staged_at": now - 85 * days}))  # as if staged 85 days ago
+    before = _file_times(first)
+    time.sleep(1.1)  # the stores keep modification times to the second
+
+    for kept in (ClusterHandle(name="g2", provider="gcp", cluster_id="lease0002", storage_uri=store, expires=now + 2 * 3600,
+                               datasets_days=90),  # 85 d + 2 h: before the rule's days are over
+                 ClusterHandle(name="g3", provider="gcp", cluster_id="lease0003", storage_uri=store, expires=now + 10 * days)):
+        assert gke.stage_data(kept, str(data), "r2", report) == first  # no lifecycle on the record: nothing to outlive
+        assert "0 of 100,000 bytes copied (already on the store)" in said[-1]
+    assert _file_times(first) == before
+
+    renewing = ClusterHandle(name="g4", provider="gcp", cluster_id="lease0004", storage_uri=store, expires=now + 10 * days,
+                             datasets_days=90)
+    assert gke.stage_data(renewing, str(data), "r3", report) == first
+    staged_day = time.strftime("%Y-%m-%d", time.gmtime(now - 85 * days))
+    assert f"was staged {staged_day} and the store deletes datasets after 90 days, before this cluster's lease ends" in said[-2]
+    assert "100,000 of 100,000 bytes copied" in said[-1]
+    after = _file_times(first)
+    assert after.keys() == before.keys() and all(after[f] > before[f] for f in before)  # every file's age starts over
+    assert json.loads(storage.read_text(marker))["staged_at"] >= now
+    assert max(s.staged_at for s in index._load().stagings) >= now  # the plan sees the new copy's time
+    back = tmp_path / "back"
+    storage.copy_dir(first, str(back))
+    assert _tree(back) == _tree(data)
+    assert gke.stage_data(renewing, str(data), "r4", report) == first and "(already on the store)" in said[-1]  # renewed once
+
+
 def _plan(policy: Path, data: Path) -> dict:
     from typer.testing import CliRunner
 
