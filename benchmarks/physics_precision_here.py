@@ -8,7 +8,7 @@ one trains the same things with the workload's own code (``prepare_synthetic``, 
 own process at the same time with ``--threads`` intra-op threads each, so that a many-core machine
 with bfloat16 hardware does the six default-length runs in minutes, and a machine with no Ray can
 do them at all. Each run: the small preset, 6 epochs of the 3,000 synthetic events made with its
-seed, validation on 400 held-out events, as README line 1. The table is ``physics_precision.py``'s:
+seed, validation on 400 held-out events, as README's first command. The table is ``physics_precision.py``'s:
 per summary metric, float32's mean, standard deviation and range over the seeds, the other
 precision's mean and range, the distance in float32 standard deviations, the MC-vs-MC floor, and
 whether it held.

@@ -1,4 +1,4 @@
-"""Run-to-run spread of the physics metrics: the default run (README line 1) with several seeds.
+"""Run-to-run spread of the physics metrics: the default run (README's first command) with several seeds.
 
     python benchmarks/physics_spread.py [--seeds 0 1 2] [--epochs 6] [--synthetic 3000] [--precision P] [--keep DIR]
 

@@ -26,7 +26,7 @@ from .home import state
 from . import targets
 from .errors import BurstError
 from .home.records import Damaged
-from .placement.request import NARROWING, PlacementRequest
+from .placement.request import PlacementRequest
 from .lifecycle.runs import TrainRequest
 from .home.state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
@@ -84,24 +84,25 @@ def _policy(policy):
     return policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy) if policy else None)
 
 
-def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = None, **narrow):
+def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = None, *, placement: Optional[PlacementRequest] = None,
+         data: Optional[str] = None, **flags):
     """Every candidate target, estimated and ranked under the policy, with the choice and why.
 
-    ``narrow``: fields of ``placement.request.PlacementRequest`` (``gpus``, ``epochs``, ``events``, ``provider``,
+    ``placement`` (or its fields as keywords: ``gpus``, ``epochs``, ``events``, ``provider``,
     ``accelerator``, ``preemptible``, ``region``, ``scan``: a ``placement.scan.ScanShape``, the
-    plan is then for a hyper-parameter scan's trials side by side, ...); ``data``: the run's dataset
-    directory (a store this machine already staged it on costs no staging)."""
+    plan is then for a hyper-parameter scan's trials side by side, ...) narrows it; ``data``: the
+    run's dataset directory (a store this machine already staged it on costs no staging)."""
     from .placement import catalog as catalog_mod
     from .placement import planner, profile
 
-    data = narrow.pop("data", None)
+    ask = PlacementRequest.given(placement, workload=workload, **flags)
     if data is not None:
         from .home import staged
 
         if "://" not in str(data) and not Path(data).is_dir():
             raise BurstError(f"--data {data}: no such directory; give the dataset directory the run trains on")
-        narrow["staged_on"] = staged.holding(data)
-    ask = PlacementRequest(workload=workload, **narrow).checked()
+        ask = ask.but(staged_on=staged.holding(data))
+    ask = ask.checked()
     return planner.plan(_policy(policy), profile.load(ask.workload_name), catalog_mod.load(catalog), ask)
 
 
@@ -138,7 +139,7 @@ def _placed(ask: PlacementRequest, policy, report: Reporter):
         chosen = planner.choose(pol, prof, offers, ask.narrowing())
         report.say(f"plan: {chosen.describe()}")
         if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
-            chosen = planner.pin(pol, prof, offers, PlacementRequest(provider=chosen.provider, cpus=ask.cpus))
+            chosen = planner.pin(pol, prof, offers, ask.but(provider=chosen.provider))
         return _in_store(chosen, pol), pol
     placement = planner.pin(pol, prof, offers, ask)
     if ask.accelerator is None and placement.estimate is not None and placement.layout is not None:
@@ -168,16 +169,17 @@ def _lease(hours: Optional[float], wait: bool = False, idle_minutes: Optional[fl
     return Lease(hours=hours, wait=wait, idle_minutes=idle_minutes)
 
 
-def up(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
-       wait: bool = False, idle_minutes: Optional[float] = None, report: Reporter = QUIET, **placement) -> UpResult:
+def up(provider: Optional[str] = None, name: Optional[str] = None, *, placement: Optional[PlacementRequest] = None, policy=None,
+       hours: Optional[float] = None, wait: bool = False, idle_minutes: Optional[float] = None, report: Reporter = QUIET,
+       **flags) -> UpResult:
     """Start a cluster (or find it running) and record its handle. Without ``provider`` the plan
-    under the policy picks the target; ``placement`` (fields of ``PlacementRequest``: ``gpus``,
+    under the policy picks the target; ``placement`` (or its fields as keywords: ``gpus``,
     ``accelerator``, ``region``, ``cpus``, ``storage``, ...) pins it, under the same policy rules.
     On a batch scheduler ``wait`` waits for a queued allocation to start (else ``up`` says it is
     queued and returns; the handle's ``state`` is then ``starting``). ``idle_minutes``: a watcher
     process takes the cluster down after that long without a job (and at its lease's end),
     whether or not a CLI is running; ``hours``: the lease."""
-    return up_for(PlacementRequest(provider=provider, **placement), name, policy=policy, hours=hours, wait=wait,
+    return up_for(PlacementRequest.given(placement, provider=provider, **flags), name, policy=policy, hours=hours, wait=wait,
                   idle_minutes=idle_minutes, report=report)
 
 
@@ -223,25 +225,26 @@ def prediction(placement, workload: str) -> dict:
             "kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3)}
 
 
-def check(provider: Optional[str] = None, *, policy=None, report: Reporter = QUIET, **placement) -> None:
+def check(provider: Optional[str] = None, *, placement: Optional[PlacementRequest] = None, policy=None, report: Reporter = QUIET,
+          **flags) -> None:
     """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create for
     the same ``placement``, asked of the provider's APIs (credentials needed); creates nothing.
     Raises on a shortfall."""
-    chosen, _ = _placement(PlacementRequest(provider=provider, **placement), policy, report)
+    chosen, _ = _placement(PlacementRequest.given(placement, provider=provider, **flags), policy, report)
     target = targets.get(chosen.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {chosen.provider} is not a cloud target")
     target.check(chosen, report)
 
 
-def render(provider: Optional[str] = None, name: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
-           report: Reporter = QUIET, **placement) -> dict:
+def render(provider: Optional[str] = None, name: Optional[str] = None, *, placement: Optional[PlacementRequest] = None, policy=None,
+           hours: Optional[float] = None, report: Reporter = QUIET, **flags) -> dict:
     """What ``up`` would create for the same ``placement``, rendered offline (no credentials, no
     network, nothing recorded; a scheduler's queue is not asked)."""
     if name is not None:
         state.check_name(name)
     _lease(hours)
-    chosen, _ = _placement(PlacementRequest(provider=provider, **placement).but(live=False), policy, report)
+    chosen, _ = _placement(PlacementRequest.given(placement, provider=provider, **flags).but(live=False), policy, report)
     target = targets.get(chosen.provider)
     return target.render(state.check_name(name or target.default_cluster_name), chosen, _lease(hours), report)
 
@@ -331,23 +334,24 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     return record if request.detach else _follow_managed(record.run_id, report)
 
 
-def run(request: TrainRequest, provider: Optional[str] = None, *, policy=None, hours: Optional[float] = None,
-        report: Reporter = QUIET, **placement) -> RunRecord:
+def run(request: TrainRequest, provider: Optional[str] = None, *, placement: Optional[PlacementRequest] = None, policy=None,
+        hours: Optional[float] = None, report: Reporter = QUIET, **flags) -> RunRecord:
     """up + train + validate + down in one (the plan estimates the run's own epochs and batch;
-    ``placement``: as ``up``'s); the cluster (``request.cluster``) goes down on success,
+    ``placement`` and keywords: as ``up``'s); the cluster (``request.cluster``) goes down on success,
     failure and interruption alike. With ``request.managed`` a controller process does all of it
     (and moves the run when its cluster is lost); this call follows it unless ``request.detach``."""
     if request.detach and not request.managed:
         raise BurstError("--detach applies to `burst run --managed` (a controller then carries the run); `burst run` alone follows its cluster to the end")
-    if policy is not None or _plans_precision(request, provider):
+    ask = PlacementRequest.given(placement, provider=provider, **flags)
+    if policy is not None or _plans_precision(request, ask.provider):
         policy = policy_for(request, policy)  # loaded once: its checkpoint interval and precision, and the placement below
         request = with_policy_settings(request, policy)
     from .home import staged
 
-    staged_on = staged.holding(request.data)  # a store already holding the data costs the plan no staging
+    ask = ask.but(staged_on=staged.holding(request.data))  # a store already holding the data costs the plan no staging
     if request.managed:
-        return _run_managed(request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
-    return _on_own_cluster(runs.train, request, provider, report, policy=policy, hours=hours, staged_on=staged_on, **placement)
+        return _run_managed(request, ask, report, policy=policy, hours=hours)
+    return _on_own_cluster(runs.train, request, ask, report, policy=policy, hours=hours)
 
 
 def _plans_precision(request, provider: Optional[str]) -> bool:
@@ -377,17 +381,15 @@ def with_policy_settings(request: TrainRequest, policy) -> TrainRequest:
     return request.model_copy(update=update) if update else request
 
 
-def _run_managed(request: TrainRequest, provider: Optional[str], report: Reporter, *, policy, hours: Optional[float] = None,
-                 **placement) -> RunRecord:
+def _run_managed(request: TrainRequest, ask: PlacementRequest, report: Reporter, *, policy, hours: Optional[float] = None) -> RunRecord:
     """Check the placement here (a bad flag is one line now, not in a detached process), then hand
     the run to its controller."""
     from .unattended import managed
 
     _lease(hours)
-    ask = PlacementRequest(provider=provider, workload=request.workload, batch_per_replica=request.batch_per_replica, epochs=request.epochs,
-                           **placement)
+    ask = _sized_for(request, ask)
     chosen, pol = _placement(ask, policy, report)
-    flags = {**ask.but(provider=provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
+    flags = {**ask.but(provider=ask.provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
     record = managed.hand_over(request, flags, policy, own_first=True, budget_usd=budget.run_budget(request.budget_usd, policy=pol),
                                report=report)
     return record if request.detach else _follow_managed(record.run_id, report)
@@ -409,13 +411,16 @@ def _follow_managed(run_id: str, report: Reporter) -> RunRecord:
     raise BurstError(f"run {run_id} {record.state.lower()}: {record.message}", exit_code=codes.get(record.state, 1))
 
 
-def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Reporter, *, policy=None,
-                    hours: Optional[float] = None, **placement):
+def _sized_for(request, ask: PlacementRequest) -> PlacementRequest:
+    """The request with the run's (or scan's) own workload, batch and epochs, which the plan estimates."""
+    return PlacementRequest.given(ask, workload=request.workload, batch_per_replica=request.batch_per_replica, epochs=request.epochs)
+
+
+def _on_own_cluster(work: Callable, request, ask: PlacementRequest, report: Reporter, *, policy=None, hours: Optional[float] = None):
     """``work(request, report)`` on a cluster started for it (``request.cluster``), taken down after
     on success, failure and interruption alike (so the work may neither detach nor outlive it)."""
     request = request.model_copy(update={"detach": False, "cancel_on_interrupt": True})  # nothing may outlive the cluster
-    result = up(provider, request.cluster, policy=policy, hours=hours, wait=True, batch_per_replica=request.batch_per_replica,
-                epochs=request.epochs, workload=request.workload, report=report, **placement)
+    result = up_for(_sized_for(request, ask), request.cluster, policy=policy, hours=hours, wait=True, report=report)
     if not result.created_now:  # someone else's cluster (another `burst run`, the user's own `burst up`): not ours to take down
         raise BurstError(f"cluster {request.cluster!r} is already up, started by another command; `burst run` and `burst tune` "
                          f"start a cluster of their own and take it down after: pass another --name, or use `burst train --cluster "
@@ -430,33 +435,32 @@ def _on_own_cluster(work: Callable, request, provider: Optional[str], report: Re
     return record
 
 
-def tune(request, provider: Optional[str] = None, *, start: bool = False, policy=None, hours: Optional[float] = None,
-         report: Reporter = QUIET, **placement) -> RunRecord:
+def tune(request, provider: Optional[str] = None, *, start: bool = False, placement: Optional[PlacementRequest] = None, policy=None,
+         hours: Optional[float] = None, report: Reporter = QUIET, **flags) -> RunRecord:
     """A hyper-parameter scan (``scans.TuneRequest``) on the running cluster ``request.cluster``, or,
     with ``start``, on a cluster started for it (``provider``, else the plan's choice for the scan
-    under the policy; ``placement``: as ``up``'s) and taken down after (success, failure and Ctrl-C alike)."""
+    under the policy; ``placement`` and keywords: as ``up``'s) and taken down after (success, failure and Ctrl-C alike)."""
     from .lifecycle import scans
 
-    if policy is not None or (start and _plans_precision(request, provider)):
+    ask = PlacementRequest.given(placement, provider=provider, **flags)
+    if policy is not None or (start and _plans_precision(request, ask.provider)):
         policy = policy_for(request, policy)
         request = with_policy_settings(request, policy)
     if not start:
         return scans.tune(request, report)
-    if provider is None:  # the plan sizes the scan and picks where it runs
+    if ask.provider is None:  # the plan sizes the scan and picks where it runs
         from .placement.scan import ScanShape
 
         shape = ScanShape(request.total_trials, request.gpus_per_trial, request.max_concurrent, request.grace_period, request.reduction_factor)
-        chosen = plan(request.workload, policy, epochs=request.epochs, batch_per_replica=request.batch_per_replica, scan=shape,
-                      **{k: v for k, v in placement.items() if k in NARROWING})
+        chosen = plan(policy=policy, placement=_sized_for(request, ask.narrowing()).but(scan=shape))
         if chosen.choice is None:
             raise BurstError(f"no target fits the scan under the policy: {chosen.why}", exit_code=1)
         c = chosen.choice
         report.say(f"plan: {c.provider} {c.region} {c.accelerator} x{c.count}: {c.estimate.hours:.2f} h, ${c.estimate.cost_usd:,.2f} ({chosen.scan})")
-        provider = c.provider
-        if targets.get(provider).kind != "local":
-            placement = {**placement, "gpus": c.count, "accelerator": c.accelerator, "preemptible": c.preemptible,
-                         "region": c.region if c.target == "cloud" else placement.get("region")}
-    return _on_own_cluster(scans.tune, request, provider, report, policy=policy, hours=hours, **placement)
+        ask = ask.but(provider=c.provider)
+        if targets.get(c.provider).kind != "local":
+            ask = ask.but(gpus=c.count, accelerator=c.accelerator, preemptible=c.preemptible, region=c.region if c.target == "cloud" else ask.region)
+    return _on_own_cluster(scans.tune, request, ask, report, policy=policy, hours=hours)
 
 
 def _down_quietly(handle: ClusterHandle, report: Reporter, raise_errors: bool = False) -> None:

@@ -43,6 +43,7 @@ from .monitor import stop as stop_monitor
 
 if TYPE_CHECKING:
     from .placement.policy import Policy
+    from .placement.request import PlacementRequest
 
 POLL_S = 2.0           # a controller's look at its run
 REOPEN_AFTER_S = 20.0  # a job API that does not answer this long: the tunnel is opened again
@@ -119,26 +120,26 @@ class Controller:
         self.save()
         if attempt.own:
             if n == 1:
-                flags, policy = dict(self.m.placement), self.m.policy
+                ask, policy = self.m.first_request(), self.m.policy
             else:
                 try:
-                    flags, policy = self.moved_flags()
+                    ask, policy = self.moved_request()
                 except BurstError as exc:
                     self.end_attempt(attempt, "no target left")
                     self.finish("LOST", f"no target left to move to: {exc}")
                     return
-            provider = flags.pop("provider", None)
+            provider = ask.provider
             self.say(f"attempt {n}: starting cluster {name} on {provider}"
-                     + (f" {flags['region']}" if flags.get("region") else ""))  # what it avoids: said when the last one was lost
+                     + (f" {ask.region}" if ask.region else ""))  # what it avoids: said when the last one was lost
             try:
-                handle = api.up(provider, name, policy=policy, wait=True, report=_Said(), **flags).handle
+                handle = api.up_for(ask, name, policy=policy, hours=self.m.placement.get("hours"), wait=True, report=_Said()).handle
             except BurstError as exc:
                 self.end_attempt(attempt, f"could not start: {exc}")
                 self.say(f"attempt {n}: could not start a cluster on {provider}: {exc}")
                 if n == 1 or not self.can_move():
                     self.finish("FAILED" if n == 1 else "LOST", f"attempt {n} could not start a cluster: {exc}")
                     return
-                self.m.avoid.append(f"{provider}:{flags['region']}" if flags.get("region") else str(provider))  # a stock-out: elsewhere next
+                self.m.avoid.append(f"{provider}:{ask.region}" if ask.region else str(provider))  # a stock-out: elsewhere next
                 self.save()
                 return
         else:
@@ -179,36 +180,35 @@ class Controller:
         again = recovery_strategy.start_again(recovery.strategy, ended)
         return again if again is not None and again.provider in (recovery.allow_providers or self.policy.providers) else None
 
-    def moved_flags(self) -> tuple[dict, "Policy"]:
-        """Placement flags and policy for the next attempt: the plan's choice among the providers
-        recovery allows, without the targets lost so far (or, under ``recovery.strategy:
-        same_first``, the target just lost once more), on-demand once enough preemptible clusters
-        were lost; pinned to that choice, so that a failure to start it is avoided next."""
+    def moved_request(self) -> tuple["PlacementRequest", "Policy"]:
+        """The placement request and policy for the next attempt: the first request less what bound
+        it to the target lost (``PlacementRequest.elsewhere``: its sizing and limits go on), planned
+        among the providers recovery allows, without the targets lost so far (or, under
+        ``recovery.strategy: same_first``, the target just lost once more), on-demand once enough
+        preemptible clusters were lost; pinned to the plan's choice, so that a failure to start it
+        is avoided next."""
         from . import api
+        from .home import staged
 
         recovery = self.policy.recovery
         allowed = recovery.allow_providers or self.policy.providers
         lost_spot = sum(1 for a in self.m.attempts[:-1] if a.preemptible and (a.how or "").startswith(("lost", "could not start")))
         on_demand = recovery.fallback_on_demand_after is not None and lost_spot >= recovery.fallback_on_demand_after
         policy = self.policy.model_copy(update={"providers": list(allowed), "preemptible": "never" if on_demand else self.policy.preemptible})
-        from .placement.request import PlacementRequest
-
-        first = self.m.placement
-        sizing = {k: first.get(k) for k in ("gpus", "batch_per_replica", "epochs")}
-        sizing["workload"] = first.get("workload") or self.m.request.get("workload")  # the next cluster is sized for the run's own workload
-        from .home import staged
-
+        first = self.m.first_request()
+        moving = first.elsewhere().but(workload=first.workload or self.m.request.get("workload"),  # sized for the run's own workload
+                                       staged_on=staged.holding(self.m.request.get("data")))
         again = self.start_again(self.m.attempts[:-1])
         if again is not None:  # pinned to the target just lost: the plan sizes it there (on-demand once spot was lost enough)
-            where = {"provider": again.provider, "region": again.region if targets.get(again.provider).kind == "cloud" else None}
-            ask = PlacementRequest(**where, preemptible=False if on_demand else None, **sizing)
+            moving = moving.but(provider=again.provider, region=again.region if targets.get(again.provider).kind == "cloud" else None,
+                                preemptible=False if on_demand else None)
         else:
-            ask = PlacementRequest(avoid=tuple(self.m.avoid), **sizing)
-        chosen, _ = api._placement(ask.but(staged_on=staged.holding(self.m.request.get("data"))), policy, _Said())
-        flags = {"provider": chosen.provider, "hours": first.get("hours"), **sizing}
+            moving = moving.but(avoid=tuple(self.m.avoid))
+        chosen, _ = api._placement(moving, policy, _Said())
+        moved = moving.but(provider=chosen.provider, avoid=())  # pinned: what it avoided has been planned around
         if targets.get(chosen.provider).kind == "cloud":
-            flags.update(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)
-        return {k: v for k, v in flags.items() if v is not None}, policy
+            moved = moved.but(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)
+        return moved, policy
 
     # ------------------------------------------------------------------ following an attempt
 

@@ -20,21 +20,40 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 
-def _first_code_block(text: str) -> list[str]:
-    block = text.split("```", 2)[1]
+def _set_up_block(text: str) -> list[str]:
+    """The lines of the code block under ``## Set up`` (what `.ci/run` reads its test command from)."""
+    block = text.split("## Set up", 1)[1].split("```", 2)[1]
     return [line for line in block.splitlines() if line.strip()]
 
 
-def test_the_readme_opens_with_the_two_set_up_commands_and_stays_a_front_page():
+def _first_screen(text: str) -> str:
+    """Title, pitch, example and the set-up commands with their two lines: up to the next heading."""
+    head, rest = text.split("## Set up", 1)
+    return head + "## Set up" + rest.split("\n## ", 1)[0]
+
+
+def test_the_readme_opens_with_what_burst_is_then_the_two_set_up_commands_and_stays_a_front_page():
     text = README.read_text()
-    assert text.startswith("```"), "README.md must begin with the two set-up commands"
-    run, test = _first_code_block(text)
+    assert text.startswith("# burst\n"), "README.md begins with its title"
+    run, test = _set_up_block(text)
     assert run.endswith("burst run gan3d --provider local") and "pip install -e ." in run
     assert test.endswith("python -m pytest -q -n auto") and "'.[dev]'" in test  # -n auto: two tests at a time where they can be told apart
+    screen = _first_screen(text)
+    assert len(screen.splitlines()) <= 30, "the title, pitch, example and set-up fit one screen"
+    prose = re.sub(r"```.*?```", "", screen, flags=re.S)  # the commands' own numbers are theirs
+    figures = re.findall(r"\d+(?:[.,]\d+)*\s*(?:s|%|min|minutes|CPU-s\w*)\b|\b[0-9a-f]{7,40}\b|\d{4}-\d{2}-\d{2}|Xeon|EPYC|AVX", prose)
+    assert figures == [], f"measurements belong in docs/internals/benchmarks.md, not on the first screen: {figures}"
     # a front page, not the manual: the manual is the site under docs/
     assert len(text.encode()) < 12_000, f"README.md is {len(text.encode())} bytes: move detail into docs/"
     for heading in ("## Words", "## Commands", "## Documentation"):
         assert heading in text
+
+
+def test_ci_runs_the_readme_s_test_command():
+    """`.ci/run` reads the command with its own awk program: run here, it finds the README's."""
+    program = re.search(r"test_cmd=\$\(awk '(.+?)' README\.md\)", (ROOT / ".ci" / "run").read_text()).group(1)
+    found = subprocess.run(["awk", program, str(README)], capture_output=True, text=True, check=True).stdout.strip()
+    assert found == _set_up_block(README.read_text())[1]
 
 
 def test_every_page_the_readme_links_to_exists():

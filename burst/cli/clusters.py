@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .placement_options import takes_placement
+from .placement_options import PlacementRequest, takes_placement
 from .render import ConsoleReporter, console, emit_json, out
 
 Hours = Annotated[Optional[float], typer.Option(help="lease: cloud resources are labelled to expire after this many hours; slurm: the walltime")]
@@ -27,19 +27,19 @@ def up(
     check: Annotated[bool, typer.Option("--check", help="cloud: only run the pre-flight (quota, zone, runtime) against the provider's APIs; create nothing")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="render the cloud stack offline (Pulumi mocks) and print what it would create")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the cluster handle as JSON")] = False,
-    placement: dict = None,
+    placement: PlacementRequest = None,
 ) -> None:
     """Start a cluster and save its handle (on this machine with --provider local)."""
     from .. import api
 
     report = ConsoleReporter()
     if dry_run:
-        _print_dry_run(api.render(name=name, policy=policy_file, hours=hours, report=report, **placement), as_json)
+        _print_dry_run(api.render(name=name, policy=policy_file, hours=hours, report=report, placement=placement), as_json)
         return
     if check:
-        api.check(policy=policy_file, report=report, **placement)
+        api.check(policy=policy_file, report=report, placement=placement)
         return
-    result = api.up(name=name, policy=policy_file, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report, **placement)
+    result = api.up(name=name, policy=policy_file, hours=hours, wait=wait, idle_minutes=idle_minutes, report=report, placement=placement)
     handle = result.handle
     if as_json:
         emit_json({**handle.model_dump(mode="json"), "created_now": result.created_now})

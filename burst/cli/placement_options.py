@@ -4,8 +4,8 @@
 Each flag is a field of ``placement.request.PlacementRequest`` and one entry of ``OPTIONS``; a
 command marked ``@takes_placement(...)`` gets the common flags and the extra ones it names as
 parameters of its own (so ``--help`` lists them), and receives the ones the user gave as one
-``placement`` mapping, which it hands to ``burst.api`` whole. A new placement flag is therefore a
-field there and a line here, whichever commands take it.
+``PlacementRequest``, ``placement``, which it hands to ``burst.api`` whole. A new placement flag is
+therefore a field there and a line here, whichever commands take it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 
+from ..placement.request import PlacementRequest
 from ..targets import PROVIDERS  # the registry's names only: no target module is imported
 
 OPTIONS: dict[str, Any] = {
@@ -37,13 +38,15 @@ OPTIONS: dict[str, Any] = {
     "batch_per_replica": Annotated[Optional[int], typer.Option(help="batch per replica the plan predicts (default: the preset's)")],
     "epochs": Annotated[Optional[int], typer.Option(help="epochs the plan estimates (default: the policy's, then the workload profile's)")],
     "events": Annotated[Optional[int], typer.Option(help="training events the plan estimates (default: the workload profile's dataset)")],
+    "max_price_per_hour": Annotated[Optional[float], typer.Option(help="no cluster dearer than this many USD an hour (a managed run's moves keep to it too)")],
 }
-COMMON = ("provider", "gpus", "accelerator", "gpus_per_node", "preemptible", "region", "nodes")
+__all__ = ["OPTIONS", "COMMON", "PlacementRequest", "takes_placement"]
+COMMON = ("provider", "gpus", "accelerator", "gpus_per_node", "preemptible", "region", "nodes", "max_price_per_hour")
 
 
 def takes_placement(*extra: str) -> Callable[[Callable], Callable]:
     """Give a command the common placement flags and ``extra`` ones; it receives those given as
-    ``placement`` (a dict of field -> value, flags left out are absent)."""
+    ``placement``, one ``PlacementRequest`` (flags left out keep the field's default)."""
     fields = COMMON + tuple(f for f in extra if f not in COMMON)
     unknown = [f for f in fields if f not in OPTIONS]
     if unknown:
@@ -57,7 +60,7 @@ def takes_placement(*extra: str) -> Callable[[Callable], Callable]:
 
         @functools.wraps(command)
         def with_placement(**given: Any) -> Any:
-            placement = {f: v for f in fields if (v := given.pop(f)) is not None}
+            placement = PlacementRequest(**{f: v for f in fields if (v := given.pop(f)) is not None})
             return command(placement=placement, **given)
 
         with_placement.__signature__ = signature.replace(parameters=own + added)  # what Typer reads the options from

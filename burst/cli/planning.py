@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import workloads
-from .placement_options import takes_placement
+from .placement_options import PlacementRequest, takes_placement
 from ..errors import BurstError
 from .render import console, out
 from .render import emit_json as _emit_json
@@ -90,7 +90,7 @@ def plan(
     reduction_factor: Annotated[int, typer.Option(help="scan: ASHA keeps 1 in this many trials at each rung")] = 2,
     show_all: Annotated[bool, typer.Option("--all", help="show every candidate, not the first 15")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    placement: dict = None,
+    placement: PlacementRequest = None,
 ) -> None:
     """Rank every target (local, on-prem, each cloud, region, accelerator, count) and explain the choice;
     the placement flags narrow the candidates."""
@@ -108,7 +108,7 @@ def plan(
         from ..placement.scan import ScanShape
 
         scan = ScanShape(trials, gpus_per_trial, max_concurrent, grace_period, reduction_factor)
-    p = api.plan(workload, policy_file, catalog_file, scan=scan, data=data, **placement)
+    p = api.plan(workload, policy_file, catalog_file, scan=scan, data=data, placement=placement)
     if as_json:
         _emit_json(p.to_dict())
     else:

@@ -13,7 +13,7 @@ import typer
 
 from .. import workloads
 from .clusters import Hours, PolicyFile
-from .placement_options import takes_placement
+from .placement_options import PlacementRequest, takes_placement
 from .render import ConsoleReporter, console, emit_json
 
 Workload = Annotated[str, typer.Argument(help=f"workload to train: {' | '.join(workloads.NAMES)}")]
@@ -108,12 +108,12 @@ def run(
     budget_usd: Annotated[Optional[float], typer.Option("--budget", help="stop and tear down before this many USD are spent (default: the policy's)")] = None,
     managed: Managed = False,
     detach: Annotated[bool, typer.Option("--detach", help="with --managed: hand the run over and return")] = False,
-    placement: dict = None,
+    placement: PlacementRequest = None,
 ) -> None:
     """up + train + validate + down in one; down happens on success, failure and Ctrl-C alike."""
     from .. import api
 
-    _finished(api.run(_request(locals()), policy=policy_file, hours=hours, report=ConsoleReporter(), **placement))
+    _finished(api.run(_request(locals()), policy=policy_file, hours=hours, report=ConsoleReporter(), placement=placement))
 
 
 def logs(run_id: Annotated[str, typer.Argument()], follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:

@@ -9,7 +9,7 @@ import typer
 
 from .. import workloads
 from .clusters import Hours, PolicyFile
-from .placement_options import takes_placement
+from .placement_options import PlacementRequest, takes_placement
 from .render import ConsoleReporter, console, emit_json
 from .runs import Batch, Data, Epochs, Precision, Preset, Seed, Steps, Synthetic
 
@@ -41,7 +41,7 @@ def tune(
     detach: Annotated[bool, typer.Option("--detach", help="submit and return")] = False,
     cancel_on_interrupt: Annotated[bool, typer.Option("--cancel", help="Ctrl-C stops every trial instead of detaching")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    placement: dict = None,
+    placement: PlacementRequest = None,
 ) -> None:
     """Scan a workload's knobs with Ray Tune (ASHA early stopping), each trial a Ray Train run judged on physics."""
     from .. import api
@@ -49,7 +49,7 @@ def tune(
     from ..lifecycle.scans import TuneRequest
 
     workloads.check(workload)
-    provider = placement.get("provider")
+    provider = placement.provider
     if search not in ("random", "optuna"):
         raise BurstError(f"--search {search}: choose random or optuna")
     if cluster is not None and provider is not None:
@@ -60,7 +60,7 @@ def tune(
                              budget_usd=budget_usd, cluster=cluster, preset=preset, batch_per_replica=batch_per_replica, data=data,
                              synthetic=synthetic, seed=seed, steps_per_epoch=steps_per_epoch, precision=precision, val_events=val_events, grace_period=grace_period,
                              reduction_factor=reduction_factor, search=search, detach=detach, cancel_on_interrupt=cancel_on_interrupt)
-    record = api.tune(request, start=start, policy=policy_file, hours=hours, report=ConsoleReporter(), **placement)
+    record = api.tune(request, start=start, policy=policy_file, hours=hours, report=ConsoleReporter(), placement=placement)
     if record.run_dir:
         from ..lifecycle.scans import table_lines
 

@@ -9,69 +9,25 @@ nearest miss when nothing fits.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from . import estimate as est_mod
 from . import names
 from ..values import command_values
 from .. import targets
-from ..targets import facts
 from ..errors import BurstError
 from ..values.placement import Placement
+from .candidate import Candidate
 from .catalog import Offer
-from .layout import Layout, MixedInterconnect, resolve
+from .layout import resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest
 from .scan import ScanShape
 from .policy import Policy
-from .profile import Profile, local_throughput
-
-
-@dataclass
-class Candidate:
-    target: str            # the target's kind: local | onprem | cloud
-    provider: str          # a provider of the target registry
-    region: str
-    accelerator: str
-    count: int
-    preemptible: bool
-    estimate: est_mod.Estimate
-    layout: Optional[Layout] = None
-    reasons: list[str] = field(default_factory=list)
-    feasible: bool = True
-    violation: float = 0.0  # how far past the tightest constraint (1.0 = exactly at it)
-    nodes: int = 1          # nodes the layout spans (on-prem: what the scheduler allocates)
-
-    @property
-    def layout_text(self) -> str:
-        if self.layout is not None:
-            return self.layout.describe()
-        return f"{self.count} {self.accelerator}" if self.target == "onprem" else f"{os.cpu_count()} CPUs"
-
-    def after_lease(self):
-        """What the cluster still costs an hour once its keeper has ended it at its lease's end (clouds), or None."""
-        return facts.load(self.provider).after_lease if self.target == "cloud" else None
-
-    def to_dict(self) -> dict:
-        e = self.estimate
-        after = self.after_lease()
-        return {
-            "after_lease_usd_per_hour": None if after is None else after.usd_per_hour,
-            "target": self.target, "provider": self.provider, "region": self.region, "accelerator": self.accelerator,
-            "count": self.count, "layout": self.layout.to_dict() if self.layout else {"description": self.layout_text},
-            "preemptible": self.preemptible, "batch_per_replica": e.batch, "precision": e.precision, "est_epoch_s": round(e.epoch_s, 2), "est_hours": round(e.hours, 3),
-            "est_cost_usd": round(e.cost_usd, 2), "hourly_usd": round(e.hourly_usd, 4),
-            "est_kgco2e": None if e.kgco2e is None else round(e.kgco2e, 3), "energy_kwh": round(e.energy_kwh, 3),
-            "grid_gco2_per_kwh": e.grid_g_per_kwh, "feasible": self.feasible,
-            "reasons": self.reasons,
-            "reason_codes": [code_of(r).value for r in self.reasons],
-            "queue_wait_h": round(e.queue_h, 3) if self.target == "onprem" else None,
-            "queue_source": e.queue_source if self.target == "onprem" else None,
-            "breakdown": {"queue_h": round(e.queue_h, 3), "provision_h": round(e.provision_h, 3), "staging_h": round(e.staging_h, 3),
-                          "training_h": round(e.training_h, 3), "preemption_h": round(e.preemption_h, 3),
-                          "compute_usd": round(e.compute_usd, 2), "storage_usd": round(e.storage_usd, 2), "egress_usd": round(e.egress_usd, 2)},
-        }
+from .profile import Profile
+from .sources import SOURCES, Asked
+from .sources.site import estimate as site_estimate
 
 
 @dataclass
@@ -103,34 +59,33 @@ def _epochs(policy: Policy, profile: Profile, asked: Optional[int]) -> int:
     return asked or policy.epochs or profile.epochs
 
 
-def _gpu_counts(max_gpus: int, fixed: Optional[int]) -> list[int]:
-    if fixed is not None:
-        return [fixed] if fixed <= max_gpus else []
-    counts, n = [], 1
-    while n <= max_gpus:
-        counts.append(n)
-        n *= 2
-    return counts
-
-
 def candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest = PlacementRequest()) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing, ``ask``) allows, with its estimate.
 
     ``ask.nodes`` keeps only layouts spanning that many nodes (this machine is one). ``ask.scan``:
     the candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs).
-    ``ask.avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``."""
+    ``ask.avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``.
+    ``ask.max_price_per_hour``: no cluster dearer than that."""
     out, excluded = _candidates(policy, profile, offers, ask)
-    avoid = ask.avoid
-    kept = [c for c in out if c.provider not in avoid and f"{c.provider}:{c.region}" not in avoid]
-    if len(kept) < len(out):
-        excluded["lost a cluster there"] = len(out) - len(kept)
-    return kept, excluded
+    for why, keep in (("lost a cluster there", lambda c: c.provider not in ask.avoid and f"{c.provider}:{c.region}" not in ask.avoid),
+                      ("over --max-price-per-hour", lambda c: over_price(c.estimate.hourly_usd, ask) is None)):
+        kept = [c for c in out if keep(c)]
+        if len(kept) < len(out):
+            excluded[why] = excluded.get(why, 0) + len(out) - len(kept)
+        out = kept
+    return out, excluded
+
+
+def over_price(hourly_usd: float, ask: PlacementRequest) -> Optional[str]:
+    """Why a cluster of ``hourly_usd`` is over the request's price cap, or None."""
+    cap = ask.max_price_per_hour
+    return None if cap is None or hourly_usd <= cap else f"${hourly_usd:,.2f}/h is over --max-price-per-hour {cap:g}"
 
 
 def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest) -> tuple[list[Candidate], dict[str, int]]:
-    gpus, events, provider, accelerator, preemptible = ask.gpus, ask.events, ask.provider, ask.accelerator, ask.preemptible
-    region, gpus_per_node, batch_per_replica, nodes, scan = ask.region, ask.gpus_per_node, ask.batch_per_replica, ask.nodes, ask.scan
-    epochs = _epochs(policy, profile, ask.epochs)
+    """What every kind of target can run for ``ask`` (``sources``), after what applies to all of
+    them: the scan's GPUs, known accelerator names, the providers and spot choices the policy allows."""
+    gpus, scan = ask.gpus, ask.scan
     cpu_scan = scan is not None and scan.gpus_per_trial is None and gpus is None
     if scan is not None:
         if gpus is not None and gpus % scan.devices_per_trial:
@@ -138,119 +93,23 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
         if gpus is not None:
             scan = ScanShape(scan.trials, scan.gpus_per_trial, gpus // scan.devices_per_trial, scan.grace_period, scan.reduction_factor)
         gpus = scan.gpus
-    batch = batch_per_replica or profile.default_batch()
-    excluded: dict[str, int] = {}
-
-    def skip(why: str) -> None:
-        excluded[why] = excluded.get(why, 0) + 1
-
-    if accelerator:
-        names.check_known(accelerator, [o.accelerator for o in offers] + ([policy.onprem.accelerator] if policy.onprem else []))
-    providers = [p for p in policy.providers if provider is None or p == provider]
-    if provider is not None and provider not in policy.providers:
-        raise BurstError(f"provider {provider!r} is not allowed by the policy (providers: {', '.join(policy.providers)})")
+    if ask.accelerator:
+        names.check_known(ask.accelerator, [o.accelerator for o in offers] + ([policy.onprem.accelerator] if policy.onprem else []))
+    if ask.provider is not None and ask.provider not in policy.providers:
+        raise BurstError(f"provider {ask.provider!r} is not allowed by the policy (providers: {', '.join(policy.providers)})")
+    providers = [p for p in policy.providers if ask.provider is None or p == ask.provider]
     spot_choices = {"never": [False], "prefer": [True, False], "only": [True]}[policy.preemptible]
-    if preemptible is not None:
-        if preemptible not in spot_choices:
-            raise BurstError(f"--{'preemptible' if preemptible else 'on-demand'} conflicts with the policy's preemptible: {policy.preemptible}")
-        spot_choices = [preemptible]
-    out: list[Candidate] = []
+    if ask.preemptible is not None:
+        if ask.preemptible not in spot_choices:
+            raise BurstError(f"--{'preemptible' if ask.preemptible else 'on-demand'} conflicts with the policy's preemptible: {policy.preemptible}")
+        spot_choices = [ask.preemptible]
+    asked = Asked(policy, profile, offers, ask, _epochs(policy, profile, ask.epochs), ask.batch_per_replica or profile.default_batch(),
+                  gpus, scan, cpu_scan, spot_choices)
     kinds = {p: targets.get(p).kind for p in providers}
-
-    local = [p for p in providers if kinds[p] == "local"]
-    if local and (gpus is None or cpu_scan) and accelerator is None and preemptible is not True and region is None and nodes in (None, 1):
-        rate, basis = local_throughput(profile, policy.precision)
-        e = est_mod.local(rate, basis, profile, policy, epochs, events, scan=scan)
-        out.append(Candidate("local", local[0], "this machine", "cpu", os.cpu_count() or 1, False, e))
-
-    site = policy.onprem
-    for prov in (p for p in providers if kinds[p] == "onprem"):
-        if site is None or not targets.get(prov).serves(site) or preemptible is True or (region is not None and region != site.name):
-            continue
-        if not policy.accelerator_allowed(site.accelerator) or (accelerator and not names.matches(accelerator, site.accelerator)):
-            skip("accelerator not allowed")
-            continue
-        if not profile.knows(site.accelerator):
-            skip("no speed for the accelerator in the workload's profile")
-            continue
-        cap = min(site.gpus, policy.max_gpus)
-        counts = _gpu_counts(cap, gpus)
-        if gpus is None and cap not in counts:
-            counts.append(cap)  # the whole on-prem allocation, even when it is not a power of two
-        if gpus is not None and gpus > site.gpus:
-            skip("more GPUs than on-prem has")
-            counts = []
-        if nodes is not None:
-            kept = [n for n in counts if est_mod.onprem_nodes(profile, policy, n) == nodes]
-            if len(kept) < len(counts):
-                skip("another node count")
-            counts = kept
-        for n in counts:
-            out.append(Candidate("onprem", prov, site.name, site.accelerator, n, False,
-                                 onprem_estimate(prov, n, profile, policy, epochs, events, batch, scan, live=ask.live),
-                                 nodes=est_mod.onprem_nodes(profile, policy, n)))
-
-    clouds = [p for p in providers if kinds[p] == "cloud"]
-    shapes: dict[tuple[str, str, str], list[Offer]] = {}
-    for o in offers:
-        if o.provider not in clouds or (region is not None and o.region != region):
-            continue
-        if not policy.region_allowed(o.region):
-            skip("region not allowed")
-            continue
-        if not policy.accelerator_allowed(o.accelerator) or (accelerator and not names.matches(accelerator, o.accelerator)):
-            skip("accelerator not allowed")
-            continue
-        shapes.setdefault((o.provider, o.region, o.accelerator), []).append(o)
-    for (prov, reg, acc), group in sorted(shapes.items()):
-        if not profile.knows(acc):
-            skip("no speed for the accelerator in the workload's profile")
-            continue
-        tpu = group[0].is_tpu
-        hosts_driven = targets.get(prov).tpu_hosts_driven if tpu else None
-        if tpu and hosts_driven is not None and facts.tpu_hosts(acc) > hosts_driven:
-            skip(f"a TPU slice of more than {hosts_driven} host(s): the {prov} target trains on no more")
-            continue
-        if tpu and scan is not None:
-            skip("a scan needs a Ray cluster of GPUs (a TPU VM trains one job per slice)")
-            continue
-        if tpu and group[0].accelerator_count > policy.max_gpus:
-            skip("over max_gpus")
-            continue
-        if tpu and gpus is not None and group[0].accelerator_count != gpus:  # for a TPU, --gpus counts chips
-            skip("TPU slice of another chip count")
-            continue
-        for spot in spot_choices:  # spot and on-demand may differ in shapes (some are sold as spot only)
-            layouts = []
-            for n in [None] if tpu else _gpu_counts(policy.max_gpus, gpus):
-                try:
-                    layouts.append(resolve(group, prov, acc, n, region=reg, preemptible=spot, max_gpus_per_zone=policy.max_gpus_per_zone,
-                                           gpus_per_node=None if tpu else gpus_per_node))
-                except MixedInterconnect:
-                    skip("would mix InfiniBand and Ethernet-only nodes")
-                except BurstError:
-                    skip("no node shape for the count")
-            for lay in layouts:
-                if nodes is not None and lay.nodes != nodes:
-                    skip("another node count")
-                    continue
-                if spot and not lay.has_spot:
-                    skip("no spot offer")
-                    continue
-                e = est_mod.cloud(lay, spot, profile, policy, epochs, events, batch, scan, staged_on=ask.staged_on)
-                out.append(Candidate("cloud", prov, reg, acc, lay.count, spot, e, layout=lay, nodes=lay.nodes))
-    return out, excluded
-
-
-def onprem_estimate(provider: str, gpus: int, profile: Profile, policy: Policy, epochs: int, events: Optional[int] = None,
-                    batch: Optional[int] = None, scan: Optional[ScanShape] = None, live: bool = True) -> est_mod.Estimate:
-    """The on-prem estimate, with the queue wait the site's scheduler gives now when it can be (and ``live``: may be) asked."""
-    target = targets.get(provider)
-    if not target.is_scheduler or not live:
-        return est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
-    first = est_mod.onprem(gpus, profile, policy, epochs, events, batch=batch, scan=scan)
-    wait = target.queue_estimate(policy.onprem, est_mod.onprem_nodes(profile, policy, gpus), first.training_h)
-    return est_mod.onprem(gpus, profile, policy, epochs, events, queue_h=wait.hours, queue_note=wait.note, batch=batch, scan=scan)
+    out: list[Candidate] = []
+    for kind, source in SOURCES.items():  # this machine, the site, the clouds
+        out += source(asked, [p for p in providers if kinds[p] == kind])
+    return out, asked.excluded
 
 
 def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float], max_kg: Optional[float] = None) -> None:
@@ -488,12 +347,11 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
         problem = scope_problem(policy, provider, None, site.accelerator, count, False)
         if problem:
             raise BurstError(problem)
-        e = onprem_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, live=ask.live)
+        e = site_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, live=ask.live)
         return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
                          estimate=e, nodes=nodes or (est_mod.onprem_nodes(profile, policy, count) if target.is_scheduler else None))
     if accelerator is None:
-        return choose(policy, profile, offers, PlacementRequest(provider=provider, gpus=gpus, preemptible=preemptible, region=region, epochs=epochs,
-                                                                gpus_per_node=ask.gpus_per_node, batch_per_replica=batch_per_replica))
+        return choose(policy, profile, offers, ask.narrowing().but(provider=provider))
     shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=ask.gpus_per_node)
     lay = resolve(offers, provider, accelerator, gpus, preemptible=preemptible, **shape)
     spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
@@ -501,7 +359,7 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
         lay = resolve(offers, provider, accelerator, gpus, preemptible=False, **shape)
     if spot and not lay.has_spot:
         raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
-    problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot)
+    problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot) or over_price(lay.hourly_usd(spot), ask)
     if problem:
         raise BurstError(problem)
     c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot,

@@ -1,10 +1,15 @@
 """What a command asks of placement, as one value: the workload, and every flag that narrows the
 plan or pins a target (provider, GPUs, accelerator, region, spot, node shape, storage, image...).
 
-The CLI (``cli/placement_options.py``: each flag declared once) and the Python API's verbs
-(``up``, ``check``, ``render``, ``run``, ``tune``, ``plan``: ``**placement``) build one
-``PlacementRequest``; ``api``, ``planner`` and the managed run's controller hand it on whole, so a
-new flag is one field here and one line there, not a keyword threaded through every layer. ``checked`` turns a bad value into one line naming its flag.
+The CLI (``cli/placement_options.py``: each flag declared once) builds one ``PlacementRequest`` at
+its boundary, and the Python API's verbs (``up``, ``check``, ``render``, ``run``, ``tune``,
+``plan``) take one (``placement=``; their keywords make one, ``PlacementRequest.given``). From
+there it travels whole: ``api``, the planner, the scan and the managed run's controller derive
+new ones with ``but``, ``narrowing`` and ``elsewhere`` and never rebuild one field by field. A new
+placement option is therefore one field here, one flag line in ``cli/placement_options.py`` and one
+filter where the plan applies it; a field narrows the plan and follows a managed run to its next
+target unless it is named in ``HOW_TO_BUILD`` or ``TARGET_BOUND`` below. ``checked`` turns a bad
+value into one line naming its flag.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ from .scan import ScanShape
 _POSITIVE = {"cpus": "--cpus", "gpus": "--gpus", "nodes": "--nodes", "batch_per_replica": "--batch-per-replica",
              "epochs": "--epochs", "events": "--events", "gpus_per_node": "--gpus-per-node"}
 
-
-#: the fields that narrow the plan's choice of target; the others pin one (provider) or say how to
-#: build what it chose (cpus, nodes, partition, context, namespace, storage, image, bundle)
-NARROWING = ("workload", "gpus", "accelerator", "preemptible", "region", "gpus_per_node", "batch_per_replica", "epochs", "events",
-             "scan", "avoid", "staged_on", "live")
+#: the fields that say how to build what the plan chose, on the one target pinned: they never
+#: narrow the plan's choice (every other field but ``provider`` does)
+HOW_TO_BUILD = ("cpus", "partition", "context", "namespace", "storage", "image", "bundle")
+#: the fields bound to the target a managed run lost: its next attempt is planned without them
+#: (the rest of the first request, its sizing and limits, goes with the run)
+TARGET_BOUND = ("provider", "region", "accelerator", "preemptible", "gpus_per_node", "nodes") + HOW_TO_BUILD
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class PlacementRequest:
     avoid: tuple[str, ...] = ()             # targets a managed run lost a cluster on: ``provider`` or ``provider:region``
     staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.home.staged``)
     live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
+    max_price_per_hour: Optional[float] = None  # no target dearer than this many dollars an hour (the cluster's price)
 
     def __post_init__(self) -> None:
         # lists from JSON (a managed run's recorded flags) or a caller: hashable tuples, as the fields say
@@ -66,6 +73,8 @@ class PlacementRequest:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise BurstError(f"{flag} must be a positive whole number, got {value}")
+        if self.max_price_per_hour is not None and not 0 < self.max_price_per_hour < 1e7:  # also NaN
+            raise BurstError(f"--max-price-per-hour must be a number of dollars above 0, got {self.max_price_per_hour}")
         if self.provider is not None:
             targets.check_provider(self.provider)
         command_values.kube_context(self.context, "--context")
@@ -77,11 +86,27 @@ class PlacementRequest:
     def narrowing(self) -> "PlacementRequest":
         """This request less what only pins a target or says how to build it: what the plan
         chooses a target with when none is pinned."""
-        return PlacementRequest(**{name: getattr(self, name) for name in NARROWING})
+        return self.but(provider=None, **{name: None for name in HOW_TO_BUILD})
+
+    def elsewhere(self) -> "PlacementRequest":
+        """This request less what binds it to one target (provider, region, accelerator, node
+        shape, how to build there): what a managed run's next attempt is planned with."""
+        return self.but(**{name: None for name in TARGET_BOUND})
 
     def but(self, **changes: Any) -> "PlacementRequest":
-        """A copy with some fields changed."""
+        """A copy with some fields changed: how every request after the first is made."""
         return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def given(cls, placement: "PlacementRequest | None" = None, **flags: Any) -> "PlacementRequest":
+        """The request a Python API call asks for: ``placement`` with the keywords given (those
+        that are not None) on top; a keyword that is no field is refused in one line."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(flags) - known)
+        if unknown:
+            raise BurstError(f"{', '.join(unknown)}: not a placement option (options: {', '.join(sorted(known))})", exit_code=2)
+        changes = {k: v for k, v in flags.items() if v is not None}
+        return (placement or cls()).but(**changes) if changes else (placement or cls())
 
     @property
     def workload_name(self) -> str:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +25,9 @@ from ..errors import BurstError
 from ..home.records import Damaged, ensure_dir, read_record, write_json_atomic
 from ..home.state import BudgetUsd, ClusterHandle, HourlyUsd, Pid, RunRecord, Timestamp
 from ..targets.base import QUIET, Reporter
+
+if TYPE_CHECKING:
+    from ..placement.request import PlacementRequest
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "FAILED_QUALITY", "STOPPED", "STOPPED_BUDGET", "LOST")
 
@@ -74,7 +77,7 @@ class ManagedRun(BaseModel):
 
     run_id: str
     request: dict                     # the TrainRequest, as the user gave it
-    placement: dict = Field(default_factory=dict)  # the first attempt's placement flags (provider, gpus, ...)
+    placement: dict = Field(default_factory=dict)  # the first attempt's placement request (``PlacementRequest.flags``) and its lease, "hours"
     policy: Optional[str] = None      # a copy of the policy, taken when the run was handed over
     cluster: str                      # the first cluster's name; moves add -2, -3, ...
     own_first: bool = True            # the first cluster was started for the run
@@ -86,6 +89,12 @@ class ManagedRun(BaseModel):
     avoid: list[str] = Field(default_factory=list)
     controller_pid: Optional[Pid] = None
     created: Timestamp = Field(default_factory=time.time)
+
+    def first_request(self) -> "PlacementRequest":
+        """The placement request the run was handed over with (its lease, ``hours``, apart)."""
+        from ..placement.request import PlacementRequest
+
+        return PlacementRequest.from_flags({k: v for k, v in self.placement.items() if k != "hours"})
 
     def spent(self, at: Optional[float] = None) -> float:
         at = time.time() if at is None else at

@@ -92,7 +92,7 @@ def cluster(home, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def straight_run(cluster, home, tmp_path_factory):
-    """README line 1, `burst run gan3d --provider local`, shortened: up, train, validate, down."""
+    """README's first command, `burst run gan3d --provider local`, shortened: up, train, validate, down."""
     cwd = tmp_path_factory.mktemp("headline")
     before = census.snapshot()
     proc = burst("run", "gan3d", "--provider", "local", "--cpus", "2", *RESUME_ARGS, home=home, cwd=cwd, check=False)

@@ -18,8 +18,8 @@ def moved(tmp_path, policy_text: str, lost: list[Attempt], avoid: list[str]) -> 
     policy.write_text(policy_text)
     m = ManagedRun(run_id="gan3d-1", request={}, cluster="c", placement={"provider": "gcp", "gpus": 8}, policy=str(policy),
                    attempts=[*lost, Attempt(number=len(lost) + 1, cluster="c-2")], avoid=avoid)
-    flags, _ = controller.Controller(m).moved_flags()
-    return flags
+    ask, _ = controller.Controller(m).moved_request()
+    return ask.flags()
 
 
 def lost_spot(region: str) -> Attempt:
@@ -70,8 +70,8 @@ def test_a_site_that_was_lost_leaves_this_machine(home, tmp_path):
     policy.write_text(text)
     m = ManagedRun(run_id="gan3d-2", request={}, cluster="c", placement={"provider": "slurm"}, policy=str(policy),
                    attempts=[gone, Attempt(number=2, cluster="c-2")], avoid=["slurm"])
-    flags, _ = controller.Controller(m).moved_flags()
-    assert flags == {"provider": "local"}
+    ask, _ = controller.Controller(m).moved_request()
+    assert ask.flags() == {"provider": "local"}
 
 
 def test_nothing_left_to_move_to_is_one_line(home, tmp_path):
@@ -101,8 +101,8 @@ def test_a_move_is_planned_for_the_run_s_own_workload(home, tmp_path):
     policy.write_text("providers: [gcp, azure]\npreemptible: prefer\n")
     m = ManagedRun(run_id="calo-1", request={"workload": "calo"}, cluster="c", placement={"provider": "gcp"}, policy=str(policy),
                    attempts=[lost_spot("us-central1"), Attempt(number=2, cluster="c-2")], avoid=["gcp:us-central1"])
-    flags, _ = controller.Controller(m).moved_flags()
-    assert flags["workload"] == "calo" and not flags["accelerator"].lower().startswith("tpu")
+    ask, _ = controller.Controller(m).moved_request()
+    assert ask.workload == "calo" and not ask.accelerator.lower().startswith("tpu")
 
 
 # How an attempt ended, from its job's final status, whether it stopped where asked (and why) and
