@@ -252,3 +252,34 @@ def test_the_test_import_rule_would_catch_one(tmp_path):
                                                             "from tests.burst import test_c\n")
     assert _test_module_imports(tmp_path / "tests") == ["tests/burst/test_a.py:3: tests.burst.test_b",
                                                         "tests/burst/test_a.py:4: tests.burst.test_c"]
+
+
+# ---------------------------------------------------------------------- the architecture page
+
+
+def _page_modules(page: Path) -> tuple[dict[str, str], list[str]]:
+    """(module path -> the side it runs on) of every table row of the page, and its other mentions of ``*.py`` paths."""
+    text = page.read_text()
+    rows = dict(re.findall(r"^\| `((?:burst|infra|workloads)/[^`]+\.py)` \| (\w+) \|", text, flags=re.M))
+    named = re.findall(r"`((?:burst|infra|workloads)/[\w/]+\.py)`", text)
+    return rows, named
+
+
+SIDES = {"here", "cluster", "both", "Pulumi", "alone"}
+
+
+def test_the_architecture_page_names_every_module_and_its_side_of_the_wire():
+    """A newcomer finds every module on one page, with the side of the wire it runs on."""
+    rows, named = _page_modules(ROOT / "docs" / "internals" / "architecture.md")
+    modules = sorted(str(p.relative_to(ROOT)) for d in ("burst", "infra", "workloads") for p in (ROOT / d).rglob("*.py")
+                     if "__pycache__" not in p.parts)
+    assert [m for m in modules if m not in rows] == [], "name these in docs/internals/architecture.md"
+    assert sorted({m for m in named if not (ROOT / m).is_file()}) == [], "the page names modules that are gone"
+    assert {m: s for m, s in rows.items() if s not in SIDES} == {}, f"a side is one of {sorted(SIDES)}"
+
+
+def test_the_page_rule_would_catch_a_missing_module(tmp_path):
+    page = tmp_path / "architecture.md"
+    page.write_text("| `burst/api.py` | here | the verbs |\n| `burst/gone.py` | there | old |\nsee `burst/cli/render.py`\n")
+    rows, named = _page_modules(page)
+    assert rows == {"burst/api.py": "here", "burst/gone.py": "there"} and "burst/cli/render.py" in named
