@@ -555,7 +555,7 @@ def asked_each(questions: list[Callable[[], object]], timeout: float) -> list[tu
 
 
 class StagedDataset(BaseModel):
-    """A dataset on a store (``burst.runtime.datasets``): its size and what keeping it costs a month."""
+    """A dataset on a store (``burst.client.datasets``): its size and what keeping it costs a month."""
 
     store: str
     key: str
@@ -587,7 +587,7 @@ def _staged(entry) -> StagedDataset:
 
 def datasets(stores: Optional[list[str]] = None) -> list[StagedDataset]:
     """The datasets staged on ``stores`` (default: every store a recorded cluster or run uses)."""
-    from .runtime import datasets as staged
+    from .client import datasets as staged
 
     out = []
     for store in stores or _known_stores():
@@ -620,7 +620,7 @@ def store_lifecycle(provider: str, region: str, *, policy=None, report: Reporter
 
 def remove_dataset(store: str, key: str) -> StagedDataset:
     """Delete one staged dataset from a store; returns what was there."""
-    from .runtime import datasets as staged
+    from .client import datasets as staged
 
     found = [d for d in datasets([store]) if d.key == key]
     if not found:
@@ -650,7 +650,7 @@ def logs(run_id: str, *, follow: bool = False, on_line: Optional[Callable[[str],
     one its target keeps on this machine (a killed local head's driver log); ``on_notice`` hears
     where it came from when not from the cluster. With ``follow``, ``on_line`` and ``on_event``
     hear the job's output until it ends."""
-    from .runtime import jobs
+    from .client import jobs
 
     record = runs.load_run(run_id)
     handle = state.load(ClusterHandle, record.cluster)

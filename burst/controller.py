@@ -214,7 +214,7 @@ class Controller:
 
     def follow_attempt(self, attempt: Attempt) -> None:
         from .lifecycle.runs import load_run
-        from .runtime import jobs
+        from .client import jobs
         from .lifecycle.budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
 
         handle = state.load(ClusterHandle, attempt.cluster)
@@ -411,7 +411,7 @@ class Controller:
         """The job's log, saved with the run on this machine (``burst logs RUN`` reads it there once
         the cluster is gone; a run that succeeded keeps it with its results)."""
         from .lifecycle.rundir import RunDirectory
-        from .runtime import jobs
+        from .client import jobs
 
         try:
             log = jobs.client(reachable).get_job_logs(record.job_id)
@@ -506,7 +506,7 @@ class Controller:
     def stop_old_job(self, handle: ClusterHandle, record: RunRecord) -> None:
         """A lost attempt's job, stopped where its cluster can still be reached (an attached on-prem Ray
         cluster burst does not take down would otherwise train on beside the next attempt)."""
-        from .runtime import jobs
+        from .client import jobs
 
         if not record.job_id:
             return

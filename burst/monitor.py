@@ -196,7 +196,7 @@ def _start_relay(reached: ClusterHandle, target: "Target") -> None:
     """Run ``python -m burst.runtime.metrics_relay`` as a Ray job on the cluster and wait for it."""
     import shlex
 
-    from .runtime import jobs
+    from .client import jobs
 
     runtime = target.job_runtime(reached)
     client = jobs.client(reached)

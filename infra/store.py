@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from .spec import safe_name
 
-# What lives where on a store (burst.runtime.job.RunFiles and burst.runtime.datasets write these).
+# What lives where on a store (burst.runtime.job.RunFiles and burst.client.datasets write these).
 CHECKPOINT_PREFIXES = ("ray-train/", "tpu-checkpoints/", "resume/")
 DATASET_PREFIXES = ("datasets/", "data/")
 NOTICE_PREFIXES = ("notices/",)

@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from ..runtime.job import DoneEvent, EpochEvent, JobEvent, StartEvent, StatusEvent, StepEvent, StoppedEvent, UsageEvent
-from ..runtime.jobs import RunTracker
+from ..client.jobs import RunTracker
 
 
 class _BarWithLine(Progress):

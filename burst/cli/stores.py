@@ -19,7 +19,7 @@ def datasets(
 ) -> None:
     """Datasets staged on the stores (once each, under their content hash): size, files, monthly cost; --remove deletes one."""
     from .. import api
-    from ..runtime.datasets import KEY_HEX
+    from ..client.datasets import KEY_HEX
 
     if remove is not None:
         if not store or len(store) != 1:

@@ -3,7 +3,7 @@ $0 for a store that already holds a dataset, without asking any cloud (the plan 
 offline) and without hashing tens of GB again.
 
 A dataset directory is known by a signature of its files' paths, sizes and modification times
-(cheap: a ``stat`` per file); the first staging hashes its content (``runtime.datasets``) and
+(cheap: a ``stat`` per file); the first staging hashes its content (``client.datasets``) and
 records signature -> key, and key -> the stores holding it. A record is only a hint for the plan:
 the staging itself always checks the store's completion marker, so a store emptied behind burst's
 back costs a copy, never a wrong dataset.

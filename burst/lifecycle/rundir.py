@@ -101,7 +101,7 @@ class RunDirectory:
 
     def collect(self, handle: ClusterHandle, run: RunRecord) -> None:
         """Copy what the job published on the cluster's storage."""
-        from ..runtime import jobs
+        from ..client import jobs
 
         jobs.collect(handle, run, self.path.parent)
 

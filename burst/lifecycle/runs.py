@@ -129,7 +129,7 @@ def _resumed(request: TrainRequest, earlier: RunRecord) -> TrainRequest:
 
 def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, report: Reporter,
               earlier: Optional[RunRecord] = None, resume_from: Optional["ResumePoint"] = None) -> RunRecord:
-    from ..runtime import jobs
+    from ..client import jobs
     from .budget import BudgetGuard
 
     run = RunRecord(run_id=earlier.run_id if earlier else request.run_id or state.new_run_id(request.workload), workload=request.workload,
@@ -276,7 +276,7 @@ def clear_verdicts(storage_uri: str, run_id: str) -> None:
 
 def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Reporter, suffix: str = ""):
     """What a follower calls at every poll: the budget guard's look (nothing without a guard)."""
-    from ..runtime import jobs
+    from ..client import jobs
 
     def watch() -> None:
         message = guard.poll(record.run_id, stop_job=lambda: jobs.client(handle).stop_job(record.job_id)) if guard else None
@@ -288,7 +288,7 @@ def budget_watch(guard, handle: ClusterHandle, record: RunRecord, report: Report
 
 def interrupted(handle: ClusterHandle, record: RunRecord, cancel: bool, report: Reporter, *, cancelled: str, what: str) -> None:
     """Ctrl-C while following a job: stop it (``cancel``) or leave it going; record either (the caller re-raises)."""
-    from ..runtime import jobs
+    from ..client import jobs
 
     if cancel:
         jobs.client(handle).stop_job(record.job_id)
@@ -458,7 +458,7 @@ def job_client(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool 
         run.state = "UNREACHABLE"
         run.message = target.not_ready(handle)
         return None
-    from ..runtime import jobs
+    from ..client import jobs
 
     c = jobs.client(handle)
     run.state = jobs.job_status(c, run.job_id)
@@ -483,7 +483,7 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
 
 def replay_log(run: RunRecord, log: str):
     """What a run's job log says, read back event by event (timings, restarts, last epoch)."""
-    from ..runtime import jobs
+    from ..client import jobs
 
     tracker = jobs.RunTracker(int(run.config.get("epochs", 1)))
     for event in parse_events(log):
@@ -509,7 +509,7 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
     record, handle = succeeded_on(record, handle, refresh)
     if handle is None:
         return record
-    from ..runtime import jobs
+    from ..client import jobs
 
     log = jobs.client(handle).get_job_logs(record.job_id)
     tracker = replay_log(record, log)

@@ -136,7 +136,7 @@ def tune(request: TuneRequest, report: Reporter = QUIET) -> RunRecord:
 
 def _tune_on(target, handle: ClusterHandle, request: TuneRequest, report: Reporter) -> RunRecord:
     from .runs import budget_watch, interrupted
-    from ..runtime import jobs
+    from ..client import jobs
     from .budget import BudgetGuard
 
     resources, fits = trial_resources(handle, request.gpus_per_trial)
@@ -364,7 +364,7 @@ def collect_finished(record: RunRecord, handle: Optional[ClusterHandle] = None) 
     """Fetch the results of a scan that succeeded while nothing followed it; ``handle``: its
     cluster as reached from here (default: as recorded)."""
     from .runs import succeeded_on
-    from ..runtime import jobs
+    from ..client import jobs
 
     record, handle = succeeded_on(record, handle, refresh)
     if handle is None:

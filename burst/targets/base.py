@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Protocol
 
 from ..errors import BurstError
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from ..home.state import ClusterHandle
 
 if TYPE_CHECKING:
@@ -251,12 +251,12 @@ class Target(ABC):
 
     def stage_data(self, handle: ClusterHandle, data: str, run_id: str, report: Reporter = QUIET) -> str:
         """Where the job finds ``--data``: a bucket URI as given, a path the cluster can read, or the
-        dataset staged on the cluster's store once, under its content hash (``runtime.datasets``)."""
+        dataset staged on the cluster's store once, under its content hash (``client.datasets``)."""
         if "://" in str(data):
             return str(data)
         if self.reads_local_paths:
             return str(Path(data).resolve())
-        from ..runtime import datasets
+        from ..client import datasets
 
         report.say(f"staging {data} on {handle.storage_uri} (once per store: a dataset is kept under its content hash)")
         staged = datasets.stage(Path(data), handle.storage_uri, in_use_until=handle.expires, datasets_days=handle.datasets_days)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from ..errors import BurstError
 from ..home.state import ClusterHandle
 from .azure_prices import AzureRetailPrices
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from .base import JobResources
 from . import azure_cloud, google_cloud
 from .google_cloud import GoogleCloudStack

@@ -45,7 +45,7 @@ from ..home import state
 from ..errors import BurstError
 from ..runtime import ray_head
 from ..home.state import ClusterHandle
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from .base import QUIET, JobResources, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel
 

@@ -22,7 +22,7 @@ from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
 from ..runtime import ray_head, scratch
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from ..runtime.ray_head import check_socket_room, choose_ports, cluster_processes, head_command, head_env, is_alive, new_token, stop_processes
 from .base import QUIET, Lease, Reporter, Target
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from .base import QUIET, Lease, Reporter, Target
 from ..runtime.ray_head import auth_headers, is_alive  # the same Ray dashboard check as a local cluster
 

@@ -36,7 +36,7 @@ from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
 from ..runtime import ray_head
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from . import slurm_job
 from .base import QUIET, Lease, QueueWait, Reporter, Target
 from .tunnel import tunnel

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 from ..home import state
 from ..errors import BurstError
 from ..home.state import ClusterHandle
-from ..runtime.jobs import JobRuntime
+from ..client.jobs import JobRuntime
 from .base import JobResources
 from . import google_cloud
 from .google_cloud import GoogleCloudStack

@@ -79,7 +79,7 @@ def stop_watcher(handle: ClusterHandle) -> None:
 
 def job_activity(handle: ClusterHandle) -> tuple[bool, float]:
     """(a job is pending or running, when the last job ended) on the cluster, from its Jobs API."""
-    from ..runtime import jobs
+    from ..client import jobs
 
     with targets.get(handle.provider).reach(handle) as reachable:
         listed = jobs.client(reachable).list_jobs()

@@ -1,4 +1,4 @@
-"""What ``burst.runtime.jobs.submit`` hands Ray's Jobs API, caught before it leaves this process."""
+"""What ``burst.client.jobs.submit`` hands Ray's Jobs API, caught before it leaves this process."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 def caught_submissions(monkeypatch) -> dict:
     """Replace the Jobs API client with one that keeps the arguments of each ``submit_job`` (the
     returned dict holds the latest) and saves no record; no cluster is needed."""
-    from burst.runtime import jobs
+    from burst.client import jobs
 
     sent: dict = {}
 

@@ -26,7 +26,7 @@ def burst(*args, home: Path, cwd: Path, timeout: float = 180) -> subprocess.Comp
 def test_the_log_of_a_run_whose_head_was_killed_is_read_from_this_machine(tmp_path):
     from burst.home import state
     from burst.home.state import ClusterHandle, RunRecord
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.runtime.ray_head import cluster_processes
     from tests.support.cli_runs import wait_until
 

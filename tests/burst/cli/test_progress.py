@@ -7,7 +7,7 @@ from rich.console import Console
 
 from burst.cli.progress import RunProgress
 from burst.runtime.job import parse_event
-from burst.runtime.jobs import RunTracker
+from burst.client.jobs import RunTracker
 
 START = {"type": "start", "epochs": 3, "steps": 10}
 

@@ -83,7 +83,8 @@ def test_a_budget_stopped_run_resumed_on_its_store_is_submitted_without_the_stop
     from burst.home.state import RunRecord
     from burst.lifecycle import runs
     from burst.lifecycle.runs import TrainRequest
-    from burst.runtime import jobs, storage
+    from burst.client import jobs
+    from burst.runtime import storage
     from tests.support.job_submission import caught_submissions
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))

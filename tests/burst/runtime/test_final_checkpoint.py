@@ -151,7 +151,8 @@ def test_on_fixed_nodes_the_controller_asks_no_autoscaler_for_workers(tmp_path, 
     from ray.train.v2._internal.execution.scaling_policy import FixedScalingPolicy, ResizeDecision
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    from burst.runtime import jobs, ray_train
+    from burst.client import jobs
+    from burst.runtime import ray_train
 
     config = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1.0})
     with pytest.raises(AssertionError):  # Ray's: no decision before its coordinator client exists

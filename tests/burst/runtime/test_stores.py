@@ -458,7 +458,8 @@ def test_a_dataset_that_would_expire_under_a_cluster_is_copied_again_before_its_
     from burst import targets
     from burst.home import staged as index
     from burst.home.state import ClusterHandle
-    from burst.runtime import datasets, storage
+    from burst.client import datasets
+    from burst.runtime import storage
     from burst.targets.base import Reporter
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
@@ -546,7 +547,7 @@ def test_the_plan_prices_staging_at_zero_where_the_dataset_is_already_staged(gcs
     (data / "ele_0.h5").write_bytes(os.urandom(300_000))  # changed since: another dataset, copied again
     assert _plan(policy, data)[("us-central1", True)]["breakdown"]["staging_h"] > 0
     targets.get("gcp").stage_data(handle, str(data), "r3")
-    from burst.runtime import datasets
+    from burst.client import datasets
 
     key = datasets.content_key(data)
     assert _plan(policy, data)[("us-central1", True)]["breakdown"]["staging_h"] == 0
@@ -570,7 +571,8 @@ def test_burst_datasets_lists_what_is_staged_where_what_it_costs_and_removes_it(
     from typer.testing import CliRunner
 
     from burst.cli import app
-    from burst.runtime import datasets, storage
+    from burst.client import datasets
+    from burst.runtime import storage
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     data = tmp_path / "showers"
@@ -675,7 +677,8 @@ def test_a_job_reads_a_staged_dataset_where_it_is_and_uploads_no_copy_of_it(gcs_
     import shutil
 
     from burst import workloads
-    from burst.runtime import datasets, storage, training
+    from burst.client import datasets
+    from burst.runtime import storage, training
     from burst.runtime.entry import stage_inputs
     from burst.runtime.job import JobConfig
 

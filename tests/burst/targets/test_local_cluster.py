@@ -172,7 +172,7 @@ def test_headline_run_trains_validates_reports_and_leaves_nothing(straight_run, 
 def _wait_for_event(home, cwd, run_id, predicate, timeout=240):
     """Poll the job log through the CLI's own client until an event matches."""
     from burst.home import state
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.home.state import ClusterHandle, RunRecord
 
     deadline = time.time() + timeout
@@ -226,7 +226,7 @@ def test_detached_cli_and_preempted_worker_resume_exactly(cluster, home, straigh
     done, events = _wait_for_event(home, cwd, run_id, lambda e: e["type"] in ("done", "failed"), timeout=400)
     assert done["type"] == "done", events
     from burst.home import state
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.home.state import ClusterHandle
 
     raw = raw_events(jobs.client(state.load(ClusterHandle, "t")).get_job_logs(run_id))
@@ -268,7 +268,7 @@ def test_ctrl_c_with_cancel_stops_the_job(cluster, home):
     """Ctrl-C on `burst train --cancel` once its job runs: the run is STOPPED and so is its job.
     (A run seen live in Prometheus and `status`: the lost head's run below, which trains anyway.)"""
     from burst.home import state
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.home.state import ClusterHandle, RunRecord
 
     handle, cwd = cluster
@@ -357,7 +357,7 @@ print("STATE", ray.get(Asker.remote().ask.remote()))
 def _asked_about_itself(name: str) -> str:
     from burst.home import state
     from burst.home.state import ClusterHandle
-    from burst.runtime import jobs
+    from burst.client import jobs
 
     client = jobs.client(state.load(ClusterHandle, name))
     job = client.submit_job(entrypoint=f"{sys.executable} -c '{ASKS_ABOUT_ITSELF}'")

@@ -62,7 +62,7 @@ def _managed(tmp_path: Path, monkeypatch, target, policy: str, store: str, budge
     a job API that answers ``target.job()``; the controller that follows it."""
     from burst import controller, targets
     from burst.home.state import ClusterHandle, RunRecord
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.unattended.managed import Attempt, ManagedRun
 
     (tmp_path / "policy.yaml").write_text(policy)

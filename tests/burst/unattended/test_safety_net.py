@@ -188,7 +188,7 @@ def _following(home: Path, tmp_path: Path, monkeypatch, head: _Head, policy: str
     """A controller following attempt 1 of run r1 on cluster c, with the head above; (controller, what it did)."""
     from burst import controller, targets
     from burst.unattended.managed import Attempt, ManagedRun
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.home.state import ClusterHandle, RunRecord
 
     (tmp_path / "policy.yaml").write_text(policy)
@@ -295,7 +295,7 @@ def test_a_controller_started_after_its_cluster_ended_moves_the_run_at_once(home
     grace (10 min) while the run stood still. Now it asks the target, which knows the job ended."""
     from burst import controller
     from burst.errors import BurstError
-    from burst.runtime import jobs
+    from burst.client import jobs
 
     class _Cancelled(_Head):
         def is_gone(self, handle) -> bool:

@@ -26,10 +26,10 @@ def test_importing_the_workload_turns_onednn_on_and_respects_an_explicit_choice(
 
 
 def test_jobs_forward_the_setting_to_ray_workers(monkeypatch):
-    from burst.runtime import jobs
+    from burst.client import jobs
     from burst.runtime.job import JobConfig
     from burst.home.state import ClusterHandle, RunRecord
-    from burst.runtime.jobs import JobRuntime
+    from burst.client.jobs import JobRuntime
     from tests.support.job_submission import caught_submissions
 
     sent = caught_submissions(monkeypatch)

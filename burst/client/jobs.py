@@ -15,9 +15,9 @@ from ..home import state
 from ..errors import BurstError
 from ..home.records import write_text_atomic
 from ..home.state import ClusterHandle, RunRecord
-from .ray_head import auth_headers
+from ..runtime.ray_head import auth_headers
 
-from .job import EVENT_LINE, FIXED_NODES, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
+from ..runtime.job import EVENT_LINE, FIXED_NODES, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
 
 __all__ = ["JobRuntime", "client", "submit", "follow", "collect", "RunTracker", "parse_events", "job_status", "TERMINAL"]
 
@@ -63,7 +63,7 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     # Ray folds lines that differ only in numbers into "[repeated Nx across cluster]"; a scan's
     # trials print such events side by side, and every one of them counts.
     # A storage emulator on this machine (tests, a laptop's dry run of a bucket store) serves the job's buckets too.
-    from . import storage
+    from ..runtime import storage
 
     env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), "RAY_DEDUP_LOGS": "0",
            **storage.emulator_env(), **({} if runtime.nodes_drain else {PREEMPTION_WATCHER: "0", FIXED_NODES: "1"})}
@@ -175,7 +175,7 @@ class RunTracker:
 
 def collect(handle: ClusterHandle, run: RunRecord, runs_root: Path) -> Path:
     """Copy the job's outputs from the cluster's storage (a directory or a bucket) into ``<runs_root>/<run-id>/``."""
-    from . import storage
+    from ..runtime import storage
 
     dest = runs_root / run.run_id
     dest.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 
 from burst import targets
 from burst.home.state import ClusterHandle, RunRecord
-from burst.runtime import jobs
+from burst.client import jobs
 from burst.runtime.job import JobConfig
 from tests.support.job_submission import caught_submissions
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import storage
+from ..runtime import storage
 
 MARKER = "COMPLETE"
 KEY_HEX = 20  # 80 bits of the sha256: no two datasets of one group collide
