@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from burst.placement import catalog, policy, profile  # noqa: E402
+from burst.catalog import offers as catalog  # noqa: E402
+from burst.placement import policy, profile  # noqa: E402
 from burst.placement import planner as placement  # noqa: E402
 
 GOAL = 0.12

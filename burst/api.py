@@ -92,7 +92,7 @@ def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = 
     ``accelerator``, ``preemptible``, ``region``, ``scan``: a ``placement.scan.ScanShape``, the
     plan is then for a hyper-parameter scan's trials side by side, ...) narrows it; ``data``: the
     run's dataset directory (a store this machine already staged it on costs no staging)."""
-    from .placement import catalog as catalog_mod
+    from .catalog import offers as catalog_mod
     from .placement import planner, profile
 
     ask = PlacementRequest.given(placement, workload=workload, **flags)
@@ -124,7 +124,7 @@ def _placement(ask: PlacementRequest, policy, report: Reporter):
 
 
 def _placed(ask: PlacementRequest, policy, report: Reporter):
-    from .placement import catalog as catalog_mod
+    from .catalog import offers as catalog_mod
     from .placement import planner, profile
 
     ask.checked()

@@ -167,7 +167,7 @@ def catalog(
     """List the price catalog: node shapes, on-demand and spot prices, and where each comes from."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..placement import catalog as cat
+    from ..catalog import offers as cat
 
     offers = cat.load(catalog_file)
     rows = [o for o in offers if (accelerator is None or o.accelerator.lower() == accelerator.lower()) and (provider is None or o.provider == provider)]
@@ -196,8 +196,8 @@ def catalog_refresh(
     import datetime
 
     from .. import targets
-    from ..placement import catalog as cat
-    from ..placement import refresh
+    from ..catalog import offers as cat
+    from ..catalog import refresh
     from ..home.records import write_text_atomic
     from ..home.userfile import read_text
 

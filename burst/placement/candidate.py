@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from . import estimate as est_mod
-from ..targets import facts
+from ..catalog import facts
 from .layout import Layout
 from .reasons import code_of
 

@@ -17,7 +17,7 @@ from typing import Optional
 
 
 from .. import targets
-from ..targets import facts as facts_mod
+from ..catalog import facts as facts_mod
 from . import carbon
 from ..errors import BurstError
 from ..values.placement import Estimate, Layout
@@ -198,7 +198,7 @@ def _stale_price(layout: Layout, max_days: int, today: Optional[datetime.date] =
     age = (today - when).days
     if age <= max_days:
         return None
-    fix = "`burst catalog refresh`" if targets.get(offer.provider).price_list is not None else "a renewed catalog (--catalog)"
+    fix = "`burst catalog refresh`" if facts_mod.load(offer.provider).price_list is not None else "a renewed catalog (--catalog)"
     return f"price of {offer.instance_type} in {offer.region} was read {when} ({age} days ago; the policy allows {max_days}): renew it with {fix}"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from ..targets import facts
+from ..catalog import facts
 from ..values.placement import Layout, Offer, Pool, spread, zones_of
 from .names import canonical
 from ..errors import BurstError

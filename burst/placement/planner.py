@@ -19,7 +19,7 @@ from .. import targets
 from ..errors import BurstError
 from ..values.placement import Placement
 from .candidate import Candidate
-from .catalog import Offer
+from ..values.placement import Offer
 from .layout import resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest

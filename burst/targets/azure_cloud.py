@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BurstError
-from . import facts, preflight
+from . import preflight
+from ..catalog import facts
 
 if TYPE_CHECKING:
     import requests

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Literal, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, ClassVar, Iterator, Literal, Optional
 
 from ..errors import BurstError
 from ..client.jobs import JobRuntime
@@ -99,20 +99,6 @@ class JobResources:
                              f"{'TPUs' if self.tpu else 'none'}; use mixed_bfloat16 or float32 (or auto)")
 
 
-class PriceList(Protocol):
-    """A provider's public price list (``burst catalog refresh``)."""
-
-    needs_account: bool  # asked only when named (`--provider`): reading it needs the user's credentials
-    unlisted: str        # what is said of a row the list does not price
-
-    def source(self, today: str) -> str:
-        """What a renewed catalog row names as its source."""
-
-    def reader(self) -> Callable[[Mapping[str, str]], Optional[tuple[float, Optional[float]]]]:
-        """A lookup for one refresh: a catalog row (its columns by name) -> (on-demand, spot or
-        None) per hour of that node shape in that region; None when the list does not price it."""
-
-
 class Target(ABC):
     """One provider. Subclasses set the class attributes and implement ``up``, ``down``, ``is_alive``."""
 
@@ -133,7 +119,6 @@ class Target(ABC):
     takes_context: ClassVar[bool] = False   # `up --context/--namespace` choose a Kubernetes cluster and namespace
     store_schemes: ClassVar[tuple[str, ...]] = ()  # the bucket URIs of its cloud (gs, abfs): what keeping data there costs
     tpu_hosts_driven: ClassVar[Optional[int]] = None  # TPU slices: how many hosts its jobs train on (None: any)
-    price_list: ClassVar[Optional["PriceList"]] = None  # a public price list its catalog rows are renewed from (`burst catalog refresh`)
 
     # ------------------------------------------------------------------ lifecycle
 

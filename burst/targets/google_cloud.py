@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ..errors import BurstError
-from . import facts, preflight
-from .gcp_prices import GoogleCloudBilling
+from . import preflight
+from ..catalog import facts
 from .pulumi_stack import PulumiTarget
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ class GoogleCloudStack(PulumiTarget):
 
     vendor = "gcp"
     store_schemes = ("gs",)
-    price_list = GoogleCloudBilling()  # GKE nodes and TPU slices alike are priced from its SKUs
 
     def stack_config(self, spec_fields: dict) -> dict[str, str]:
         return {"gcp:project": spec_fields["project"] or "", "gcp:region": spec_fields["region"]}

@@ -15,7 +15,6 @@ from typing import Callable, Optional
 
 from ..errors import BurstError
 from ..home.state import ClusterHandle
-from .azure_prices import AzureRetailPrices
 from ..client.jobs import JobRuntime
 from .base import JobResources
 from . import azure_cloud, google_cloud
@@ -93,7 +92,6 @@ class GkeTarget(KubeRayTarget, GoogleCloudStack):
 
 class AksTarget(KubeRayTarget):
     provider = "azure"
-    price_list = AzureRetailPrices()
     vendor = "azure"
     store_schemes = ("abfs", "abfss")
     store_service = "blob"

@@ -259,7 +259,7 @@ class PulumiTarget(Target):
 
         from infra.spec import TPU_TENSORFLOW, PoolSpec, StackSpec, safe_name
 
-        from . import facts
+        from ..catalog import facts
 
         known = facts.load(self.provider)
         if store is None:

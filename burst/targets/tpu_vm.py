@@ -39,7 +39,7 @@ class TpuVmTarget(GoogleCloudStack):
     def preflight_problems(self, lay, preemptible: bool) -> list[str]:
         from infra.spec import TPU_TENSORFLOW
 
-        from . import facts
+        from ..catalog import facts
 
         runtime = facts.load(self.provider).tpu_runtime(TPU_TENSORFLOW, lay.accelerator)
         return google_cloud.tpu_problems(self.preflight_session(), self.project() or "", lay, runtime)
@@ -66,7 +66,7 @@ class TpuVmTarget(GoogleCloudStack):
                 "-N", "-L", f"{port}:127.0.0.1:{remote_port}"]
 
     def job_resources(self, handle: ClusterHandle, workers: int) -> JobResources:
-        from .facts import tpu_hosts
+        from ..catalog.facts import tpu_hosts
 
         hosts = tpu_hosts(handle.accelerator) if handle.accelerator else 1
         return JobResources(workers=1, tpu=True, tpu_hosts=hosts, tpu_name=handle.outputs.get("tpu_name") or None)

@@ -18,7 +18,8 @@ from pulumi.automation.errors import create_command_error
 from burst.home import state
 from burst import targets
 from burst.errors import BurstError
-from burst.placement import catalog, layout, planner, policy, profile
+from burst.catalog import offers as catalog
+from burst.placement import layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
 from burst.home.state import ClusterHandle
 from burst.targets.base import Lease, Reporter

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from burst import targets
-from burst.placement import catalog, layout
+from burst.catalog import offers as catalog
+from burst.placement import layout
 from burst.runtime import ray_head
 from burst.targets.local import RAY_STARTUP_TIMED_OUT
 from infra import render as infra_render

@@ -16,7 +16,7 @@ import pytest
 from burst import targets
 from burst.errors import BurstError
 from burst.placement import layout, planner, policy, profile
-from burst.targets import facts
+from burst.catalog import facts
 from burst.placement.request import PlacementRequest
 from burst.home.state import ClusterHandle
 from tests.support.stacks import OFFERS, of_type, render

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from burst.placement import layout
-from burst.targets import facts
+from burst.catalog import facts
 from burst import targets
 from tests.support.stacks import OFFERS, of_type, render
 
@@ -27,7 +27,7 @@ def catalog_price(provider, region, instance_type, accelerator, count, spot) -> 
     """$/h of one node, straight from the shipped catalog file."""
     import csv
 
-    text = (ROOT / "burst" / "placement" / "data" / "catalog.csv").read_text()
+    text = (ROOT / "burst" / "catalog" / "data" / "catalog.csv").read_text()
     rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
     (row,) = [r for r in rows if (r["provider"], r["region"], r["instance_type"], r["accelerator"], int(r["accelerator_count"]))
               == (provider, region, instance_type, accelerator, count)]

@@ -2,7 +2,8 @@
 the resources the Pulumi program declares (no CLI, no cloud)."""
 
 from burst import targets
-from burst.placement import catalog, layout
+from burst.catalog import offers as catalog
+from burst.placement import layout
 
 OFFERS = catalog.load()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..catalog import Offer
+from ...values.placement import Offer
 from ..policy import Policy
 from ..profile import Profile
 from ..request import PlacementRequest

@@ -4,11 +4,11 @@ resolved into node layouts for every GPU count (a TPU slice is one), spot and on
 from __future__ import annotations
 
 from ... import targets
-from ...targets import facts
+from ...catalog import facts
 from .. import estimate as est_mod
 from .. import names
 from ..candidate import Candidate
-from ..catalog import Offer
+from ...values.placement import Offer
 from ..layout import MixedInterconnect, resolve
 from ...errors import BurstError
 from .asked import Asked, gpu_counts

@@ -79,7 +79,7 @@ def test_utf8_with_byte_order_mark_is_read(tmp_path, monkeypatch):
 
 
 def test_catalog_with_a_header_and_no_rows_is_an_error(tmp_path, monkeypatch):
-    from burst.placement.catalog import COLUMNS
+    from burst.catalog.offers import COLUMNS
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     path = tmp_path / "catalog.csv"

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from burst.cli import app
-from burst.placement import catalog as catalog_mod
+from burst.catalog import offers as catalog_mod
 
 NOW = 1_790_000_000.0
 CLUSTER = {"name": "c1", "provider": "local", "cluster_id": "c1-dmg0", "state": "running", "created": NOW, "expires": NOW + 3600,

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from burst.placement import catalog, layout, policy, profile
-from burst.targets import facts
+from burst.catalog import offers as catalog
+from burst.placement import layout, policy, profile
+from burst.catalog import facts
 from burst.placement.request import PlacementRequest
 from burst.placement import planner as placement
 from burst.errors import BurstError

@@ -3,7 +3,8 @@ speed-up it counts for it, and what it says about both."""
 
 import pytest
 
-from burst.placement import catalog, policy, profile
+from burst.catalog import offers as catalog
+from burst.placement import policy, profile
 from burst.placement import planner as placement
 from workloads.common import precision
 

@@ -11,7 +11,8 @@ import pytest
 from burst.home import state
 from burst import targets
 from burst.errors import BurstError
-from burst.placement import catalog, layout, planner, policy, profile
+from burst.catalog import offers as catalog
+from burst.placement import layout, planner, policy, profile
 from burst.placement.request import PlacementRequest
 from burst.targets import azure_cloud, google_cloud
 from burst.targets.base import Lease

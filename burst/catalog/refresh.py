@@ -1,8 +1,9 @@
 """``burst catalog refresh``: renew a provider's catalog rows from its public price list.
 
-A target that has one says so (``Target.price_list``: Azure's Retail Prices API, which needs no
-account; Google's Cloud Billing Catalog for the GKE and TPU rows, which needs the user's
-credentials and is read only when named with ``--provider``). A renewed row carries the price
+A provider's facts name its price list (``price_list`` in ``data/facts/<provider>.yaml``, one of
+``PRICE_LISTS``: Azure's Retail Prices API, which needs no account; Google's Cloud Billing Catalog
+for the GKE and TPU rows, which needs the user's credentials and is read only when named with
+``--provider``). A renewed row carries the price
 list's name, the date it was read, and quality ``catalog``; a row the list does not price stays as
 it was and is said. A row corrected by hand (quality ``corrected``: the catalog header says why,
 often a price list whose first matching SKU is not the standard one) is never overwritten; what
@@ -16,14 +17,43 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Mapping, Optional, Protocol
 
-from .. import targets
+from . import facts
 from ..errors import BurstError
+from .azure_prices import AzureRetailPrices
+from .gcp_prices import GoogleCloudBilling
 
 #: a renewed price this far from the row's (either way, as a fraction) is reviewed before it is written
 LARGE_CHANGE = 0.25
 CORRECTED = "corrected"
+
+
+class PriceList(Protocol):
+    """A provider's public price list."""
+
+    needs_account: bool  # asked only when named (`--provider`): reading it needs the user's credentials
+    unlisted: str        # what is said of a row the list does not price
+
+    def source(self, today: str) -> str:
+        """What a renewed catalog row names as its source."""
+
+    def reader(self) -> Callable[[Mapping[str, str]], Optional[tuple[float, Optional[float]]]]:
+        """A lookup for one refresh: a catalog row (its columns by name) -> (on-demand, spot or
+        None) per hour of that node shape in that region; None when the list does not price it."""
+
+
+#: the price lists burst reads, by the name a provider's facts give (GKE nodes and TPU slices alike
+#: are priced from Google's SKUs)
+PRICE_LISTS: dict[str, PriceList] = {"azure-retail-prices": AzureRetailPrices(), "google-cloud-billing": GoogleCloudBilling()}
+
+
+def price_list_of(provider: str) -> Optional[PriceList]:
+    """The public price list ``provider``'s catalog rows are renewed from, or None."""
+    name = facts.load(provider).price_list
+    if name is not None and name not in PRICE_LISTS:
+        raise BurstError(f"{facts.FACTS_DIR / (provider + '.yaml')}: price_list {name!r} is none burst reads ({', '.join(PRICE_LISTS)})")
+    return PRICE_LISTS[name] if name is not None else None
 
 
 @dataclass(frozen=True)
@@ -67,19 +97,19 @@ def shape_label(row: dict) -> str:
 
 
 def renewable() -> tuple[str, ...]:
-    """Providers whose target reads a public price list."""
-    return tuple(t.provider for t in targets.all_targets() if t.price_list is not None)
+    """Providers whose rows are renewed from a public price list."""
+    return tuple(p for p in facts.providers() if price_list_of(p) is not None)
 
 
 def renewed_by_default() -> tuple[str, ...]:
     """Providers a plain ``burst catalog refresh`` renews: those whose price list needs no account."""
-    return tuple(p for p in renewable() if not targets.get(p).price_list.needs_account)
+    return tuple(p for p in renewable() if not price_list_of(p).needs_account)
 
 
 def refresh(text: str, provider: str, today: str) -> tuple[str, list[Change], list[str]]:
     """The catalog ``text`` with ``provider``'s rows renewed from its price list: (new text, rows
     renewed, rows the list does not price). Comment lines and every other row are kept as they are."""
-    price_list = targets.get(provider).price_list
+    price_list = price_list_of(provider)
     if price_list is None:
         raise BurstError(f"{provider} has no public price list burst can read (those that have: {', '.join(renewable())}); "
                          f"its rows are renewed by hand, as the catalog header says")

@@ -3,7 +3,7 @@
 import pytest
 
 from burst.errors import BurstError
-from burst.targets import facts
+from burst.catalog import facts
 
 
 @pytest.mark.parametrize("provider", ["gcp", "gcp-tpu", "azure"])

@@ -18,8 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from burst.cli import app
-from burst.placement import catalog
-from burst.targets import gcp_prices
+from burst.catalog import offers as catalog
+from burst.catalog import gcp_prices
 from tests.support.http_stub import Answering, serve
 
 US = ["us-central1", "us-east1"]

@@ -1,4 +1,4 @@
-"""The price catalog: node shapes and their hourly prices, as data (``burst/data/catalog.csv``).
+"""The price catalog: node shapes and their hourly prices, as data (``burst/catalog/data/catalog.csv``).
 
 One row is one node a cluster can be built from: a VM with its GPUs, or a Cloud TPU slice. The
 loader checks every row (positive prices, spot not above on-demand, no placeholder prices) and
@@ -15,8 +15,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .. import targets
-from ..targets import facts
+from . import facts
 from ..errors import BurstError
 from ..home.userfile import read_text
 from ..values.placement import Offer
@@ -115,7 +114,7 @@ def load(path: Optional[Path] = None) -> list[Offer]:
         raise BurstError(f"catalog {path} has no rows")
     reader = csv.DictReader([line for _, line in numbered])
     offers = []
-    clouds = targets.names_of_kind("cloud")  # the providers a catalog prices
+    clouds = facts.providers()  # the providers a catalog prices: the clouds with facts
     try:
         for (lineno, _), raw in zip(numbered[1:], reader):
             offers.append(_row(raw, path, lineno, clouds))

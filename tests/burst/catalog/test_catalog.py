@@ -2,7 +2,7 @@
 
 import pytest
 
-from burst.placement import catalog
+from burst.catalog import offers as catalog
 from burst.errors import BurstError
 
 REQUIRED = {

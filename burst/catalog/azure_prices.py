@@ -6,8 +6,8 @@ One query per region and VM size, ``$filter=serviceName eq 'Virtual Machines' an
 An answer lists a VM size's meters: Linux and Windows (the product name has `` Windows`` or
 `` Win``), pay-as-you-go, Spot (sku name ending `` Spot``) and Low Priority. The Linux
 pay-as-you-go meter is the on-demand price, its Spot meter the spot price (SkyPilot's
-``fetch_azure.py`` reads the same meters). ``burst catalog refresh`` asks it through
-``AksTarget.price_list``.
+``fetch_azure.py`` reads the same meters). ``burst catalog refresh`` asks it for the providers
+whose facts name it (``price_list: azure-retail-prices``).
 """
 
 from __future__ import annotations

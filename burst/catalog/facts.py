@@ -1,7 +1,7 @@
 """What each cloud really offers, as data: zones per accelerator, spot-only and retired shapes,
 GPU driver branches, TPU runtime images, quota metrics, and the figures of the plan's time and cost
 model (``model``: provisioning, restarts, preemption, egress, storage, PUE), one file per provider
-(``burst/targets/data/facts/*.yaml``).
+(``burst/catalog/data/facts/*.yaml``).
 
 Prices live in the catalog; these files hold the facts a price list cannot: which zones of a
 region have the accelerator, which shapes are not sold on demand, which sizes were retired, what
@@ -151,6 +151,7 @@ class ProviderFacts(BaseModel):
     infiniband: tuple[ShapeRow, ...] = ()
     device_plugin: Optional[DevicePlugin] = None
     after_lease: Optional[AfterLease] = None
+    price_list: Optional[str] = None  # the public price list its catalog rows are renewed from (``refresh.PRICE_LISTS``)
 
     # ------------------------------------------------------------------ questions the code asks
 
@@ -220,6 +221,11 @@ def parse(text: str, source: str) -> ProviderFacts:
 @lru_cache(maxsize=None)
 def _load(path: str) -> ProviderFacts:
     return parse(read_text(Path(path), "provider facts"), path)
+
+
+def providers() -> tuple[str, ...]:
+    """The providers with a facts file: the clouds a catalog prices."""
+    return tuple(sorted(p.stem for p in FACTS_DIR.glob("*.yaml")))
 
 
 def load(provider: str) -> ProviderFacts:

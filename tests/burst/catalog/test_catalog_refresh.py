@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from burst.cli import app
-from burst.placement import catalog
-from burst.targets import azure_prices
+from burst.catalog import offers as catalog
+from burst.catalog import azure_prices
 from tests.support.http_stub import Answering, serve
 
 # (region, VM size) -> (Linux on-demand, Spot or None); eastus: SkyPilot v6; westeurope: test values
@@ -165,7 +165,7 @@ def test_an_unreachable_api_and_another_provider_are_one_line_each(monkeypatch, 
     assert damaged.exit_code == 2 and "column price_od is 'cheap', not a number" in damaged.stderr
     assert len(damaged.stderr.strip().splitlines()) == 1
     other = CliRunner().invoke(app, ["catalog", "refresh", "--provider", "slurm"])
-    assert other.exit_code == 2 and "slurm has no public price list burst can read (those that have: gcp, gcp-tpu, azure)" in other.stderr
+    assert other.exit_code == 2 and "slurm has no public price list burst can read (those that have: azure, gcp, gcp-tpu)" in other.stderr
     assert not (tmp_path / "home" / "catalog.csv").exists()
 
 
