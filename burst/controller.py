@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Optional
 from .home import state
 from . import targets
 from .unattended.backoff import Backoff, reason_of
-from .unattended import recovery as recovery_strategy
+from .unattended import recovery
 from .errors import BurstError
 from .home.records import read_json, write_json_atomic
 from .home.state import ClusterHandle, RunRecord
@@ -173,12 +173,13 @@ class Controller:
     def can_move(self) -> bool:
         return self.m.recover and len(self.m.attempts) <= self.policy.recovery.max_restarts
 
-    def start_again(self, ended: list[Attempt]) -> Optional[Attempt]:
-        """The ended attempt whose target the policy's ``recovery.strategy`` starts again, if
-        recovery still allows that target; None: the next attempt is planned elsewhere."""
-        recovery = self.policy.recovery
-        again = recovery_strategy.start_again(recovery.strategy, ended)
-        return again if again is not None and again.provider in (recovery.allow_providers or self.policy.providers) else None
+    def strategy(self) -> recovery.NextTarget:
+        """The policy's ``recovery.strategy``."""
+        return recovery.strategy(self.policy.recovery.strategy)
+
+    def allowed(self) -> list[str]:
+        """The providers recovery may move the run to."""
+        return list(self.policy.recovery.allow_providers or self.policy.providers)
 
     def moved_request(self) -> tuple["PlacementRequest", "Policy"]:
         """The placement request and policy for the next attempt: the first request less what bound
@@ -190,20 +191,15 @@ class Controller:
         from . import api
         from .home import staged
 
-        recovery = self.policy.recovery
-        allowed = recovery.allow_providers or self.policy.providers
+        rules = self.policy.recovery
+        allowed = self.allowed()
         lost_spot = sum(1 for a in self.m.attempts[:-1] if a.preemptible and (a.how or "").startswith(("lost", "could not start")))
-        on_demand = recovery.fallback_on_demand_after is not None and lost_spot >= recovery.fallback_on_demand_after
-        policy = self.policy.model_copy(update={"providers": list(allowed), "preemptible": "never" if on_demand else self.policy.preemptible})
+        on_demand = rules.fallback_on_demand_after is not None and lost_spot >= rules.fallback_on_demand_after
+        policy = self.policy.model_copy(update={"providers": allowed, "preemptible": "never" if on_demand else self.policy.preemptible})
         first = self.m.first_request()
         moving = first.elsewhere().but(workload=first.workload or self.m.request.get("workload"),  # sized for the run's own workload
                                        staged_on=staged.holding(self.m.request.get("data")))
-        again = self.start_again(self.m.attempts[:-1])
-        if again is not None:  # pinned to the target just lost: the plan sizes it there (on-demand once spot was lost enough)
-            moving = moving.but(provider=again.provider, region=again.region if targets.get(again.provider).kind == "cloud" else None,
-                                preemptible=False if on_demand else None)
-        else:
-            moving = moving.but(avoid=tuple(self.m.avoid))
+        moving = self.strategy().next_request(moving, self.m.attempts[:-1], allowed, self.m.avoid, on_demand)
         chosen, _ = api._placement(moving, policy, _Said())
         moved = moving.but(provider=chosen.provider, avoid=())  # pinned: what it avoided has been planned around
         if targets.get(chosen.provider).kind == "cloud":
@@ -240,7 +236,7 @@ class Controller:
         remaining = None if self.m.budget_usd is None else self.m.budget_usd - (self.m.spent() - attempt.cost_until(time.time()))
         guard = BudgetGuard.for_cluster(handle, remaining) if remaining is not None else None
         reserve = CHECKPOINT_RESERVE_S + teardown_seconds(handle.provider)
-        recovery = self.policy.recovery
+        rules = self.policy.recovery
         lease_stop = lease_said = False
         # Blindness is counted in time this machine was awake (time.monotonic stops while a laptop
         # sleeps, on Linux and macOS alike): a wake after an hour asleep is not an hour of blindness.
@@ -271,8 +267,8 @@ class Controller:
                         if not target.is_alive(fresh):
                             if self.past_lease(target, fresh):  # its lease is over: the cluster ended itself
                                 return self.lease_over(attempt, fresh, record)
-                            if time.monotonic() - seen >= recovery.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
-                                if opened - seen >= recovery.loss_grace_seconds:
+                            if time.monotonic() - seen >= rules.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
+                                if opened - seen >= rules.loss_grace_seconds:
                                     return self.lost(attempt, target.stopped_reason(fresh))
                                 why_blind = target.stopped_reason(fresh)
                                 break  # judged only through a way opened anew (a stale tunnel after a wake says "dead" too)
@@ -310,7 +306,7 @@ class Controller:
             if target.is_gone(fresh):  # not a way to it that broke: the cluster ended (an allocation cancelled while no controller ran)
                 return self.lost(attempt, target.stopped_reason(fresh))
             blind_s = time.monotonic() - seen
-            grace_s = recovery.blind_grace_minutes * 60
+            grace_s = rules.blind_grace_minutes * 60
             if blind_s >= grace_s and opened - seen >= grace_s:  # the way failed again after the grace: lost
                 return self.lost(attempt, f"not seen for {blind_s / 60:.1f} min ({why_blind})")
             if self.blind_budget(guard, record, attempt, handle):
@@ -455,9 +451,9 @@ class Controller:
             why_not = "recovery is off" if not self.m.recover else f"{self.policy.recovery.max_restarts} move(s) allowed by recovery.max_restarts"
             self.finish("LOST", f"cluster {attempt.cluster} lost ({why}); not moved: {why_not}; `burst train --resume {self.m.run_id}` goes on")
             return
-        if self.start_again(self.m.attempts) is not None:
+        if self.strategy().start_again(self.m.attempts, self.allowed()) is not None:
             self.say(f"moving run {self.m.run_id}: starting {attempt.provider}" + (f" {attempt.region}" if attempt.region else "")
-                     + " once more before moving on (recovery.strategy: same_first)")
+                     + f" once more before moving on (recovery.strategy: {self.strategy().name})")
             return
         self.say(f"moving run {self.m.run_id}: planning again" + (f" without {', '.join(self.m.avoid)}" if self.m.avoid else ""))
 

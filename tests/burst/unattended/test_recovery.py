@@ -124,3 +124,15 @@ _ASKED = type("Stopped", (), {"on_notice": False})()
 ])
 def test_a_job_that_finished_wins_over_a_late_stop(status, stopped, budget, lease, how):
     assert controller.ending(status, stopped, budget=budget, lease=lease) == how
+
+
+def test_every_strategy_a_policy_may_name_is_one_named_strategy():
+    """`recovery.strategy` in a policy is validated against a list of names; each is a strategy
+    class of `unattended/recovery.py`, and there is no strategy a policy cannot name."""
+    import typing
+
+    from burst.placement.policy import Recovery
+    from burst.unattended import recovery
+
+    names = set(typing.get_args(Recovery.model_fields["strategy"].annotation))
+    assert names == set(recovery.STRATEGIES) and all(recovery.strategy(n).name == n for n in names)
