@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,12 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_configure(config) -> None:
+    # The stand-ins (kubectl, helm, ssh, pulumi, gcloud) are Python scripts started as
+    # `#!/usr/bin/env python3`: the suite's own interpreter first on the path runs them directly,
+    # where a version manager's shim (pyenv's is a bash script) would cost each call a shell.
+    here = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != here:
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
     workers = getattr(config.option, "numprocesses", None)
     if isinstance(workers, int) and workers > 1 and not census.groups_available():
         raise pytest.UsageError(f"-n {workers}: the tests' process census needs a control group per worker, and this machine "
