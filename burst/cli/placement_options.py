@@ -20,6 +20,8 @@ import typer
 from ..placement.request import PlacementRequest
 from ..targets import PROVIDERS  # the registry's names only: no target module is imported
 
+__all__ = ["OPTIONS", "COMMON", "PlacementRequest", "takes_placement"]  # the commands' modules take the request's type from here
+
 OPTIONS: dict[str, Any] = {
     "provider": Annotated[Optional[str], typer.Option(help=f"{' | '.join(PROVIDERS)} (default: the plan's choice under --policy)")],
     "gpus": Annotated[Optional[int], typer.Option(help="accelerators in all (GPUs; TPU chips); local: GPUs of this machine to offer")],
@@ -40,7 +42,6 @@ OPTIONS: dict[str, Any] = {
     "events": Annotated[Optional[int], typer.Option(help="training events the plan estimates (default: the workload profile's dataset)")],
     "max_price_per_hour": Annotated[Optional[float], typer.Option(help="no cluster dearer than this many USD an hour (a managed run's moves keep to it too)")],
 }
-__all__ = ["OPTIONS", "COMMON", "PlacementRequest", "takes_placement"]
 COMMON = ("provider", "gpus", "accelerator", "gpus_per_node", "preemptible", "region", "nodes", "max_price_per_hour")
 
 
