@@ -262,7 +262,7 @@ def test_burst_plan_takes_a_scan_on_the_command_line(tmp_path):
 
 
 OPTUNA_SCRIPT = r'''
-import json, sys
+import json, sys, time
 from pathlib import Path
 import ray
 from ray import tune
@@ -277,12 +277,15 @@ space = scan_space.load(Path(sys.argv[2]), workloads.get('gan3d'))
 scan = ScanConfig(job=JobConfig(run_id="scan", storage=str(root), epochs=4), space=space.as_data(), trials=8, search="optuna", metric="optimisation_metric")
 
 def trial(config):
-    # a stand-in for the Ray Train run: reports like it, and stops itself like its workers when asked
+    # a stand-in for the Ray Train run: reports like it, and stops itself like its workers when asked.
+    # Its epochs take time, as a real run's minutes do: ASHA's answer to one epoch's result (a stop
+    # request on the store) is there before the next epoch begins, even on a loaded machine.
     stop = RunFiles(str(root), f"scan-{tune.get_context().get_trial_id()}").stop_request
     for epoch in range(1, 5):
         if storage.exists(stop):
             return
         tune.report({"epoch": epoch, "optimisation_metric": abs(config["learning_rate"] - 1e-3) * 1e3 + 1 / epoch})
+        time.sleep(1.5)
 
 ray.init(address="local", num_cpus=2, include_dashboard=False)  # its own Ray, whatever else runs on the machine
 grid = tune.Tuner(trial, param_space=space.to_ray(),

@@ -225,7 +225,9 @@ def test_an_idle_allocation_ends_itself_while_the_submitting_machine_sleeps(site
     """`burst up --provider slurm --idle-minutes M`: before, only the watcher on the submitting
     machine enforced the idle stop. Here the watcher is SIGSTOPped (a laptop with its lid closed)
     and the keeper inside the allocation cancels its own job after M minutes with no job; the
-    walltime stays the lease (Slurm's own). Woken, `burst down` finds nothing left to cancel."""
+    walltime stays the lease (Slurm's own). Woken, the watcher finds the allocation ended (the
+    scheduler says so; the head does not answer) and takes down what is left, its record included:
+    nothing is left to cancel, and `burst down` has no cluster of that name."""
     import os
     import signal
 
@@ -246,8 +248,15 @@ def test_an_idle_allocation_ends_itself_while_the_submitting_machine_sleeps(site
         assert "keeper: ending the cluster: no job for 0.25 minute(s)" in out and "keeper: cluster ended" in out, out[-2000:]
         assert psutil_status(handle["watcher_pid"]) == "stopped"  # the watcher slept through it
     finally:
-        os.kill(handle["watcher_pid"], signal.SIGCONT)
-    assert burst(site, "down", "idle", home=home, cwd=tmp_path).returncode == 0
+        os.kill(handle["watcher_pid"], signal.SIGCONT)  # the laptop wakes
+    deadline = time.time() + 60
+    while (home / "clusters" / "idle.json").exists():
+        assert time.time() < deadline, "the woken watcher did not take down what the keeper left"
+        time.sleep(0.5)
+    log = (home / "managed" / "cluster-idle.log").read_text()
+    assert "cluster idle taken down by its watcher: its keeper ended its Ray cluster" in log, log
+    down = burst(site, "down", "idle", home=home, cwd=tmp_path)
+    assert down.returncode == 2 and "no cluster named 'idle'" in down.stderr
     assert site.jobs() == []
     census.assert_none_left(before)
 
