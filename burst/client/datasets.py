@@ -114,24 +114,22 @@ def stage(src: Path, store: str, *, in_use_until: float | None = None, datasets_
     key = content_key(src)
     where = location(store, key)
     files = storage.join(where, "files")
-    total = sum(f.stat().st_size for f in _files(src))
+    local = _files(src)
+    total = sum(f.stat().st_size for f in local)
     marker = storage.join(where, MARKER)
+    renewed_from = None
     if storage.exists(marker):
         info = _read_marker(marker)
-        whole = info is not None and storage.tree_stats(files) == (int(info.get("files") or 0), int(info.get("bytes") or 0))
-        if whole:
+        if info is not None and storage.tree_stats(files) == (int(info.get("files") or 0), int(info.get("bytes") or 0)):
             staged_at = float(info.get("staged_at") or 0.0)
             if not expires_before(staged_at, datasets_days, in_use_until):
                 return Staged(files, key, total, 0, staged_at)
             renewed_from = staged_at  # whole but expiring: the marker stays, every file is rewritten with the same bytes
         else:
-            renewed_from = None
             storage.remove(marker)  # the marker outlived files the store's lifecycle deleted: copied again, the marker last
-    else:
-        renewed_from = None
     now = time.time()
     storage.copy_dir(str(src), files)
-    storage.write_text(marker, json.dumps({"key": key, "bytes": total, "files": len(_files(src)), "source": str(src), "staged_at": now}))
+    storage.write_text(marker, json.dumps({"key": key, "bytes": total, "files": len(local), "source": str(src), "staged_at": now}))
     return Staged(files, key, total, total, now, renewed_from)
 
 

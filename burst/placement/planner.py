@@ -17,9 +17,8 @@ from . import names
 from ..values import command_values
 from .. import targets
 from ..errors import BurstError
-from ..values.placement import Placement
+from ..values.placement import Offer, Placement
 from .candidate import Candidate
-from ..values.placement import Offer
 from .layout import resolve
 from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
 from .request import PlacementRequest

@@ -101,12 +101,19 @@ class PlacementRequest:
     def given(cls, placement: "PlacementRequest | None" = None, **flags: Any) -> "PlacementRequest":
         """The request a Python API call asks for: ``placement`` with the keywords given (those
         that are not None) on top; a keyword that is no field is refused in one line."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(flags) - known)
+        unknown = cls._unknown(flags)
         if unknown:
-            raise BurstError(f"{', '.join(unknown)}: not a placement option (options: {', '.join(sorted(known))})", exit_code=2)
-        changes = {k: v for k, v in flags.items() if v is not None}
-        return (placement or cls()).but(**changes) if changes else (placement or cls())
+            raise BurstError(f"{', '.join(unknown)}: not a placement option (options: {', '.join(sorted(cls._fields()))})", exit_code=2)
+        return (placement or cls()).but(**{k: v for k, v in flags.items() if v is not None})
+
+    @classmethod
+    def _fields(cls) -> set[str]:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def _unknown(cls, names) -> list[str]:
+        """The names among ``names`` that are no field (a renamed field, a mistyped keyword)."""
+        return sorted(set(names) - cls._fields())
 
     @property
     def workload_name(self) -> str:
@@ -125,8 +132,7 @@ class PlacementRequest:
     @classmethod
     def from_flags(cls, flags: dict) -> "PlacementRequest":
         """The request ``flags`` wrote (unknown keys are refused: a field was renamed)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(flags) - known)
+        unknown = cls._unknown(flags)
         if unknown:
             raise BurstError(f"placement flags {', '.join(unknown)} are not placement fields")
         return cls(**{**flags, "avoid": tuple(flags.get("avoid", ()))})

@@ -9,14 +9,9 @@ from __future__ import annotations
 from typing import Callable
 
 from . import cloud, site, this_machine
-from .asked import Asked, gpu_counts
+from .asked import Asked
 
-__all__ = ["Asked", "gpu_counts", "source_of"]
+__all__ = ["Asked", "SOURCES"]
 
 #: the ``candidates(asked, providers)`` of each kind of target (``Target.kind``)
 SOURCES: dict[str, Callable] = {"local": this_machine.candidates, "onprem": site.candidates, "cloud": cloud.candidates}
-
-
-def source_of(kind: str) -> Callable:
-    """The source of candidates for a kind of target."""
-    return SOURCES[kind]

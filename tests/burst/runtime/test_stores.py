@@ -28,6 +28,23 @@ def store(request, tmp_path) -> str:
     return request.getfixturevalue("gcs_store" if request.param == "gs" else "azure_store")
 
 
+def _showers(tmp_path: Path, files: int, size: int) -> Path:
+    """A run's dataset directory (``--data``): ``files`` random files of ``size`` bytes under ``train/``."""
+    data = tmp_path / "showers"
+    (data / "train").mkdir(parents=True)
+    for i in range(files):
+        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(size))
+    return data
+
+
+def _recorder():
+    """(the lines said, a Reporter that says them there)."""
+    from burst.targets.base import Reporter
+
+    said: list[str] = []
+    return said, type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+
+
 def test_files_round_trip_and_are_removed(store):
     from burst.runtime import storage
 
@@ -356,15 +373,10 @@ def test_a_dataset_is_staged_once_per_store_and_a_cut_copy_is_never_taken_for_co
     from burst import targets
     from burst.runtime import storage
     from burst.home.state import ClusterHandle
-    from burst.targets.base import Reporter
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
-    data = tmp_path / "showers"
-    (data / "train").mkdir(parents=True)
-    for i in range(3):
-        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(200_000))
-    said = []
-    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    data = _showers(tmp_path, 3, 200_000)
+    said, report = _recorder()
     handle = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=store)
     gke = targets.get("gcp")  # a cloud target: its nodes cannot read this machine's disk
     real_write = storage.write_text
@@ -400,15 +412,10 @@ def test_a_dataset_the_lifecycle_cut_is_copied_again_keeps_its_age_and_is_never_
     from burst.home import state
     from burst.home.state import ClusterHandle, RunRecord
     from burst.runtime import storage
-    from burst.targets.base import Reporter
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
-    data = tmp_path / "showers"
-    (data / "train").mkdir(parents=True)
-    for i in range(3):
-        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(100_000))
-    said = []
-    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    data = _showers(tmp_path, 3, 100_000)
+    said, report = _recorder()
     handle = ClusterHandle(name="g", provider="gcp", cluster_id="lease0001", storage_uri=store)
     gke = targets.get("gcp")
     first = gke.stage_data(handle, str(data), "r1", report)
@@ -460,15 +467,10 @@ def test_a_dataset_that_would_expire_under_a_cluster_is_copied_again_before_its_
     from burst.home.state import ClusterHandle
     from burst.client import datasets
     from burst.runtime import storage
-    from burst.targets.base import Reporter
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
-    data = tmp_path / "showers"
-    (data / "train").mkdir(parents=True)
-    for i in range(2):
-        (data / "train" / f"ele_{i}.h5").write_bytes(os.urandom(50_000))
-    said = []
-    report = type("Said", (Reporter,), {"say": lambda self, m: said.append(m)})()
+    data = _showers(tmp_path, 2, 50_000)
+    said, report = _recorder()
     gke = targets.get("gcp")
     now = time.time()
     days = 86400
