@@ -15,13 +15,21 @@ from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import BurstError
-from . import clusters, pack, planning, runs, scans, stores
+from . import clusters, pack, planning, runs, scans, served, server, stores
 from .render import fail, print_error
 
 
 class _Commands(TyperGroup):
+    def parse_args(self, ctx, args):
+        ctx.meta[served.WORDS] = list(args)  # the command's own words: what a logged-in client sends to its server
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         try:
+            forwarded = served.forward(self, ctx)
+            if forwarded is not None:
+                raise typer.Exit(forwarded)
+            served.check_paths(self, ctx)
             return super().invoke(ctx)
         except BurstError as exc:
             fail(exc)
@@ -39,6 +47,9 @@ app.command("datasets")(stores.datasets)
 app.add_typer(planning.policy_app, name="policy")
 app.add_typer(planning.catalog_app, name="catalog")
 app.add_typer(stores.store_app, name="store")
+app.add_typer(server.server_app, name="server")
+for command in (server.login, server.logout, server.costs, server.team):
+    app.command()(command)
 
 
 @app.callback(invoke_without_command=True)

@@ -244,6 +244,22 @@ def save(obj: BaseModel) -> None:
     kind, key = ("clusters", obj.name) if isinstance(obj, ClusterHandle) else ("runs", obj.run_id)
     check_name(key, "cluster" if kind == "clusters" else "run")
     write_json_atomic(_dir(kind) / f"{key}.json", obj.model_dump(mode="json"), private=True)
+    if isinstance(obj, ClusterHandle):
+        _journal({"event": "saved", "name": obj.name, "cluster_id": obj.cluster_id, "provider": obj.provider, "region": obj.region or "",
+                  "hourly_usd": obj.hourly_usd, "created": obj.created, "expires": obj.expires})
+
+
+JOURNAL = "clusters.journal"
+
+
+def _journal(entry: dict) -> None:
+    """One line in the clusters' journal: every cluster this state directory has had, with its price,
+    from its first record to its last, kept after the record goes (a cluster that came and went
+    between two looks of a burst server is still charged to its owner: ``burst.server.ledger``)."""
+    import json
+
+    with open(home() / JOURNAL, "a") as out:
+        out.write(json.dumps({**entry, "at": time.time()}) + "\n")
 
 
 def record_path(model: Type[BaseModel], key: str) -> Path:
@@ -300,5 +316,12 @@ def load_all(model: Type[M], damaged: Optional[list[Damaged]] = None) -> list[M]
 def delete(model: Type[BaseModel], key: str) -> None:
     kind = "clusters" if model is ClusterHandle else "runs"
     path = _dir(kind) / f"{key}.json"
-    if path.parent == _dir(kind):  # names come from handles already on disk; never step outside
-        path.unlink(missing_ok=True)
+    if path.parent != _dir(kind):  # names come from handles already on disk; never step outside
+        return
+    try:
+        gone = _read(model, path) if model is ClusterHandle else None
+    except Damaged:  # a damaged record's cluster was never journalled as it is now: nothing to close
+        gone = None
+    path.unlink(missing_ok=True)
+    if gone is not None:
+        _journal({"event": "gone", "name": gone.name, "cluster_id": gone.cluster_id})

@@ -1,0 +1,112 @@
+"""The command line as a burst server's client, and as the process a server runs a member's verb in.
+
+Logged in (``burst login URL``), a forwarded command's words go to the server, with the files its
+policy and gate options name; the server's answer is printed as the command would print it here.
+Run by a server for a member (``BURST_SERVED_UPLOADS`` set), the command line refuses every path
+that is not one of the files that member sent: the server's own files are not theirs to read."""
+
+from __future__ import annotations
+
+import os
+import sys
+import typing
+from pathlib import Path, PurePath
+from typing import Optional
+
+from ..errors import BurstError
+from ..values.served import FORWARDED, SENT_WITH_COMMAND, SERVED_UPLOADS, UPLOAD
+
+WORDS = "burst.words"  # where the group keeps the command's words (``ctx.meta``)
+
+
+def _path_options(command) -> set[str]:
+    """The options of ``command`` that name a file or directory: read from the command's own
+    function (a ``Path`` in a parameter's type), so that a new one is covered the day it is added."""
+    callback = getattr(command, "callback", None)
+    hints = typing.get_type_hints(callback, include_extras=True) if callback is not None else {}
+    return {opt for p in command.params if p.name in hints and _names_path(hints[p.name]) for opt in p.opts if opt.startswith("-")}
+
+
+def _names_path(annotation) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, PurePath):
+        return True
+    return any(_names_path(inner) for inner in typing.get_args(annotation))
+
+
+def _split(word: str) -> tuple[str, Optional[str]]:
+    return (word.split("=", 1)[0], word.split("=", 1)[1]) if word.startswith("--") and "=" in word else (word, None)
+
+
+def forward(group, ctx) -> Optional[int]:
+    """Send this command to the server logged in to; its exit code, or None when it runs here
+    (not logged in, a command the server does not run, or this process is the server's)."""
+    words = ctx.meta.get(WORDS) or []
+    if not words or os.environ.get(SERVED_UPLOADS) or words[0] not in FORWARDED:
+        return None
+    from ..client import server
+
+    login = server.current()
+    if login is None:
+        return None
+    command = group.get_command(ctx, words[0])
+    paths = _path_options(command) if command is not None else set()
+    args, files = [], []
+    rest = iter(words[1:])
+    for word in rest:
+        option, inline = _split(word)
+        if option not in paths:
+            args.append(word)
+            continue
+        value = inline if inline is not None else next(rest, None)
+        if value is None:
+            args.append(word)
+            continue
+        if option not in SENT_WITH_COMMAND:
+            raise BurstError(f"{option} names a file on this machine, which the burst server at {login.url} cannot read; "
+                             "give it a store URI, or `burst logout` to run on this machine")
+        try:
+            files.append(Path(value).expanduser().read_text())
+        except OSError as exc:
+            raise BurstError(f"{option} {value}: {exc.strerror or exc}") from None
+        args += [option, f"{UPLOAD}{len(files) - 1}"]
+    if words[0] in ("train", "run", "tune"):
+        data = _value(args, "--data")
+        if data is not None and "://" not in data:
+            raise BurstError(f"--data {data} is a directory on this machine, which the burst server at {login.url} cannot read: "
+                             "stage it on a store first (gs://, abfs://) and give that URI, or `burst logout` to run here")
+    answer = server.call(login, "POST", f"/v1/verbs/{words[0]}", {"args": args, "files": files})
+    sys.stdout.write(answer.get("stdout", ""))
+    sys.stderr.write(answer.get("stderr", ""))
+    return int(answer.get("rc", 1))
+
+
+def check_paths(group, ctx) -> None:
+    """In a process a server runs for a member: every path option must be a file that member sent,
+    and ``--data`` a store URI (a directory here is the server's)."""
+    uploads = os.environ.get(SERVED_UPLOADS)
+    words = ctx.meta.get(WORDS) or []
+    if not uploads or not words:
+        return
+    command = group.get_command(ctx, words[0])
+    paths = _path_options(command) if command is not None else set()
+    allowed = Path(uploads).resolve()
+    rest = iter(words[1:])
+    for word in rest:
+        option, inline = _split(word)
+        if option in paths:
+            value = inline if inline is not None else next(rest, "")
+            if allowed not in Path(value).resolve().parents:
+                raise BurstError(f"{option} {value}: through a burst server, {option} takes a file sent with the command; "
+                                 "the server's own files are not yours to read")
+        elif option == "--data":
+            value = inline if inline is not None else next(rest, "")
+            if "://" not in value:
+                raise BurstError(f"--data {value}: through a burst server, a dataset is a store URI (gs://, abfs://), not a server directory")
+
+
+def _value(args: list[str], option: str) -> Optional[str]:
+    for i, word in enumerate(args):
+        name, inline = _split(word)
+        if name == option:
+            return inline if inline is not None else (args[i + 1] if i + 1 < len(args) else None)
+    return None

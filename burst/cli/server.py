@@ -1,0 +1,186 @@
+"""``burst server`` (start, admin), ``burst login``, ``logout``, ``costs`` and ``team``: burst for a group."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import BurstError
+from .render import console, emit_json, out
+
+server_app = typer.Typer(no_args_is_help=True, help="a burst server for a research group: users, teams, budgets, runs in one place")
+admin_app = typer.Typer(no_args_is_help=True, help="teams, users, tokens and budgets, in the server's database")
+server_app.add_typer(admin_app, name="admin")
+
+DataDir = Annotated[Path, typer.Option("--data", help="the server's directory: members' state, the default SQLite database",
+                                       envvar="BURST_SERVER_DATA")]
+DbUrl = Annotated[Optional[str], typer.Option("--db", help="postgresql+psycopg://USER@HOST/DB (a group) or sqlite:///PATH (default: "
+                                                          "DATA/burst-server.db)", envvar="BURST_SERVER_DB")]
+DEFAULT_DATA = Path("~/.burst-server").expanduser()
+
+
+@server_app.command("start")
+def start(
+    data: DataDir = DEFAULT_DATA,
+    db: DbUrl = None,
+    host: Annotated[str, typer.Option(help="address to listen on (beyond loopback: --cert and --key, or --insecure-http)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8467,
+    cert: Annotated[Optional[Path], typer.Option(help="TLS certificate (PEM)")] = None,
+    key: Annotated[Optional[Path], typer.Option(help="TLS private key (PEM)")] = None,
+    insecure_http: Annotated[bool, typer.Option("--insecure-http", help="listen beyond loopback without TLS (a trusted network only)")] = False,
+    guard_seconds: Annotated[float, typer.Option(min=0.5, max=3600, help="how often the team budget guard looks at every cluster")] = 5.0,
+) -> None:
+    """Run the server in the foreground: the HTTP API and the team budget guard."""
+    from ..server import serve
+
+    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds)
+
+
+def _sessions(data: Path, db: Optional[str]):
+    from ..server import serve
+
+    data = data.expanduser()
+    data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return serve.open_database(db or serve.default_db(data))[1]
+
+
+@admin_app.command("team")
+def admin_team(name: str, data: DataDir = DEFAULT_DATA, db: DbUrl = None,
+               budget: Annotated[Optional[float], typer.Option("--budget", help="USD a month for the whole team")] = None) -> None:
+    """Add a team."""
+    from ..server import accounts
+
+    with _sessions(data, db)() as session:
+        accounts.add_team(session, name, budget)
+    console.print(f"team {name} added" + (f" with ${budget:,.2f} a month" if budget is not None else " (no budget)"))
+
+
+@admin_app.command("user")
+def admin_user(name: str, team: Annotated[str, typer.Option("--team")], data: DataDir = DEFAULT_DATA, db: DbUrl = None,
+               admin: Annotated[bool, typer.Option("--admin", help="may see and stop everything")] = False,
+               budget: Annotated[Optional[float], typer.Option("--budget", help="USD a month for this user")] = None,
+               days: Annotated[Optional[float], typer.Option("--days", help="the token expires after this many days")] = None) -> None:
+    """Add a user to a team and print their first token (shown once: only its hash is kept)."""
+    from ..server import accounts
+
+    with _sessions(data, db)() as session:
+        accounts.add_user(session, name, team, "admin" if admin else "member", budget)
+        token = accounts.new_token(session, name, days)
+    console.print(f"user {name} added to team {team}; their token (shown once):")
+    print(token)
+
+
+@admin_app.command("token")
+def admin_token(name: str, data: DataDir = DEFAULT_DATA, db: DbUrl = None,
+                days: Annotated[Optional[float], typer.Option("--days", help="expires after this many days")] = None) -> None:
+    """A new token for a user (the old ones stay valid until revoked)."""
+    from ..server import accounts
+
+    with _sessions(data, db)() as session:
+        token = accounts.new_token(session, name, days)
+    print(token)
+
+
+@admin_app.command("revoke")
+def admin_revoke(name: str, data: DataDir = DEFAULT_DATA, db: DbUrl = None) -> None:
+    """Revoke every token of a user."""
+    from ..server import accounts
+
+    with _sessions(data, db)() as session:
+        count = accounts.revoke_tokens(session, name)
+    console.print(f"{count} token(s) of {name} revoked")
+
+
+@admin_app.command("budget")
+def admin_budget(team: str, usd: Annotated[Optional[float], typer.Option("--usd", help="USD a month (omit: no budget)")] = None,
+                 user: Annotated[Optional[str], typer.Option("--user", help="set this user's own budget instead")] = None,
+                 data: DataDir = DEFAULT_DATA, db: DbUrl = None) -> None:
+    """Set a team's (or one user's) monthly budget."""
+    from ..server import accounts
+
+    with _sessions(data, db)() as session:
+        accounts.set_budget(session, team, usd, user)
+    console.print(f"{'user ' + user if user else 'team ' + team}: " + (f"${usd:,.2f} a month" if usd is not None else "no budget"))
+
+
+def login(url: str, token_file: Annotated[Optional[Path], typer.Option("--token-file", help="read the token from this file (default: "
+                                                                                      "$BURST_TOKEN, else asked for)")] = None,
+          ca_file: Annotated[Optional[Path], typer.Option("--ca-file", help="the CA that signed the server's certificate")] = None) -> None:
+    """Send every command to the burst server at URL from now on (the token is kept in a user-only file)."""
+    from ..client import server
+
+    if token_file is not None:
+        try:
+            token = token_file.expanduser().read_text().strip()
+        except OSError as exc:
+            raise BurstError(f"--token-file {token_file}: {exc.strerror or exc}") from None
+    else:
+        token = os.environ.get("BURST_TOKEN") or typer.prompt("token", hide_input=True)
+    me = server.login(url, token, str(ca_file) if ca_file else None)
+    console.print(f"logged in to {url} as {me['user']} (team {me['team']}, {me['role']}); `burst logout` works on this machine again")
+
+
+def logout() -> None:
+    """Work on this machine alone again."""
+    from ..client import server
+
+    console.print("logged out" if server.logout() else "not logged in")
+
+
+def _login():
+    from ..client import server
+
+    login = server.current()
+    if login is None:
+        raise BurstError("not logged in to a burst server: `burst login URL` first (costs and the team are the server's)")
+    return server, login
+
+
+def costs(by: Annotated[str, typer.Option("--by", help="user, team, target or month")] = "team",
+          month: Annotated[Optional[str], typer.Option("--month", help="YEAR-MONTH (default: this month, UTC)")] = None,
+          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """What your team (an admin: every team) spent this month, what running clusters commit, and what is left."""
+    server, login = _login()
+    query = f"/v1/costs?by={by}" + (f"&month={month}" if month else "")
+    answer = server.call(login, "GET", query)
+    if as_json:
+        emit_json(answer)
+        return
+    t = Table(title=f"costs in {answer['month']}, by {answer['by']}")
+    for col in (answer["by"], "spent $", "committed $", "budget $", "left $"):
+        t.add_column(col)
+    money = lambda v: "-" if v is None else f"{v:,.2f}"  # noqa: E731
+    for line in answer["lines"]:
+        t.add_row(line["key"], money(line["spent_usd"]), money(line["committed_usd"]), money(line["budget_usd"]), money(line["left_usd"]))
+    out.print(t)
+
+
+def team(as_json: Annotated[bool, typer.Option("--json")] = False,
+         stop: Annotated[Optional[str], typer.Option("--stop", help="OWNER/NAME: stop that cluster (yours; an admin: anyone's), its runs "
+                                                                     "checkpointing first")] = None) -> None:
+    """Your team's running clusters (an admin: everyone's), with their owners and what each has cost this month."""
+    server, login = _login()
+    if stop is not None:
+        owner, _, name = stop.partition("/")
+        if not owner or not name:
+            raise BurstError(f"--stop {stop!r}: give OWNER/NAME, as `burst team` lists them")
+        server.call(login, "DELETE", f"/v1/clusters/{owner}/{name}")
+        console.print(f"{owner}'s cluster {name} stopped")
+        return
+    found = server.call(login, "GET", "/v1/clusters")
+    if as_json:
+        emit_json(found)
+        return
+    t = Table(title="the team's clusters")
+    for col in ("owner", "name", "provider", "$/h", "age", "spent $", "note"):
+        t.add_column(col)
+    for c in found:
+        t.add_row(c["owner"], c["name"], c["provider"], f"{c['hourly_usd']:.2f}", f"{int(time.time() - c['created'])} s",
+                  f"{c['spent_usd']:.2f}", c["stopped_by"] or "")
+    out.print(t)
+

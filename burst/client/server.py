@@ -1,0 +1,89 @@
+"""This machine as a burst server's client: the login it keeps (the server's address in
+``server.json``, the token alone in a user-only file) and one HTTP call, every failure one line."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import BurstError
+from ..home.records import write_text_atomic
+from ..home.state import home, home_path
+
+LOGIN_FILE = "server.json"
+TOKEN_FILE = "server.token"
+TIMEOUT_S = 6 * 3600 + 60  # a forwarded `burst run` lasts as long as its run
+
+
+@dataclass
+class Login:
+    url: str
+    token: str
+    ca_file: Optional[str] = None
+
+
+def current() -> Optional[Login]:
+    """The server this machine is logged in to, or None (burst works here, as without a server)."""
+    root = home_path()
+    try:
+        saved = json.loads((root / LOGIN_FILE).read_text())
+        token = (root / TOKEN_FILE).read_text().strip()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or not isinstance(saved.get("url"), str) or not token:
+        return None
+    return Login(saved["url"].rstrip("/"), token, saved.get("ca_file"))
+
+
+def login(url: str, token: str, ca_file: Optional[str] = None) -> dict:
+    """Check ``token`` against the server at ``url`` and keep both; returns who the server says it is."""
+    if not url.startswith(("http://", "https://")):
+        raise BurstError(f"{url!r} is not a server address: give http://HOST:PORT or https://HOST:PORT")
+    candidate = Login(url.rstrip("/"), token.strip(), ca_file)
+    me = call(candidate, "GET", "/v1/me")
+    root = home()
+    write_text_atomic(root / TOKEN_FILE, candidate.token + "\n", private=True)
+    write_text_atomic(root / LOGIN_FILE, json.dumps({"url": candidate.url, "ca_file": ca_file}), private=True)
+    return me
+
+
+def logout() -> bool:
+    root = home_path()
+    found = (root / TOKEN_FILE).exists() or (root / LOGIN_FILE).exists()
+    for name in (TOKEN_FILE, LOGIN_FILE):
+        (root / name).unlink(missing_ok=True)
+    return found
+
+
+def call(login: Login, method: str, path: str, body: Optional[dict] = None, timeout: float = TIMEOUT_S) -> dict:
+    """One request to the server, its JSON answer; a refusal, an error or no answer is one line."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(login.url + path, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {login.token}", "Content-Type": "application/json"})
+    context = ssl.create_default_context(cafile=login.ca_file) if login.url.startswith("https://") else None
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+            return json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        detail = _detail(exc)
+        if exc.code == 401:
+            raise BurstError(f"the burst server at {login.url} refused the token ({detail}): ask an admin for a new one and "
+                             "`burst login URL` again", exit_code=1) from None
+        raise BurstError(f"the burst server at {login.url} answered {exc.code}: {detail}", exit_code=1) from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise BurstError(f"the burst server at {login.url} cannot be reached ({why}): start it, or `burst logout` to work on this "
+                         "machine alone", exit_code=1) from None
+
+
+def _detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        said = json.loads(exc.read() or b"{}").get("detail")
+    except (ValueError, AttributeError):
+        said = None
+    return str(said) if said else exc.reason
+

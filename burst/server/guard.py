@@ -1,0 +1,118 @@
+"""The team budget guard: one loop in the server that charges every member's clusters against their
+team's (and their own) month and stops them, checkpoint first, before the money is spent.
+
+It acts while a reserve is left, as a run's own guard does: each open cluster's price for the time
+a final checkpoint and a tear-down take. A cluster it stops is marked ``stopped_by`` so that it is
+stopped once; its end is the journal's, when the member's state directory says it went."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import sessionmaker
+
+from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
+from . import ledger, money
+from .database import Cluster, Team, User
+from .verbs import home_of
+
+log = logging.getLogger("burst.server")
+
+
+def reserve_usd(open_clusters: list[Cluster]) -> float:
+    return sum(c.hourly_usd * (CHECKPOINT_RESERVE_S + teardown_seconds(c.provider)) / 3600 for c in open_clusters)
+
+
+class TeamGuard:
+    def __init__(self, sessions: sessionmaker, data_dir: Path, interval_s: float = 5.0,
+                 stopper: Optional[Callable[[Path, str, str], bool]] = None):
+        self.sessions, self.data_dir, self.interval_s = sessions, data_dir, interval_s
+        self.stopper = stopper or stop_as_member
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="team-budget-guard", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                for line in self.look():
+                    log.warning(line)
+            except Exception:  # noqa: BLE001 - a guard that died would leave every team unguarded: said, and looked again
+                log.exception("the team budget guard's look failed; trying again")
+
+    def look(self, now: Optional[float] = None) -> list[str]:
+        """One look at every team and member; returns what it did."""
+        now = time.time() if now is None else now
+        month = money.month_of(now)
+        said = []
+        with self.sessions() as db:
+            users = db.scalars(select(User)).all()
+            open_by_user = {u.id: ledger.sync(db, u, home_of(self.data_dir, u.uid)) for u in users}
+            everyone = db.scalars(select(Cluster)).all()
+            for team in db.scalars(select(Team)).all():
+                members = [u for u in users if u.team_id == team.id]
+                if team.monthly_budget_usd is not None:
+                    mine = [c for c in everyone if any(c.user_id == u.id for u in members)]
+                    said += self._hold(db, team, f"team {team.name}", money.team_month(team, mine, month, now),
+                                       [c for u in members for c in open_by_user[u.id]], users, month)
+                for user in members:
+                    if user.monthly_budget_usd is not None:
+                        said += self._hold(db, user, f"user {user.name}", money.user_month(user, everyone, month, now),
+                                           open_by_user[user.id], users, month)
+        return said
+
+    def _hold(self, db, holder, whose: str, line: money.Line, open_clusters: list[Cluster], users: list[User], month: str) -> list[str]:
+        """Stop every running cluster of ``holder`` (a team or a user) once its spending and the reserve reach its budget;
+        the holder spends nothing more this month until its budget changes."""
+        budget = holder.monthly_budget_usd
+        running = [c for c in open_clusters if c.stopped_by is None]
+        if line.spent_usd + reserve_usd(running) < budget:
+            return []
+        if holder.held_month != month:
+            holder.held_month = month
+            db.commit()
+        said = []
+        reason = f"{whose}'s budget of ${budget:,.2f} this month: ${line.spent_usd:,.2f} spent"
+        for cluster in running:
+            owner = next(u for u in users if u.id == cluster.user_id)
+            cluster.stopped_by = reason[:200]
+            db.commit()
+            said.append(f"stopping {owner.name}'s cluster {cluster.name} ({cluster.provider}): {reason}")
+            threading.Thread(target=self._stop_one, args=(cluster.id, home_of(self.data_dir, owner.uid), cluster.name, reason),
+                             daemon=True).start()
+        return said
+
+    def _stop_one(self, row_id: int, home: Path, name: str, reason: str) -> None:
+        """Stop one cluster; one that could not be stopped is unmarked, so that the next look tries again."""
+        if self.stopper(home, name, reason):
+            return
+        with self.sessions() as db:
+            row = db.get(Cluster, row_id)
+            if row is not None and row.ended is None:
+                row.stopped_by = None
+                db.commit()
+
+
+def stop_as_member(home: Path, name: str, reason: str) -> bool:
+    """``burst.server.act stop`` as the member (their state directory), its words in the server's log; True when it is down."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
+    env["BURST_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "burst.server.act", "stop", name, reason], capture_output=True, text=True, env=env,
+                          stdin=subprocess.DEVNULL, start_new_session=True)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        log.warning("%s: %s", name, line)
+    return proc.returncode == 0

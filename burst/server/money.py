@@ -1,0 +1,117 @@
+"""A team's money this month, from the clusters its members brought up: spent (what the clusters
+have cost so far, at their hourly price from creation to end), committed (what running clusters
+will cost to the end of their lease) and left (the budget less both).
+
+Months are calendar months in UTC; a cluster that spans two months is charged to each for its
+hours in it."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterable, Optional
+
+from .database import Cluster, Team, User
+
+GROUPINGS = ("user", "team", "target", "month")
+
+
+def month_of(at: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(at))
+
+
+def month_bounds(month: str) -> tuple[float, float]:
+    year, number = (int(part) for part in month.split("-"))
+    start = calendar.timegm((year, number, 1, 0, 0, 0))
+    end = calendar.timegm((year + number // 12, number % 12 + 1, 1, 0, 0, 0))
+    return float(start), float(end)
+
+
+def spent(cluster: Cluster, start: float, end: float, now: float) -> float:
+    """What ``cluster`` cost between ``start`` and ``end`` (up to ``now`` while it runs)."""
+    until = min(cluster.ended if cluster.ended is not None else now, end, now)
+    hours = max(0.0, until - max(cluster.created, start)) / 3600
+    return cluster.hourly_usd * hours
+
+
+def committed(cluster: Cluster, end: float, now: float) -> float:
+    """What a running cluster will still cost this month, to its lease's end (nothing past the month
+    or for a cluster with no lease: the guard stops those when the money runs out)."""
+    if cluster.ended is not None or cluster.expires is None:
+        return 0.0
+    return cluster.hourly_usd * max(0.0, min(cluster.expires, end) - now) / 3600
+
+
+@dataclass
+class Line:
+    key: str
+    spent_usd: float
+    committed_usd: float
+    budget_usd: Optional[float]
+    left_usd: Optional[float]
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def team_month(team: Team, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
+    now = time.time() if now is None else now
+    start, end = month_bounds(month)
+    clusters = list(clusters)
+    used = sum(spent(c, start, end, now) for c in clusters)
+    promised = sum(committed(c, end, now) for c in clusters)
+    budget = team.monthly_budget_usd
+    return Line(team.name, used, promised, budget, None if budget is None else budget - used - promised)
+
+
+def user_month(user: User, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
+    now = time.time() if now is None else now
+    start, end = month_bounds(month)
+    mine = [c for c in clusters if c.user_id == user.id]
+    used = sum(spent(c, start, end, now) for c in mine)
+    promised = sum(committed(c, end, now) for c in mine)
+    budget = user.monthly_budget_usd
+    return Line(user.name, used, promised, budget, None if budget is None else budget - used - promised)
+
+
+def breakdown(by: str, clusters: list[Cluster], users: dict[int, User], teams: dict[int, Team], month: str,
+              now: Optional[float] = None) -> list[Line]:
+    """Spent and committed per user, team, target or month (``month``: every month any cluster touched)."""
+    now = time.time() if now is None else now
+    if by == "month":
+        months = sorted({m for c in clusters for m in _months_touched(c, now)})
+        lines = []
+        for each in months:
+            start, end = month_bounds(each)
+            lines.append(Line(each, sum(spent(c, start, end, now) for c in clusters), sum(committed(c, end, now) for c in clusters),
+                              None, None))
+        return lines
+    start, end = month_bounds(month)
+    keys = {"user": lambda c: users[c.user_id].name, "team": lambda c: teams[users[c.user_id].team_id].name,
+            "target": lambda c: c.provider}[by]
+    groups: dict[str, list[Cluster]] = {}
+    for c in clusters:
+        groups.setdefault(keys(c), []).append(c)
+    lines = []
+    for key, members in sorted(groups.items()):
+        used = sum(spent(c, start, end, now) for c in members)
+        promised = sum(committed(c, end, now) for c in members)
+        budget = None
+        if by == "team":
+            budget = next(t.monthly_budget_usd for t in teams.values() if t.name == key)
+        elif by == "user":
+            budget = next(u.monthly_budget_usd for u in users.values() if u.name == key)
+        lines.append(Line(key, used, promised, budget, None if budget is None else budget - used - promised))
+    return lines
+
+
+def _months_touched(cluster: Cluster, now: float) -> set[str]:
+    until = cluster.ended if cluster.ended is not None else now
+    months, at = set(), cluster.created
+    while at <= until:
+        months.add(month_of(at))
+        _, end = month_bounds(month_of(at))
+        at = end
+    months.add(month_of(until))
+    return months

@@ -1,0 +1,66 @@
+"""``burst server start``: open (and upgrade) the database, start the team budget guard, answer HTTP.
+
+Beyond loopback the server speaks only TLS (a certificate and its key), unless told in so many
+words that the network in between is trusted: tokens travel in every request."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from pathlib import Path
+from typing import Optional
+
+from ..errors import BurstError
+from . import database
+from .guard import TeamGuard
+
+DEFAULT_PORT = 8467
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def default_db(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir / 'burst-server.db'}"
+
+
+def open_database(url: str):
+    """An engine on ``url``, upgraded to the newest schema, and its session factory."""
+    engine = database.engine_for(url)
+    database.upgrade(engine)
+    return engine, database.sessions(engine)
+
+
+def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+          cert: Optional[Path] = None, key: Optional[Path] = None, insecure_http: bool = False, guard_seconds: float = 5.0) -> None:
+    import uvicorn
+
+    from .app import build
+
+    if not is_loopback(host) and cert is None and not insecure_http:
+        raise BurstError(f"--host {host} listens beyond this machine, where tokens would cross the network in clear: give --cert and "
+                         "--key (TLS), or --insecure-http if the network in between is trusted")
+    if (cert is None) != (key is None):
+        raise BurstError("--cert and --key go together: the certificate and its private key")
+    for path in (cert, key):
+        if path is not None and not Path(path).is_file():
+            raise BurstError(f"{path}: no such file (TLS needs the certificate and its key as PEM files)")
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _, sessions = open_database(db_url or default_db(data_dir))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds)
+    guard.start()
+    scheme = "https" if cert else "http"
+    logging.getLogger("burst.server").warning("burst server on %s://%s:%d, database %s, data in %s", scheme, host, port,
+                                               database.redacted(db_url or default_db(data_dir)), data_dir)
+    try:
+        uvicorn.run(build(sessions, data_dir), host=host, port=port, ssl_certfile=str(cert) if cert else None,
+                    ssl_keyfile=str(key) if key else None, log_level="warning")
+    finally:
+        guard.close()

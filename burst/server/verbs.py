@@ -1,0 +1,122 @@
+"""A member's verb, run by the server as that member: the same ``burst`` command line in a process of
+its own, with the member's own state directory on the server (their clusters and runs apart from
+everyone else's) and the team's money as the budget it may spend.
+
+The client sends the command's words and the files its options name (a policy, a quality gate);
+those files are written under the member's directory and the words point there. Any other path
+names a file on the server, which a member may not read: the served command line refuses it
+(``burst.cli.served``)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from ..errors import BurstError
+from ..placement.policy import DEFAULT_POLICY
+from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD
+
+TAKES_POLICY = ("plan", "up", "run", "tune")
+TAKES_BUDGET = ("train", "run", "tune")
+VERB_TIMEOUT_S = 6 * 3600
+
+
+def home_of(data_dir: Path, uid: str) -> Path:
+    path = data_dir / "users" / uid
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def with_uploads(home: Path, args: list[str], files: list[str]) -> tuple[list[str], Path]:
+    """The words with every ``@upload:N`` replaced by the path of the N-th file sent, written under the member's directory."""
+    uploads = home / "uploads" / f"{int(time.time())}-{secrets.token_hex(4)}"
+    uploads.mkdir(parents=True, mode=0o700)
+    out = []
+    for word in args:
+        if word.startswith(UPLOAD):
+            index = word[len(UPLOAD):]
+            if not index.isdigit() or int(index) >= len(files):
+                raise BurstError(f"{word}: no such file was sent with the command")
+            path = uploads / f"file-{index}.yaml"
+            path.write_text(files[int(index)])
+            out.append(str(path))
+        else:
+            out.append(word)
+    return out, uploads
+
+
+def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float], cluster_spent_usd: float = 0.0) -> list[str]:
+    """The words with the team's money left as the budget: the policy's ``budget_usd`` (the plan
+    drops what costs more, a cluster's guard stops at it) and a run's ``--budget`` no higher than
+    what is left (``cluster_spent_usd``: what the run's cluster has cost already, which its guard
+    counts too)."""
+    if left_usd is None or verb not in MONEY_VERBS:
+        return args
+    out = list(args)
+    if verb in TAKES_POLICY:
+        given = _value_of(out, "--policy")
+        policy = yaml.safe_load(Path(given).read_text() if given else DEFAULT_POLICY.read_text())
+        if not isinstance(policy, dict):
+            return out  # not a policy: the command line says so
+        budget = policy.get("budget_usd")
+        policy["budget_usd"] = round(min(left_usd, budget) if isinstance(budget, (int, float)) else left_usd, 2)
+        narrowed = uploads / "policy-held-to-team-budget.yaml"
+        narrowed.write_text(yaml.safe_dump(policy, sort_keys=False))
+        out = _replace_value(out, "--policy", str(narrowed))
+    if verb in TAKES_BUDGET:
+        given = _value_of(out, "--budget")
+        cap = left_usd + cluster_spent_usd
+        try:
+            asked = float(given) if given is not None else None
+        except ValueError:
+            return out  # not a number: the command line says so
+        out = _replace_value(out, "--budget", f"{min(asked, cap) if asked is not None else cap:.2f}")
+    return out
+
+
+def cluster_named(verb: str, args: list[str]) -> str:
+    """The cluster a train or a run uses (``--cluster``; ``local`` by default, as the command line does)."""
+    return _value_of(args, "--cluster") or _value_of(args, "--name") or "local"
+
+
+def run(home: Path, uploads: Path, verb: str, args: list[str], timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run ``burst VERB ARGS`` as the member: their state directory, their uploads, nothing of the server's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
+    env.update(BURST_HOME=str(home), **{SERVED_UPLOADS: str(uploads)}, NO_COLOR="1", COLUMNS="120")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", verb, *args], capture_output=True, text=True, env=env,
+                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _value_of(args: list[str], option: str) -> Optional[str]:
+    for i, word in enumerate(args):
+        if word == option and i + 1 < len(args):
+            return args[i + 1]
+        if word.startswith(option + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _replace_value(args: list[str], option: str, value: str) -> list[str]:
+    out, skip = [], False
+    for i, word in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if word == option:
+            skip = True
+            continue
+        if word.startswith(option + "="):
+            continue
+        out.append(word)
+    return [*out, option, value]

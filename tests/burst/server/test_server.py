@@ -1,0 +1,204 @@
+"""The burst server for a group, for real: a real PostgreSQL (Debian's, started by initdb in a
+temporary directory), a real server process (uvicorn), the real command line as each member's
+client, real local Ray clusters and a real training run stopped by the team's budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from burst.runtime.ray_head import free_port
+from tests.support import census, postgres
+from tests.support.cli_runs import TRAIN, burst
+from tests.support.slurm_site import needs
+
+pytestmark = needs(postgres.missing())
+
+
+@pytest.fixture(scope="module")
+def database():
+    with postgres.running() as url:
+        yield url
+
+
+class Server:
+    def __init__(self, root: Path, db: str):
+        self.root, self.db, self.port = root, db, free_port()
+        self.data = root / "server-data"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = root / "server.log"
+        self.proc = None
+
+    def admin(self, *args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "server", "admin", *args, "--db", self.db, "--data", str(self.data)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    def start(self, guard_seconds: float = 1.0) -> "Server":
+        self.proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "server", "start", "--db", self.db, "--data", str(self.data),
+                                      "--port", str(self.port), "--guard-seconds", str(guard_seconds)],
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(self.log.read_text())
+            if self.http("GET", "/v1/me", None)[0] == 401:
+                return self
+            time.sleep(0.3)
+        raise AssertionError(f"the server did not answer: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+    def http(self, method: str, path: str, token, body=None) -> tuple[int, dict]:
+        request = urllib.request.Request(self.url + path, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                         headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return answer.status, json.loads(answer.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except (urllib.error.URLError, ConnectionError):
+            return 0, {}
+
+
+@pytest.fixture
+def group(database, tmp_path):
+    """A server on the real PostgreSQL with team cern (alice, bob) and team atlas (carol), each member
+    logged in from a state directory of their own (their own machine)."""
+    server = Server(tmp_path, database)
+    suffix = str(free_port())  # one database for the module: names of this test's own
+    names = {who: f"{who}{suffix}" for who in ("alice", "bob", "carol", "cern", "atlas")}
+    server.admin("team", names["cern"], "--budget", "1000")
+    server.admin("team", names["atlas"])
+    tokens = {who: server.admin("user", names[who], "--team", names[team]) for who, team in (("alice", "cern"), ("bob", "cern"), ("carol", "atlas"))}
+    server.start()
+    homes = {}
+    for who, token in tokens.items():
+        homes[who] = tmp_path / f"{who}-machine"
+        (tmp_path / f"{who}.token").write_text(token)
+        login = burst("login", server.url, "--token-file", str(tmp_path / f"{who}.token"), home=homes[who], cwd=tmp_path)
+        assert login.returncode == 0 and f"as {names[who]} " in login.stderr, login.stderr
+    try:
+        yield server, tokens, homes, names
+    finally:
+        server.stop()
+        for member in (server.data / "users").glob("*"):  # whatever a failed test left running
+            subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env={**os.environ, "BURST_HOME": str(member)},
+                           capture_output=True, timeout=120)
+
+
+def test_every_request_names_its_user_and_another_team_s_objects_do_not_exist(group, tmp_path):
+    server, tokens, homes, names = group
+    assert server.http("GET", "/v1/me", None)[0] == 401
+    assert server.http("GET", "/v1/me", "burst_not-a-token")[0] == 401
+    assert server.http("GET", "/v1/me", tokens["alice"]) == (200, {"user": names["alice"], "team": names["cern"], "role": "member",
+                                                                   "uid": server.http("GET", "/v1/me", tokens["alice"])[1]["uid"]})
+    expiring = server.admin("token", names["bob"], "--days", "0.00001")  # about a second
+    time.sleep(1.5)
+    assert server.http("GET", "/v1/me", expiring)[0] == 401
+    server.admin("revoke", names["carol"])
+    assert server.http("GET", "/v1/clusters", tokens["carol"])[0] == 401
+    refused = burst("status", home=homes["carol"], cwd=tmp_path)
+    assert refused.returncode == 1 and "refused the token" in refused.stderr and "Traceback" not in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    # nothing but the database's hashes: the tokens themselves are nowhere on the server's disk or in its database
+    from sqlalchemy import create_engine, text
+
+    with create_engine(server.db).connect() as connection:
+        digests = {row[0] for row in connection.execute(text("select digest from tokens"))}
+    assert all(token not in digests for token in tokens.values()) and len(digests) >= 4
+    assert not any(tokens["alice"] in p.read_text(errors="replace") for p in server.data.rglob("*") if p.is_file() and p.suffix != ".db")
+    assert oct((homes["alice"] / "server.token").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_member_reads_no_file_of_the_server_through_a_verb(group, tmp_path):
+    server, tokens, homes, names = group
+    secret = tmp_path / "servers-own.yaml"
+    secret.write_text("budget_usd: 1\n")
+    # the client refuses to send a path it cannot send; a raw call gets the served command line's refusal
+    here = burst("plan", "--catalog", str(secret), home=homes["alice"], cwd=tmp_path)
+    assert here.returncode == 2 and "--catalog names a file on this machine" in here.stderr
+    status, answer = server.http("POST", "/v1/verbs/plan", tokens["alice"], {"args": ["--catalog", str(secret)], "files": []})
+    assert status == 200 and answer["rc"] != 0 and "the server's own files are not yours to read" in answer["stderr"]
+    status, answer = server.http("POST", "/v1/verbs/train", tokens["alice"], {"args": ["gan3d", "--data", str(tmp_path)], "files": []})
+    assert answer["rc"] != 0 and "not a server directory" in answer["stderr"]
+    assert server.http("POST", "/v1/verbs/pack", tokens["alice"], {"args": []})[0] == 404
+    # a policy travels with the command: the plan is made under it, on the server
+    policy = tmp_path / "eu.yaml"
+    policy.write_text("providers: [local]\nlocal: {usd_per_hour: 0.01}\n")
+    planned = burst("plan", "--policy", str(policy), "--json", home=homes["alice"], cwd=tmp_path)
+    assert planned.returncode == 0, planned.stdout[-2000:] + planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["choice"]["provider"] == "local"
+    assert plan["budget_usd"] == 1000  # the team's month, nothing spent yet: the plan is held to it
+
+
+@pytest.mark.slow
+def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_the_run_checkpointed_first(group, tmp_path):
+    server, tokens, homes, names = group
+    before = census.snapshot()
+    policy = tmp_path / "priced.yaml"
+    policy.write_text("providers: [local]\nlocal: {usd_per_hour: 360}\n")  # 10 cents a second a cluster
+    for who in ("alice", "bob"):  # both call their cluster k8s, each from their own machine
+        up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "2" if who == "alice" else "1", "--policy", str(policy),
+                   home=homes[who], cwd=tmp_path)
+        assert up.returncode == 0, up.stderr
+        assert "cluster k8s (local) started" in up.stderr
+    seen = {who: json.loads(burst("team", "--json", home=homes[who], cwd=tmp_path, check=True).stdout) for who in homes}
+    assert sorted((c["owner"], c["name"]) for c in seen["alice"]) == [(names["alice"], "k8s"), (names["bob"], "k8s")]
+    assert seen["bob"] == seen["alice"] or len(seen["bob"]) == 2
+    assert seen["carol"] == []  # the other team's clusters do not exist for carol
+    assert server.http("DELETE", f"/v1/clusters/{names['alice']}/k8s", tokens["carol"])[0] == 404
+    assert server.http("DELETE", f"/v1/clusters/{names['alice']}/k8s", tokens["bob"])[0] == 403
+    # alice trains on her cluster; bob's sits idle
+    run = burst("train", "gan3d", "--cluster", "k8s", "--detach", "--epochs", "1000", "--steps", "8", *TRAIN, home=homes["alice"], cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    wait_for(lambda: any(r["state"] == "RUNNING" and (r.get("progress") or {}).get("epoch") for r in status_of(homes["alice"], tmp_path)["runs"]),
+             240, "alice's run to train an epoch")
+    costs = json.loads(burst("costs", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout)
+    (line,) = [l for l in costs["lines"] if l["key"] == names["cern"]]
+    # 15 dollars of reserve (a checkpoint and a tear-down of both clusters) and 5 more to spend
+    budget = round(line["spent_usd"] + 15 + 5, 2)
+    server.admin("budget", names["cern"], "--usd", str(budget))
+    wait_for(lambda: json.loads(burst("team", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout) == [], 180,
+             "the team's clusters to be stopped")
+    after = json.loads(burst("costs", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
+    (line,) = [l for l in after["lines"] if l["key"] == names["cern"]]
+    assert line["spent_usd"] <= budget and line["committed_usd"] == 0, (line, budget)
+    log = server.log.read_text()
+    for who in ("alice", "bob"):
+        assert f"stopping {names[who]}'s cluster k8s (local): team {names['cern']}'s budget of ${budget:,.2f}" in log, log[-3000:]
+    (run_file,) = (server.data / "users").glob("*/runs/gan3d-*.json")
+    stopped = json.loads((run_file.parents[1] / "clusters" / "k8s" / "storage" / "runs" / run_file.stem / "checkpoint" / "stopped.json").read_text())
+    assert stopped["reason"] == "request" and stopped["step"] % 5 == 0  # the workers agreed on a step and checkpointed it before the cluster went
+    # nothing left to spend: the next up is refused, in one line, before anything starts
+    refused = burst("up", "--provider", "local", "--name", "more", "--cpus", "1", "--policy", str(policy), home=homes["bob"], cwd=tmp_path)
+    assert refused.returncode == 3 and "nothing left to spend" in refused.stderr, refused.stderr
+    assert not list((server.data / "users").glob("*/clusters/more.json"))
+    census.assert_none_left(before)
+
+
+def status_of(home: Path, cwd: Path) -> dict:
+    return json.loads(burst("status", "--json", home=home, cwd=cwd, check=True).stdout)
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
