@@ -1,0 +1,57 @@
+"""`burst server` for one person (SQLite, the default database) and its refusals: each one line."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+
+def server(*args: str, data, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "burst.cli", "server", *args, "--data", str(data)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_default_database_is_sqlite_in_the_server_s_directory_kept_at_alembic_s_newest_schema(tmp_path):
+    data = tmp_path / "srv"
+    assert server("admin", "team", "cern", "--budget", "500", data=data).returncode == 0
+    made = server("admin", "user", "alice", "--team", "cern", data=data)
+    assert made.returncode == 0 and made.stdout.startswith("burst_")
+    again = server("admin", "team", "cern", data=data)  # a second open upgrades nothing and keeps what is there
+    assert again.returncode != 0 and again.stderr.strip() == ("error: team 'cern' exists already; `burst server admin budget cern --usd N` "
+                                                             "changes its budget")
+    with sqlite3.connect(data / "burst-server.db") as db:
+        assert db.execute("select version_num from alembic_version").fetchall() == [("0001",)]
+        assert db.execute("select name, monthly_budget_usd from teams").fetchall() == [("cern", 500.0)]
+        (digest,) = db.execute("select digest from tokens").fetchone()
+    assert digest != made.stdout.strip() and len(digest) == 64
+    assert (data.stat().st_mode & 0o777) == 0o700
+
+
+def test_bad_input_to_the_server_is_one_line(tmp_path):
+    cases = [
+        (("start", "--host", "0.0.0.0"), "--host 0.0.0.0 listens beyond this machine"),
+        (("start", "--host", "0.0.0.0", "--cert", str(tmp_path / "none.pem"), "--key", str(tmp_path / "none.key")), "no such file"),
+        (("start", "--cert", str(tmp_path / "c.pem")), "--cert and --key go together"),
+        (("start", "--db", "nosuchdb://x"), "give --db postgresql+psycopg://USER@HOST/DB or sqlite:///PATH"),
+        (("admin", "user", "bob", "--team", "nobody"), "no team 'nobody'"),
+        (("admin", "team", "Bad Name"), "team name 'Bad Name' is not allowed"),
+        (("admin", "budget", "x", "--usd", "-5"), "no team 'x'"),
+    ]
+    for args, said in cases:
+        proc = server(*args, data=tmp_path / "srv")
+        assert proc.returncode != 0 and said in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+def test_costs_and_the_team_need_a_login_and_an_unreachable_server_is_one_line(tmp_path):
+    env_home = {"BURST_HOME": str(tmp_path / "home")}
+    import os
+
+    run = lambda *a: subprocess.run([sys.executable, "-m", "burst.cli", *a], capture_output=True, text=True,  # noqa: E731
+                                    env={**os.environ, **env_home}, timeout=60)
+    proc = run("costs")
+    assert proc.returncode != 0 and "not logged in to a burst server: `burst login URL` first" in proc.stderr
+    proc = run("login", "http://127.0.0.1:9", "--token-file", "/dev/null")
+    assert proc.returncode != 0 and "cannot be reached" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "home" / "server.json").exists()  # a failed login keeps nothing
