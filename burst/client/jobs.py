@@ -70,12 +70,32 @@ def submit(handle: ClusterHandle, run: RunRecord, cfg, runtime: JobRuntime, modu
     runtime_env = {**runtime.runtime_env, "env_vars": {**runtime.runtime_env.get("env_vars", {}), **env}}
     entry = f"{shlex.quote(runtime.python)} -m {module} {shlex.quote(cfg.to_arg())}"
     submission = run.run_id if run.attempts == 1 else f"{run.run_id}-attempt{run.attempts}"  # unique on a cluster
-    job_id = client(handle).submit_job(entrypoint=entry, submission_id=submission, runtime_env=runtime_env)
+    job_id = submitted(client(handle), entrypoint=entry, submission_id=submission, runtime_env=runtime_env)
     run.job_id = job_id
     run.state = "RUNNING"
     with state.locked():
         state.save(run)
     return job_id
+
+
+AGENT_WAIT_S = 120.0
+
+
+def submitted(c, wait_s: float = AGENT_WAIT_S, **job) -> str:
+    """``submit_job`` once the head can take it. A head answers 500 "No available agent to submit
+    job, please try again later" until a node's dashboard agent has registered with it: seconds
+    after the head starts, longer on a loaded machine (a run on a Slurm allocation on two busy
+    cores met it). Ray asks to try again; anything else is raised as it came."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.5
+    while True:
+        try:
+            return c.submit_job(**job)
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 8.0)
 
 
 def job_status(c, job_id: str) -> str:

@@ -55,3 +55,41 @@ def test_a_handle_without_a_dashboard_address_reaches_no_other_cluster(tmp_path,
         assert heard
     finally:
         other.shutdown()
+
+
+def test_a_head_without_an_agent_yet_is_asked_again_as_ray_asks_and_other_refusals_are_not():
+    """Ray's head answers 500 "No available agent to submit job, please try again later" until a
+    node's dashboard agent has registered (a run on a Slurm allocation on two busy cores met it in
+    the suite). Ray's own Jobs client, against a head that says so twice: the job is submitted on
+    the third try; a head that refuses for another reason is not asked again."""
+    import json
+
+    from ray.job_submission import JobSubmissionClient
+
+    from tests.support.http_stub import Answering, serve
+
+    posts = []
+
+    class Head(Answering):
+        def do_GET(self):
+            self.reply(200, json.dumps({"version": "4", "ray_version": "2.60.0", "ray_commit": "x"}).encode())
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            posts.append(body["submission_id"])
+            if body["submission_id"] == "refused":
+                self.reply(500, b"Job with submission_id refused already exists.", "text/plain")
+            elif len(posts) < 3:
+                self.reply(500, b"No available agent to submit job, please try again later.", "text/plain")
+            else:
+                self.reply(200, json.dumps({"submission_id": body["submission_id"], "job_id": None}).encode())
+
+    head = serve(Head)
+    try:
+        c = JobSubmissionClient(f"http://127.0.0.1:{head.server_address[1]}")
+        assert jobs.submitted(c, entrypoint="true", submission_id="r1") == "r1" and posts == ["r1"] * 3
+        with pytest.raises(RuntimeError, match="already exists"):
+            jobs.submitted(c, entrypoint="true", submission_id="refused")
+        assert posts.count("refused") == 1
+    finally:
+        head.shutdown()
