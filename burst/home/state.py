@@ -183,9 +183,15 @@ class RunRecord(BaseModel):
         return data
 
 
+OWNER = "BURST_OWNER"  # set by a burst server for a member's verbs: their id, in every run id they make
+
+
 def new_run_id(workload: str) -> str:
-    """A fresh run id: the workload, the time and four random hex digits."""
-    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    """A fresh run id: the workload, the time and four random hex digits; on a burst server, the
+    member's id before them, since run ids name directories on stores the whole group shares."""
+    owner = os.environ.get(OWNER, "")
+    owner = owner if re.fullmatch(r"[0-9a-f]{1,8}", owner) else ""
+    return f"{workload}-{time.strftime('%Y%m%d-%H%M%S')}-{owner}{uuid.uuid4().hex[:4]}"
 
 
 def own_token(handle: ClusterHandle) -> Path | None:

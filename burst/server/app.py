@@ -95,7 +95,7 @@ def build(sessions: sessionmaker, data_dir: Path) -> FastAPI:
                     select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
             args = verbs.held_to(verb, args, uploads, left, spent_on_cluster)
         session.close()  # a verb may last hours: no connection held meanwhile
-        rc, out, err = verbs.run(home, uploads, verb, args)  # in FastAPI's thread pool: one thread per verb under way
+        rc, out, err = verbs.run(home, uploads, verb, args, member.uid)  # in FastAPI's thread pool: one thread per verb under way
         with sessions() as after:
             ledger.sync(after, after.get(User, member.id), home)
         return {"rc": rc, "stdout": out, "stderr": err}

@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from sqlalchemy import select
+from sqlalchemy import create_engine, select
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
+from sqlalchemy.pool import NullPool
 
 from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
 from . import ledger, money
@@ -31,13 +33,48 @@ def reserve_usd(open_clusters: list[Cluster]) -> float:
     return sum(c.hourly_usd * (CHECKPOINT_RESERVE_S + teardown_seconds(c.provider)) / 3600 for c in open_clusters)
 
 
+GUARD_LOCK = 0x6275727374  # "burst": the PostgreSQL advisory lock the guarding server holds
+
+
+class Leadership:
+    """Which of the servers on one database guards the money: the one holding a PostgreSQL advisory
+    lock on a connection of its own. A server that dies loses its connection, so the lock, and the
+    next look of another server takes it (SQLite: one server per database file; it always guards)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._own: Optional[Engine] = None
+        self._connection = None
+
+    def held(self) -> bool:
+        if self.engine.dialect.name != "postgresql":
+            return True
+        if self._connection is not None:
+            try:
+                self._connection.exec_driver_sql("select 1")
+                return True
+            except Exception:  # noqa: BLE001 - the database went away: the lock with it; try to take it again
+                self._connection = None
+        if self._own is None:  # no pool: a closed connection is closed, and its lock released
+            self._own = create_engine(self.engine.url, poolclass=NullPool)
+        connection = self._own.connect()
+        if connection.exec_driver_sql(f"select pg_try_advisory_lock({GUARD_LOCK})").scalar():
+            connection.commit()
+            self._connection = connection
+            return True
+        connection.close()
+        return False
+
+
 class TeamGuard:
     def __init__(self, sessions: sessionmaker, data_dir: Path, interval_s: float = 5.0,
-                 stopper: Optional[Callable[[Path, str, str], bool]] = None):
+                 stopper: Optional[Callable[[Path, str, str], bool]] = None, leadership: Optional[Leadership] = None):
         self.sessions, self.data_dir, self.interval_s = sessions, data_dir, interval_s
         self.stopper = stopper or stop_as_member
+        self.leadership = leadership
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._guarding: Optional[bool] = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="team-budget-guard", daemon=True)
@@ -49,6 +86,13 @@ class TeamGuard:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
+                guarding = self.leadership is None or self.leadership.held()
+                if guarding != self._guarding:
+                    self._guarding = guarding
+                    log.warning("the team budget guard runs in this server" if guarding else
+                                "the team budget guard runs in another server on this database; this one takes over if it stops")
+                if not guarding:
+                    continue
                 for line in self.look():
                     log.warning(line)
             except Exception:  # noqa: BLE001 - a guard that died would leave every team unguarded: said, and looked again

@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..errors import BurstError
 from . import database
-from .guard import TeamGuard
+from .guard import Leadership, TeamGuard
 
 DEFAULT_PORT = 8467
 
@@ -52,9 +52,9 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
         if path is not None and not Path(path).is_file():
             raise BurstError(f"{path}: no such file (TLS needs the certificate and its key as PEM files)")
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _, sessions = open_database(db_url or default_db(data_dir))
+    engine, sessions = open_database(db_url or default_db(data_dir))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds)
+    guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
     guard.start()
     scheme = "https" if cert else "http"
     logging.getLogger("burst.server").warning("burst server on %s://%s:%d, database %s, data in %s", scheme, host, port,

@@ -20,6 +20,7 @@ from typing import Optional
 import yaml
 
 from ..errors import BurstError
+from ..home.state import OWNER
 from ..placement.policy import DEFAULT_POLICY
 from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD
 
@@ -86,10 +87,11 @@ def cluster_named(verb: str, args: list[str]) -> str:
     return _value_of(args, "--cluster") or _value_of(args, "--name") or "local"
 
 
-def run(home: Path, uploads: Path, verb: str, args: list[str], timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
-    """Run ``burst VERB ARGS`` as the member: their state directory, their uploads, nothing of the server's."""
+def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
+    """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
+    state directory, their uploads, nothing of the server's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
-    env.update(BURST_HOME=str(home), **{SERVED_UPLOADS: str(uploads)}, NO_COLOR="1", COLUMNS="120")
+    env.update(BURST_HOME=str(home), **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
     try:
         proc = subprocess.run([sys.executable, "-m", "burst.cli", verb, *args], capture_output=True, text=True, env=env,
                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -31,11 +31,11 @@ def database():
 
 
 class Server:
-    def __init__(self, root: Path, db: str):
+    def __init__(self, root: Path, db: str, name: str = "server"):
         self.root, self.db, self.port = root, db, free_port()
-        self.data = root / "server-data"
+        self.data = root / "server-data"  # two servers of one group share it (a site's shared disk) as they share the database
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = root / "server.log"
+        self.log = root / f"{name}.log"
         self.proc = None
 
     def admin(self, *args: str) -> str:
@@ -182,6 +182,8 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     for who in ("alice", "bob"):
         assert f"stopping {names[who]}'s cluster k8s (local): team {names['cern']}'s budget of ${budget:,.2f}" in log, log[-3000:]
     (run_file,) = (server.data / "users").glob("*/runs/gan3d-*.json")
+    alice_uid = server.http("GET", "/v1/me", tokens["alice"])[1]["uid"]
+    assert run_file.parent.parent.name == alice_uid and f"-{alice_uid}" in run_file.stem  # her id in its directories on shared stores
     stopped = json.loads((run_file.parents[1] / "clusters" / "k8s" / "storage" / "runs" / run_file.stem / "checkpoint" / "stopped.json").read_text())
     assert stopped["reason"] == "request" and stopped["step"] % 5 == 0  # the workers agreed on a step and checkpointed it before the cluster went
     # nothing left to spend: the next up is refused, in one line, before anything starts
@@ -189,6 +191,33 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     assert refused.returncode == 3 and "nothing left to spend" in refused.stderr, refused.stderr
     assert not list((server.data / "users").glob("*/clusters/more.json"))
     census.assert_none_left(before)
+
+
+@pytest.mark.slow
+def test_of_two_servers_on_one_database_one_guards_the_money_and_the_other_takes_over_when_it_is_killed(group, tmp_path):
+    first, tokens, homes, names = group  # the first server, started by the fixture, guards
+    second = Server(tmp_path, first.db, name="second").start()
+    try:
+        wait_for(lambda: "the team budget guard runs in another server on this database" in second.log.read_text(), 30,
+                 "the second server to stand by")
+        assert "the team budget guard runs in this server" in first.log.read_text()
+        policy = tmp_path / "priced.yaml"
+        policy.write_text("providers: [local]\nlocal: {usd_per_hour: 360}\n")
+        up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "1", "--policy", str(policy), home=homes["bob"], cwd=tmp_path)
+        assert up.returncode == 0, up.stderr
+        os.killpg(first.proc.pid, signal.SIGKILL)  # the guarding server dies at once: its database connection, and lock, with it
+        first.proc.wait()
+        wait_for(lambda: "the team budget guard runs in this server" in second.log.read_text(), 30, "the second server to take over")
+        server_of_bob = burst("login", second.url, "--token-file", str(tmp_path / "bob.token"), home=homes["bob"], cwd=tmp_path)
+        assert server_of_bob.returncode == 0, server_of_bob.stderr
+        costs = json.loads(burst("costs", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout)
+        (line,) = [l for l in costs["lines"] if l["key"] == names["cern"]]
+        second.admin("budget", names["cern"], "--usd", str(round(line["spent_usd"] + 1, 2)))  # less than the reserve: stop now
+        wait_for(lambda: json.loads(burst("team", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout) == [], 120,
+                 "bob's cluster to be stopped by the second server")
+        assert f"stopping {names['bob']}'s cluster k8s (local)" in second.log.read_text()
+    finally:
+        second.stop()
 
 
 def status_of(home: Path, cwd: Path) -> dict:
