@@ -15,7 +15,9 @@ from .render import console, emit_json, out
 
 server_app = typer.Typer(no_args_is_help=True, help="a burst server for a research group: users, teams, budgets, runs in one place")
 admin_app = typer.Typer(no_args_is_help=True, help="teams, users, tokens and budgets, in the server's database")
+deploy_app = typer.Typer(no_args_is_help=True, help="the server as a group installs it: a systemd unit, a container image, Kubernetes manifests")
 server_app.add_typer(admin_app, name="admin")
+server_app.add_typer(deploy_app, name="deploy")
 
 DataDir = Annotated[Path, typer.Option("--data", help="the server's directory: members' state, the default SQLite database",
                                        envvar="BURST_SERVER_DATA")]
@@ -106,6 +108,45 @@ def admin_budget(team: str, usd: Annotated[Optional[float], typer.Option("--usd"
     with _sessions(data, db)() as session:
         accounts.set_budget(session, team, usd, user)
     console.print(f"{'user ' + user if user else 'team ' + team}: " + (f"${usd:,.2f} a month" if usd is not None else "no budget"))
+
+
+@deploy_app.command("systemd")
+def deploy_systemd(
+    user: Annotated[str, typer.Option(help="the account the server runs as")] = "burst",
+    data: Annotated[Path, typer.Option("--data", help="the server's directory on the login node")] = Path("/var/lib/burst"),
+    host: str = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535)] = 8467,
+    cert: Annotated[Optional[Path], typer.Option(help="TLS certificate (PEM), needed beyond loopback")] = None,
+    key: Annotated[Optional[Path], typer.Option(help="TLS private key (PEM)")] = None,
+    env_file: Annotated[Path, typer.Option("--env-file", help="holds BURST_SERVER_DB=postgresql+psycopg://...")] = Path("/etc/burst/server.env"),
+) -> None:
+    """Print a systemd unit that runs the server on a login node (install as /etc/systemd/system/burst-server.service)."""
+    from ..server import deploy
+
+    print(deploy.systemd_unit(user, data, host, port, cert, key, env_file), end="")
+
+
+@deploy_app.command("container")
+def deploy_container() -> None:
+    """Print a Containerfile for the server's image (build it beside `pip wheel --no-deps -w dist .`)."""
+    from ..server import deploy
+
+    print(deploy.containerfile(), end="")
+
+
+@deploy_app.command("kubernetes")
+def deploy_kubernetes(
+    image: Annotated[str, typer.Option(help="the server's image, built from `burst server deploy container`")],
+    namespace: str = "burst",
+    db: Annotated[Optional[str], typer.Option("--db", help="PostgreSQL URL, kept in a Secret (default: SQLite on the claim, one replica)")] = None,
+    storage_gi: Annotated[int, typer.Option("--storage-gi", help="the claim for the members' state")] = 20,
+    tls_secret: Annotated[Optional[str], typer.Option("--tls-secret", help="a kubernetes.io/tls Secret: the server speaks TLS itself")] = None,
+    replicas: Annotated[int, typer.Option(min=1, max=5, help="above 1: one guards the money, the others stand by (needs --db)")] = 1,
+) -> None:
+    """Print the Kubernetes manifests of the server (pipe them to `kubectl apply -f -`)."""
+    from ..server import deploy
+
+    print(deploy.as_yaml(deploy.kubernetes(namespace, image, db, storage_gi, tls_secret, replicas)), end="")
 
 
 def login(url: str, token_file: Annotated[Optional[Path], typer.Option("--token-file", help="read the token from this file (default: "

@@ -51,8 +51,10 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     for path in (cert, key):
         if path is not None and not Path(path).is_file():
             raise BurstError(f"{path}: no such file (TLS needs the certificate and its key as PEM files)")
+    url = db_url or default_db(data_dir)
+    database.engine_for(url)  # a malformed URL is said before anything is made
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    engine, sessions = open_database(db_url or default_db(data_dir))
+    engine, sessions = open_database(url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
     guard.start()

@@ -6,7 +6,7 @@
 * KubeRay ``v1.5.1`` (``KUBERAY``, the operator chart burst installs): the ``openAPIV3Schema`` of the
   ``v1`` version of ``ray-operator/config/crd/bases/ray.io_rayclusters.yaml`` at tag ``v1.5.1``.
 
-    python tests/schemas/update.py KUBERNETES_VALIDATE_WHEEL KUBERAY_CHECKOUT
+    python tests/schemas/update.py KUBERNETES_VALIDATE_WHEEL [KUBERAY_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import yaml
 
 K8S = "v1.32.0"
 KUBERAY = "v1.5.1"
-KINDS = ("namespace-v1", "secret-v1", "persistentvolumeclaim-v1", "serviceaccount-v1", "role-rbac-v1", "rolebinding-rbac-v1")
+KINDS = ("namespace-v1", "secret-v1", "persistentvolumeclaim-v1", "serviceaccount-v1", "role-rbac-v1", "rolebinding-rbac-v1",
+         "deployment-apps-v1", "service-v1")  # the last two: `burst server deploy kubernetes`
 HERE = Path(__file__).parent
 
 
@@ -80,4 +81,5 @@ def kuberay(checkout: Path) -> None:
 
 if __name__ == "__main__":
     kubernetes(Path(sys.argv[1]))
-    kuberay(Path(sys.argv[2]))
+    if len(sys.argv) > 2:  # the KubeRay checkout: only when its pin moves
+        kuberay(Path(sys.argv[2]))
