@@ -160,3 +160,33 @@ def stop_as_member(home: Path, name: str, reason: str) -> bool:
     for line in (proc.stdout + proc.stderr).splitlines():
         log.warning("%s: %s", name, line)
     return proc.returncode == 0
+
+
+def revive_members(sessions: sessionmaker, data_dir: Path) -> list[str]:
+    """At the server's start: every member's unattended processes that a stopped server machine left
+    dead (a managed run's controller, a cluster's watcher) started again, as ``burst status`` does
+    for one person (run as each member). Returns what was revived, also in the server's log."""
+    import json
+
+    with sessions() as db:
+        members = [(u.name, u.uid) for u in db.scalars(select(User))]
+    said = []
+    for name, uid in members:
+        home = home_of(data_dir, uid)
+        if not any((home / kind).exists() for kind in ("clusters", "managed")):
+            continue
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
+        env["BURST_HOME"] = str(home)
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "status", "--json"], capture_output=True, text=True, env=env,
+                              stdin=subprocess.DEVNULL, timeout=300)
+        try:
+            status = json.loads(proc.stdout)
+        except ValueError:
+            said.append(f"{name}: `burst status` could not be read ({proc.stderr.strip()[-300:]})")
+            continue
+        said += [f"{name}: the controller of managed run {run_id} started again" for run_id in status.get("revived", [])]
+        said += [f"{name}: the watcher of cluster {cluster} started again" for cluster in status.get("revived_watchers", [])]
+    for line in said:
+        log.warning(line)
+    return said
+

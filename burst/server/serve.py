@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 from pathlib import Path
 from typing import Optional
 
 from ..errors import BurstError
 from . import database
-from .guard import Leadership, TeamGuard
+from .guard import Leadership, TeamGuard, revive_members
 
 DEFAULT_PORT = 8467
 
@@ -58,6 +59,7 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
     guard.start()
+    threading.Thread(target=revive_members, args=(sessions, data_dir), name="revive-members", daemon=True).start()
     scheme = "https" if cert else "http"
     logging.getLogger("burst.server").warning("burst server on %s://%s:%d, database %s, data in %s", scheme, host, port,
                                                database.redacted(db_url or default_db(data_dir)), data_dir)

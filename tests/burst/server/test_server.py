@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from burst.runtime.ray_head import free_port
@@ -218,6 +219,23 @@ def test_of_two_servers_on_one_database_one_guards_the_money_and_the_other_takes
         assert f"stopping {names['bob']}'s cluster k8s (local)" in second.log.read_text()
     finally:
         second.stop()
+
+
+@pytest.mark.slow
+def test_a_server_started_again_revives_the_watcher_its_machine_lost_and_the_idle_cluster_still_goes(group, tmp_path):
+    server, tokens, homes, names = group
+    up = burst("up", "--provider", "local", "--name", "idle", "--cpus", "1", "--idle-minutes", "0.4", "--json", home=homes["alice"], cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    watcher = json.loads(up.stdout)["watcher_pid"]
+    # the server's machine loses both: the server and, as a reboot would, the member's watcher
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    os.kill(watcher, signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(watcher) or psutil.Process(watcher).status() == psutil.STATUS_ZOMBIE, 10, "the watcher to die")
+    server.start()
+    wait_for(lambda: f"{names['alice']}: the watcher of cluster idle started again" in server.log.read_text(), 60, "the watcher's revival")
+    wait_for(lambda: json.loads(burst("team", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout) == [], 120,
+             "the revived watcher to take the idle cluster down")
 
 
 def status_of(home: Path, cwd: Path) -> dict:
