@@ -14,7 +14,7 @@ from pathlib import Path, PurePath
 from typing import Optional
 
 from ..errors import BurstError
-from ..values.served import FORWARDED, SENT_WITH_COMMAND, SERVED_UPLOADS, UPLOAD
+from ..values.served import FORWARDED, SENT_WITH_COMMAND, SERVED_UPLOADS, STORE_SCHEMES, UPLOAD
 
 WORDS = "burst.words"  # where the group keeps the command's words (``ctx.meta``)
 
@@ -71,7 +71,7 @@ def forward(group, ctx) -> Optional[int]:
         args += [option, f"{UPLOAD}{len(files) - 1}"]
     if words[0] in ("train", "run", "tune"):
         data = _value(args, "--data")
-        if data is not None and "://" not in data:
+        if data is not None and not _in_a_store(data):
             raise BurstError(f"--data {data} is a directory on this machine, which the burst server at {login.url} cannot read: "
                              "stage it on a store first (gs://, abfs://) and give that URI, or `burst logout` to run here")
     answer = server.call(login, "POST", f"/v1/verbs/{words[0]}", {"args": args, "files": files})
@@ -100,8 +100,14 @@ def check_paths(group, ctx) -> None:
                                  "the server's own files are not yours to read")
         elif option == "--data":
             value = inline if inline is not None else next(rest, "")
-            if "://" not in value:
+            if not _in_a_store(value):
                 raise BurstError(f"--data {value}: through a burst server, a dataset is a store URI (gs://, abfs://), not a server directory")
+
+
+def _in_a_store(value: str) -> bool:
+    """A bucket URI (``file://`` and other schemes name the server's own disk)."""
+    scheme, sep, _ = value.partition("://")
+    return bool(sep) and scheme.lower() in STORE_SCHEMES
 
 
 def _value(args: list[str], option: str) -> Optional[str]:

@@ -134,8 +134,11 @@ def test_a_member_reads_no_file_of_the_server_through_a_verb(group, tmp_path):
     assert here.returncode == 2 and "--catalog names a file on this machine" in here.stderr
     status, answer = server.http("POST", "/v1/verbs/plan", tokens["alice"], {"args": ["--catalog", str(secret)], "files": []})
     assert status == 200 and answer["rc"] != 0 and "the server's own files are not yours to read" in answer["stderr"]
-    status, answer = server.http("POST", "/v1/verbs/train", tokens["alice"], {"args": ["gan3d", "--data", str(tmp_path)], "files": []})
-    assert answer["rc"] != 0 and "not a server directory" in answer["stderr"]
+    for data in (str(tmp_path), f"file://{tmp_path}", f"FILE://{tmp_path}"):
+        status, answer = server.http("POST", "/v1/verbs/train", tokens["alice"], {"args": ["gan3d", "--data", data], "files": []})
+        assert answer["rc"] != 0 and "not a server directory" in answer["stderr"], (data, answer)
+    here = burst("train", "gan3d", f"--data=file://{tmp_path}", home=homes["alice"], cwd=tmp_path)
+    assert here.returncode != 0 and "cannot read: stage it on a store first" in here.stderr
     assert server.http("POST", "/v1/verbs/pack", tokens["alice"], {"args": []})[0] == 404
     # a policy travels with the command: the plan is made under it, on the server
     policy = tmp_path / "eu.yaml"
