@@ -59,6 +59,8 @@ def build(sessions: sessionmaker, data_dir: Path) -> FastAPI:
         if member.monthly_budget_usd is not None:
             lines.append((money.user_month(member, everyone, month, now), f"user {member.name}"))
         for holder, whose in ((team, f"team {team.name}"), (member, f"user {member.name}")):
+            if money.damaged_budget(holder):
+                return 0.0, money.damaged_budget(holder)
             if holder.held_month == month:
                 return 0.0, (f"{whose} reached its budget of ${holder.monthly_budget_usd:,.2f} this month and the guard stopped its "
                              "clusters")

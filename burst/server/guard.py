@@ -75,6 +75,7 @@ class TeamGuard:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._guarding: Optional[bool] = None
+        self._said: set[str] = set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="team-budget-guard", daemon=True)
@@ -122,7 +123,11 @@ class TeamGuard:
     def _hold(self, db, holder, whose: str, line: money.Line, open_clusters: list[Cluster], users: list[User], month: str) -> list[str]:
         """Stop every running cluster of ``holder`` (a team or a user) once its spending and the reserve reach its budget;
         the holder spends nothing more this month until its budget changes."""
-        budget = holder.monthly_budget_usd
+        budget = money.budget_of(holder)
+        damage = money.damaged_budget(holder)
+        if damage and damage not in self._said:  # once, not at every look
+            self._said.add(damage)
+            log.warning(damage)
         running = [c for c in open_clusters if c.stopped_by is None]
         if line.spent_usd + reserve_usd(running) < budget:
             return []

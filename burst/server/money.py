@@ -8,6 +8,7 @@ hours in it."""
 from __future__ import annotations
 
 import calendar
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
@@ -15,6 +16,26 @@ from typing import Iterable, Optional
 from .database import Cluster, Team, User
 
 GROUPINGS = ("user", "team", "target", "month")
+BUDGET_LIMIT = 1e8
+
+
+def budget_of(holder) -> Optional[float]:
+    """A team's or user's monthly budget; one the database holds damaged (not a number, negative,
+    beyond any budget: written around `burst server admin`) counts as nothing left to spend."""
+    usd = holder.monthly_budget_usd
+    if usd is None:
+        return None
+    return usd if damaged_budget(holder) is None else 0.0
+
+
+def damaged_budget(holder) -> Optional[str]:
+    """Why a holder's budget in the database cannot be a budget (None: it can, or there is none)."""
+    usd = holder.monthly_budget_usd
+    if usd is None or (isinstance(usd, (int, float)) and math.isfinite(usd) and 0 <= usd <= BUDGET_LIMIT):
+        return None
+    kind = "team" if not hasattr(holder, "team_id") else "user"
+    return (f"{kind} {holder.name}'s budget in the database is {usd!r}, not an amount: nothing more is spent until an admin sets it "
+            f"again (`burst server admin budget {'TEAM --user ' + holder.name if kind == 'user' else holder.name} --usd N`)")
 
 
 def month_of(at: float) -> str:
@@ -52,7 +73,8 @@ class Line:
     left_usd: Optional[float]
 
     def as_dict(self) -> dict:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        """As JSON: an amount that is not a finite number (a damaged row) is null."""
+        return {k: ((round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 def team_month(team: Team, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
@@ -61,7 +83,7 @@ def team_month(team: Team, clusters: Iterable[Cluster], month: str, now: Optiona
     clusters = list(clusters)
     used = sum(spent(c, start, end, now) for c in clusters)
     promised = sum(committed(c, end, now) for c in clusters)
-    budget = team.monthly_budget_usd
+    budget = budget_of(team)
     return Line(team.name, used, promised, budget, None if budget is None else budget - used - promised)
 
 
@@ -71,7 +93,7 @@ def user_month(user: User, clusters: Iterable[Cluster], month: str, now: Optiona
     mine = [c for c in clusters if c.user_id == user.id]
     used = sum(spent(c, start, end, now) for c in mine)
     promised = sum(committed(c, end, now) for c in mine)
-    budget = user.monthly_budget_usd
+    budget = budget_of(user)
     return Line(user.name, used, promised, budget, None if budget is None else budget - used - promised)
 
 
@@ -99,9 +121,9 @@ def breakdown(by: str, clusters: list[Cluster], users: dict[int, User], teams: d
         promised = sum(committed(c, end, now) for c in members)
         budget = None
         if by == "team":
-            budget = next(t.monthly_budget_usd for t in teams.values() if t.name == key)
+            budget = next(budget_of(t) for t in teams.values() if t.name == key)
         elif by == "user":
-            budget = next(u.monthly_budget_usd for u in users.values() if u.name == key)
+            budget = next(budget_of(u) for u in users.values() if u.name == key)
         lines.append(Line(key, used, promised, budget, None if budget is None else budget - used - promised))
     return lines
 

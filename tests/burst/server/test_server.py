@@ -123,6 +123,18 @@ def test_every_request_names_its_user_and_another_team_s_objects_do_not_exist(gr
     assert all(token not in digests for token in tokens.values()) and len(digests) >= 4
     assert not any(tokens["alice"] in p.read_text(errors="replace") for p in server.data.rglob("*") if p.is_file() and p.suffix != ".db")
     assert oct((homes["alice"] / "server.token").stat().st_mode & 0o777) == "0o600"
+    # a damaged row (a budget written around `burst server admin`): the team spends nothing more, each refusal one line
+    with create_engine(server.db).begin() as connection:
+        connection.execute(text("update teams set monthly_budget_usd = 'NaN' where name = :name"), {"name": names["cern"]})
+    costs = burst("costs", "--json", home=homes["alice"], cwd=tmp_path)
+    assert costs.returncode == 0, costs.stderr
+    (line,) = [l for l in json.loads(costs.stdout)["lines"] if l["key"] == names["cern"]]
+    assert line["budget_usd"] == 0.0 and line["spent_usd"] == 0.0
+    refused = burst("plan", home=homes["alice"], cwd=tmp_path)
+    assert refused.returncode == 3 and f"team {names['cern']}'s budget in the database is nan, not an amount" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    server.admin("budget", names["cern"], "--usd", "1000")
+    assert burst("costs", "--json", home=homes["alice"], cwd=tmp_path, check=True).returncode == 0
 
 
 def test_a_member_reads_no_file_of_the_server_through_a_verb(group, tmp_path):
