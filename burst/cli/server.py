@@ -110,6 +110,17 @@ def admin_budget(team: str, usd: Annotated[Optional[float], typer.Option("--usd"
     console.print(f"{'user ' + user if user else 'team ' + team}: " + (f"${usd:,.2f} a month" if usd is not None else "no budget"))
 
 
+@admin_app.command("import")
+def admin_import(name: str, source: Annotated[Path, typer.Option("--from", help="the member's burst state directory (their ~/.burst)")],
+                 data: DataDir = DEFAULT_DATA, db: DbUrl = None) -> None:
+    """Take a member's own ~/.burst into the server: finished runs, clusters on the group's targets, staged datasets."""
+    from ..server import importing
+
+    with _sessions(data, db)() as session:
+        for line in importing.import_home(session, data.expanduser(), name, source):
+            console.print(line)
+
+
 @deploy_app.command("systemd")
 def deploy_systemd(
     user: Annotated[str, typer.Option(help="the account the server runs as")] = "burst",

@@ -55,3 +55,50 @@ def test_costs_and_the_team_need_a_login_and_an_unreachable_server_is_one_line(t
     proc = run("login", "http://127.0.0.1:9", "--token-file", "/dev/null")
     assert proc.returncode != 0 and "cannot be reached" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "home" / "server.json").exists()  # a failed login keeps nothing
+
+
+def test_a_member_s_own_state_is_imported_but_nothing_still_controlled_on_their_machine(tmp_path):
+    """Finished runs, a cluster on the group's Slurm site (its token file with it, its paths moved)
+    and the staged datasets come in; a run still going and a local cluster stay where they run."""
+    import json
+    import os
+
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+
+    source = tmp_path / "laptop-home"
+    before = os.environ.get("BURST_HOME")
+    os.environ["BURST_HOME"] = str(source)
+    try:
+        for run_id, run_state in (("gan3d-20261101-100000-aaaa", "SUCCEEDED"), ("gan3d-20261101-110000-bbbb", "RUNNING")):
+            state.save(RunRecord(run_id=run_id, workload="gan3d", cluster="site", provider="slurm", state=run_state))
+        token = state.cluster_dir("site") / "auth_token"
+        token.write_text("secret")
+        state.save(ClusterHandle(name="site", provider="slurm", cluster_id="s1", storage_uri="/shared/burst", hourly_usd=2.5,
+                                 token_path=str(token), outputs={"job_id": "4242"}))
+        state.save(ClusterHandle(name="local", provider="local", cluster_id="l1", storage_uri=str(source / "x")))
+        (source / "staged.json").write_text("{}")
+    finally:
+        os.environ.pop("BURST_HOME") if before is None else os.environ.__setitem__("BURST_HOME", before)
+    data = tmp_path / "srv"
+    assert server("admin", "team", "cern", data=data).returncode == 0
+    assert server("admin", "user", "alice", "--team", "cern", data=data).returncode == 0
+    proc = server("admin", "import", "alice", "--from", str(source), data=data)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stderr
+    assert "run gan3d-20261101-100000-aaaa (SUCCEEDED) imported" in said
+    assert "run gan3d-20261101-110000-bbbb is RUNNING on that machine: not imported" in said
+    assert "cluster local (local) runs on that machine: not imported" in said
+    assert "cluster site (slurm, $2.50/h) imported" in said
+    (home,) = (data / "users").iterdir()
+    site = json.loads((home / "clusters" / "site.json").read_text())
+    assert site["token_path"] == str(home / "clusters" / "site" / "auth_token") and (home / "clusters" / "site" / "auth_token").read_text() == "secret"
+    assert not (home / "clusters" / "local.json").exists() and not (home / "runs" / "gan3d-20261101-110000-bbbb.json").exists()
+    assert (home / "staged.json").exists()
+    with sqlite3.connect(data / "burst-server.db") as db:
+        assert db.execute("select name, provider, hourly_usd, ended from clusters").fetchall() == [("site", "slurm", 2.5, None)]
+    again = server("admin", "import", "alice", "--from", str(source), data=data)  # a second import changes nothing
+    assert "run gan3d-20261101-100000-aaaa: already on the server, left as it is" in again.stderr
+    assert "cluster site: the member has one of that name on the server already" in again.stderr
+    refused = server("admin", "import", "alice", "--from", str(tmp_path), data=data)
+    assert refused.returncode != 0 and "is not a burst state directory" in refused.stderr
