@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from burst.runtime.ray_head import free_port
-from tests.support import census, postgres
+from tests.support import census, kube_site, postgres
 from tests.support.cli_runs import TRAIN, burst
 from tests.support.slurm_site import needs
 
@@ -45,10 +45,10 @@ class Server:
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
 
-    def start(self, guard_seconds: float = 1.0) -> "Server":
+    def start(self, guard_seconds: float = 1.0, env: dict | None = None) -> "Server":
         self.proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "server", "start", "--db", self.db, "--data", str(self.data),
                                       "--port", str(self.port), "--guard-seconds", str(guard_seconds)],
-                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -207,6 +207,41 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     assert refused.returncode == 3 and "nothing left to spend" in refused.stderr, refused.stderr
     assert not list((server.data / "users").glob("*/clusters/more.json"))
     census.assert_none_left(before)
+
+
+def test_two_members_bring_up_k8s_in_the_site_s_one_namespace_through_the_server_and_the_other_team_sees_neither(group, tmp_path):
+    """The Kubernetes stand-ins (kubectl and helm as documented) behind the server: alice and bob
+    both `burst up --provider kubernetes` (the default name, k8s) into the site's namespace through
+    the server; each cluster's objects carry its own id, both are listed for the team with their
+    owners, carol's team sees neither, and either `down` leaves the other's objects."""
+    server, tokens, homes, names = group
+    fake = tmp_path / "kube"
+    fake.mkdir()
+    kube_site.site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    server.stop()
+    server.start(env=kube_site.env(fake))  # the server's machine has kubectl and helm on its PATH
+    site = tmp_path / "site.yaml"
+    site.write_text(kube_site.SITE % "")
+    ids = {}
+    for who in ("alice", "bob"):
+        up = burst("up", "--provider", "kubernetes", "--policy", str(site), "--gpus", "4", "--json", home=homes[who], cwd=tmp_path)
+        assert up.returncode == 0, up.stderr
+        handle = json.loads(up.stdout)
+        assert handle["name"] == "k8s"
+        ids[who] = handle["cluster_id"]
+    everything = kube_site.left_on(fake)
+    mine = {who: [o for o in everything if ids[who] in o] for who in ids}
+    assert len(mine["alice"]) == len(mine["bob"]) == 6 and not set(mine["alice"]) & set(mine["bob"])
+    seen = json.loads(burst("team", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout)
+    assert sorted((c["owner"], c["name"], c["provider"]) for c in seen) == [(names["alice"], "k8s", "kubernetes"),
+                                                                           (names["bob"], "k8s", "kubernetes")]
+    assert json.loads(burst("team", "--json", home=homes["carol"], cwd=tmp_path, check=True).stdout) == []
+    down = burst("down", "k8s", home=homes["alice"], cwd=tmp_path)
+    assert down.returncode == 0, down.stderr
+    assert kube_site.left_on(fake) == sorted(set(everything) - set(mine["alice"]))  # bob's six objects untouched
+    assert burst("down", "k8s", home=homes["bob"], cwd=tmp_path).returncode == 0
+    assert kube_site.left_on(fake) == ["ray-system_deployment_kuberay-operator"]
 
 
 @pytest.mark.slow

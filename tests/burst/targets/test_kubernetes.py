@@ -17,13 +17,10 @@ import jsonschema
 import psutil
 import pytest
 
+from tests.support.kube_site import FAKES, SITE, calls, left_on, site_operator
+
 ROOT = Path(__file__).resolve().parents[3]
 SCHEMAS = ROOT / "tests" / "schemas"
-FAKES = ROOT / "tests" / "fakes" / "kube"
-SITE = ("providers: [kubernetes, gcp]\n"
-        "onprem: {scheduler: kubernetes, name: lab-k8s, accelerator: A100-40GB, gpus: 16, gpus_per_node: 4, usd_per_gpu_hour: 1.2,\n"
-        "         grid_gco2_per_kwh: 50, context: lab, namespace: physics,\n"
-        "         node_selector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB}, tolerations: [{key: nvidia.com/gpu, effect: NoSchedule}]%s}\n")
 
 
 def _strict(node):
@@ -74,25 +71,6 @@ def fake(tmp_path):
     root = tmp_path / "cluster"
     root.mkdir()
     return root
-
-
-def site_operator(fake: Path) -> None:
-    """The site runs its own KubeRay operator (installed by its admins, in ray-system)."""
-    (fake / "crds.json").write_text(json.dumps(sorted(set(json.loads((fake / "crds.json").read_text()) if (fake / "crds.json").exists() else [])
-                                                      | {"rayclusters.ray.io"})))
-    (fake / "objects").mkdir(exist_ok=True)
-    (fake / "objects" / "ray-system_deployment_kuberay-operator.json").write_text(json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kuberay-operator", "namespace": "ray-system",
-                                                                     "labels": {"app.kubernetes.io/name": "kuberay-operator"}},
-        "status": {"availableReplicas": 1}}))
-
-
-def left_on(fake: Path) -> list[str]:
-    return sorted(p.stem for p in (fake / "objects").glob("*.json")) if (fake / "objects").exists() else []
-
-
-def calls(fake: Path) -> list[dict]:
-    return [json.loads(line) for line in (fake / "calls.jsonl").read_text().splitlines()] if (fake / "calls.jsonl").exists() else []
 
 
 @pytest.mark.parametrize("extra, gpus", [("", 8), (", local_queue: gpu-queue", 16), (", storage: gs://lab-bucket/burst", 4)])
