@@ -15,9 +15,18 @@ through the discriminator), and the generator alone, in four precisions:
 * ``mixed_bfloat16``: autocast to bfloat16, TF32 elsewhere, the physics heads in float32;
 * ``mixed_float16``: the same in float16, with a dynamic loss scale.
 
-What carries over to TensorFlow is the ratio between precisions (the work per step is the same;
-cuDNN runs the convolutions in both); absolute samples/s do not. Printed with the GPU's name and
-the library versions. Runs on a CPU too (slowly), to check the script before a GPU session.
+Each precision runs in both memory layouts, ``channels_first`` (PyTorch's default, NCDHW) and
+``channels_last`` (NDHWC, the layout of burst's Keras model, which TensorFlow keeps on a GPU unless
+its layout optimizer transposes), and ``--compiled`` adds ``torch.compile`` rows for the layouts
+and precisions it names. The FLOPs of one step and one generated shower are counted once
+(``FlopCounterMode``: convolutions and matrix products, forward and backward), and with the chip's
+own measured matrix rate (8192-cube products in TF32 and bfloat16) each row says what fraction of
+that rate it reaches. One call measures all of it; the default rows take about 4 minutes on an
+H200.
+
+What carries over to TensorFlow is the ratio between precisions and layouts (the work per step is
+the same; cuDNN runs the convolutions in both); absolute samples/s do not. Printed with the GPU's
+name and the library versions. Runs on a CPU too (slowly), to check the script before a GPU session.
 """
 
 from __future__ import annotations
@@ -200,18 +209,25 @@ def losses(outputs, labels, y, ang, ecal):
     return sum(w * t.mean() for w, t in zip(LOSS_WEIGHTS, terms))
 
 
-def run(precision: str, batch: int, steps: int, device: str, gen_batch: int) -> dict:
+LAYOUTS = {"channels_first": torch.contiguous_format, "channels_last": torch.channels_last_3d}
+
+
+def run(precision: str, batch: int, steps: int, device: str, gen_batch: int, layout: str = "channels_first",
+        compiled: bool = False) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = precision != "float32"
     torch.backends.cudnn.allow_tf32 = precision != "float32"
     torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
     preset = PRESETS.PAPER
-    g, d = Generator(preset).to(device), Discriminator(preset).to(device)
+    memory = LAYOUTS[layout]
+    g, d = Generator(preset).to(device, memory_format=memory), Discriminator(preset).to(device, memory_format=memory)
     g_opt, d_opt = (torch.optim.RMSprop(m.parameters(), lr=preset.learning_rate) for m in (g, d))
+    if compiled:  # the networks compiled (fusion of the elementwise and normalisation work); the optimiser as it is
+        g, d = torch.compile(g), torch.compile(d)
     dtype = {"mixed_bfloat16": torch.bfloat16, "mixed_float16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device, enabled=precision == "mixed_float16")
     cast = (lambda: torch.autocast(device, dtype=dtype)) if dtype else (lambda: torch.autocast(device, enabled=False))
-    real = torch.rand(batch, 1, *preset.grid, device=device) * 0.5
+    real = (torch.rand(batch, 1, *preset.grid, device=device) * 0.5).contiguous(memory_format=memory)
     y = torch.rand(batch, device=device) + 1.0
     ang = torch.rand(batch, device=device) + 1.0
     ecal = ecal_sum(real, preset.power)
@@ -262,34 +278,96 @@ def run(precision: str, batch: int, steps: int, device: str, gen_batch: int) -> 
             return torch.relu(g(z)).pow(1.0 / preset.power)
 
     gen_s = timed(generate, max(3, steps // 2))
-    return {"precision": precision, "train_samples_per_s": round(steps * batch / train_s, 2),
-            "showers_per_s": round(max(3, steps // 2) * gen_batch / gen_s, 1), "final_loss": float(step().float())}
+    return {"precision": precision, "layout": layout, "compiled": compiled, "train_samples_per_s": round(steps * batch / train_s, 2),
+            "showers_per_s": round(max(3, steps // 2) * gen_batch / gen_s, 1), "final_loss": float(step().detach().float())}
+
+
+def work_per_sample(device: str, batch: int = 4) -> dict:
+    """GFLOP per training sample (the whole step: five passes and their gradients) and per generated
+    shower, counted by ``FlopCounterMode`` in float32 (the count does not depend on the precision)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    preset = PRESETS.PAPER
+    g, d = Generator(preset).to(device), Discriminator(preset).to(device)
+    real = torch.rand(batch, 1, *preset.grid, device=device) * 0.5
+    y, ang = torch.rand(batch, device=device) + 1.0, torch.rand(batch, device=device) + 1.0
+    ecal = ecal_sum(real, preset.power)
+
+    def z():
+        return torch.cat([y[:, None], ang[:, None], torch.randn(batch, preset.noise_size, device=device)], dim=1)
+
+    with FlopCounterMode(display=False) as training:
+        with torch.no_grad():
+            fake = g(z())
+        for images, label in ((real, 1.0), (fake, 0.0)):
+            losses(d(images), torch.full_like(y, label), y, ang, ecal).backward()
+        for _ in range(2):
+            losses(d(g(z())), torch.ones_like(y), y, ang, ecal).backward()
+    with FlopCounterMode(display=False) as generation, torch.no_grad():
+        g(z())
+    return {"train_gflop_per_sample": round(training.get_total_flops() / batch / 1e9, 2),
+            "gen_gflop_per_shower": round(generation.get_total_flops() / batch / 1e9, 3)}
+
+
+def matrix_rates(device: str, n: int = 8192) -> dict:
+    """The chip's own matrix rate in TF32 and bfloat16 (TFLOP/s of n-cube products): what a row's rate is a fraction of."""
+    if device != "cuda":
+        return {}
+    out = {}
+    for name, dtype, tf32 in (("tf32", torch.float32, True), ("bfloat16", torch.bfloat16, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+        for _ in range(3):
+            a @ b
+        torch.cuda.synchronize()
+        start, reps = time.perf_counter(), 10
+        for _ in range(reps):
+            a @ b
+        torch.cuda.synchronize()
+        out[name] = round(2 * n ** 3 * reps / (time.perf_counter() - start) / 1e12, 1)
+    return out
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=64, help="events per step (the paper preset's default batch)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per precision (after 3 untimed)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per row (after 3 untimed)")
     p.add_argument("--gen-batch", type=int, default=256)
     p.add_argument("--precisions", nargs="+", default=["float32", "tf32", "mixed_bfloat16", "mixed_float16"])
+    p.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
+    p.add_argument("--compiled", nargs="*", default=["mixed_bfloat16:channels_last"], metavar="PRECISION:LAYOUT",
+                   help="rows to run again under torch.compile (none: --compiled with no value)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
-    rows = [run(prec, a.batch, a.steps, device, a.gen_batch) for prec in a.precisions]
+    work = work_per_sample(device)
+    peaks = matrix_rates(device)
+    rows = [run(prec, a.batch, a.steps, device, a.gen_batch, layout) for prec in a.precisions for layout in a.layouts]
+    for pair in a.compiled:
+        prec, _, layout = pair.partition(":")
+        rows.append(run(prec, a.batch, a.steps, device, a.gen_batch, layout or "channels_last", compiled=True))
+    for r in rows:
+        r["train_tflop_per_s"] = round(r["train_samples_per_s"] * work["train_gflop_per_sample"] / 1e3, 2)
+        peak = peaks.get("bfloat16" if r["precision"] in ("mixed_bfloat16", "mixed_float16") else "tf32")
+        r["of_matrix_rate"] = round(r["train_tflop_per_s"] / peak, 4) if peak else None
     report = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-              "batch": a.batch, "steps": a.steps, "rows": rows}
+              "batch": a.batch, "steps": a.steps, "work": work, "matrix_tflop_per_s": peaks, "rows": rows}
     if a.json:
         print(json.dumps(report, indent=1))
         return 0
     print(f"{name}; torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}; "
-          f"paper preset, batch {a.batch}, {a.steps} timed steps")
-    base = {r["precision"]: r for r in rows}
-    ref = base.get("tf32") or rows[0]
-    print(f"{'precision':16s} {'train samples/s':>16s} {'vs ' + ref['precision']:>10s} {'showers/s':>11s} {'vs ' + ref['precision']:>10s}  loss")
+          f"paper preset, batch {a.batch}, {a.steps} timed steps; {work['train_gflop_per_sample']} GFLOP a training sample, "
+          f"{work['gen_gflop_per_shower']} a shower; matrix rate (TFLOP/s) {peaks or 'not measured on a CPU'}")
+    ref = next((r for r in rows if r["precision"] == "tf32" and r["layout"] == "channels_last" and not r["compiled"]), rows[0])
+    label = f"{ref['precision']} {ref['layout']}"
+    print(f"{'precision':16s} {'layout':15s} {'compiled':8s} {'train samples/s':>16s} {'vs ' + label:>24s} {'TFLOP/s':>8s} "
+          f"{'of rate':>8s} {'showers/s':>10s}  loss")
     for r in rows:
-        print(f"{r['precision']:16s} {r['train_samples_per_s']:16.1f} {r['train_samples_per_s'] / ref['train_samples_per_s']:9.2f}x "
-              f"{r['showers_per_s']:11.1f} {r['showers_per_s'] / ref['showers_per_s']:9.2f}x  {r['final_loss']:.3g}")
+        share = f"{r['of_matrix_rate'] * 100:7.1f}%" if r["of_matrix_rate"] is not None else f"{'-':>8s}"
+        print(f"{r['precision']:16s} {r['layout']:15s} {'yes' if r['compiled'] else 'no':8s} {r['train_samples_per_s']:16.1f} "
+              f"{r['train_samples_per_s'] / ref['train_samples_per_s']:23.2f}x {r['train_tflop_per_s']:8.2f} {share} "
+              f"{r['showers_per_s']:10.1f}  {r['final_loss']:.3g}")
     return 0
 
 
