@@ -14,7 +14,7 @@ from pathlib import Path, PurePath
 from typing import Optional
 
 from ..errors import BurstError
-from ..values.served import FORWARDED, SENT_WITH_COMMAND, SERVED_UPLOADS, STORE_SCHEMES, UPLOAD
+from ..values.served import FORWARDED, SENT_WITH_COMMAND, SERVED_UPLOADS, STORE_SCHEMES, UPLOAD, option_value, split_option
 
 WORDS = "burst.words"  # where the group keeps the command's words (``ctx.meta``)
 
@@ -33,10 +33,6 @@ def _names_path(annotation) -> bool:
     return any(_names_path(inner) for inner in typing.get_args(annotation))
 
 
-def _split(word: str) -> tuple[str, Optional[str]]:
-    return (word.split("=", 1)[0], word.split("=", 1)[1]) if word.startswith("--") and "=" in word else (word, None)
-
-
 def forward(group, ctx) -> Optional[int]:
     """Send this command to the server logged in to; its exit code, or None when it runs here
     (not logged in, a command the server does not run, or this process is the server's)."""
@@ -53,7 +49,7 @@ def forward(group, ctx) -> Optional[int]:
     args, files = [], []
     rest = iter(words[1:])
     for word in rest:
-        option, inline = _split(word)
+        option, inline = split_option(word)
         if option not in paths:
             args.append(word)
             continue
@@ -70,7 +66,7 @@ def forward(group, ctx) -> Optional[int]:
             raise BurstError(f"{option} {value}: {exc.strerror or exc}") from None
         args += [option, f"{UPLOAD}{len(files) - 1}"]
     if words[0] in ("train", "run", "tune"):
-        data = _value(args, "--data")
+        data = option_value(args, "--data")
         if data is not None and not _in_a_store(data):
             raise BurstError(f"--data {data} is a directory on this machine, which the burst server at {login.url} cannot read: "
                              "stage it on a store first (gs://, abfs://) and give that URI, or `burst logout` to run here")
@@ -92,7 +88,7 @@ def check_paths(group, ctx) -> None:
     allowed = Path(uploads).resolve()
     rest = iter(words[1:])
     for word in rest:
-        option, inline = _split(word)
+        option, inline = split_option(word)
         if option in paths:
             value = inline if inline is not None else next(rest, "")
             if allowed not in Path(value).resolve().parents:
@@ -108,11 +104,3 @@ def _in_a_store(value: str) -> bool:
     """A bucket URI (``file://`` and other schemes name the server's own disk)."""
     scheme, sep, _ = value.partition("://")
     return bool(sep) and scheme.lower() in STORE_SCHEMES
-
-
-def _value(args: list[str], option: str) -> Optional[str]:
-    for i, word in enumerate(args):
-        name, inline = _split(word)
-        if name == option:
-            return inline if inline is not None else (args[i + 1] if i + 1 < len(args) else None)
-    return None

@@ -59,8 +59,9 @@ def build(sessions: sessionmaker, data_dir: Path) -> FastAPI:
         if member.monthly_budget_usd is not None:
             lines.append((money.user_month(member, everyone, month, now), f"user {member.name}"))
         for holder, whose in ((team, f"team {team.name}"), (member, f"user {member.name}")):
-            if money.damaged_budget(holder):
-                return 0.0, money.damaged_budget(holder)
+            damage = money.damaged_budget(holder)
+            if damage:
+                return 0.0, damage
             if holder.held_month == month:
                 return 0.0, (f"{whose} reached its budget of ${holder.monthly_budget_usd:,.2f} this month and the guard stopped its "
                              "clusters")
@@ -90,7 +91,7 @@ def build(sessions: sessionmaker, data_dir: Path) -> FastAPI:
                                                          "next month\n"}
             spent_on_cluster = 0.0
             if left is not None and verb == "train":
-                named = verbs.cluster_named(verb, args)
+                named = verbs.cluster_named(args)
                 now = time.time()
                 start, end = money.month_bounds(money.month_of(now))
                 spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(

@@ -8,7 +8,6 @@ stopped once; its end is the journal's, when the member's state directory says i
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from sqlalchemy.pool import NullPool
 from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
 from . import ledger, money
 from .database import Cluster, Team, User
-from .verbs import home_of
+from .verbs import home_of, member_env
 
 log = logging.getLogger("burst.server")
 
@@ -158,9 +157,7 @@ class TeamGuard:
 
 def stop_as_member(home: Path, name: str, reason: str) -> bool:
     """``burst.server.act stop`` as the member (their state directory), its words in the server's log; True when it is down."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
-    env["BURST_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "burst.server.act", "stop", name, reason], capture_output=True, text=True, env=env,
+    proc = subprocess.run([sys.executable, "-m", "burst.server.act", "stop", name, reason], capture_output=True, text=True, env=member_env(home),
                           stdin=subprocess.DEVNULL, start_new_session=True)
     for line in (proc.stdout + proc.stderr).splitlines():
         log.warning("%s: %s", name, line)
@@ -180,9 +177,7 @@ def revive_members(sessions: sessionmaker, data_dir: Path) -> list[str]:
         home = home_of(data_dir, uid)
         if not any((home / kind).exists() for kind in ("clusters", "managed")):
             continue
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
-        env["BURST_HOME"] = str(home)
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", "status", "--json"], capture_output=True, text=True, env=env,
+        proc = subprocess.run([sys.executable, "-m", "burst.cli", "status", "--json"], capture_output=True, text=True, env=member_env(home),
                               stdin=subprocess.DEVNULL, timeout=300)
         try:
             status = json.loads(proc.stdout)

@@ -77,24 +77,23 @@ class Line:
         return {k: ((round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def team_month(team: Team, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
-    now = time.time() if now is None else now
+def line_for(key: str, clusters: Iterable[Cluster], month: str, budget: Optional[float], now: float) -> Line:
+    """What ``clusters`` spent in ``month`` and still commit to it, against ``budget`` (None: no budget, nothing left to say)."""
     start, end = month_bounds(month)
     clusters = list(clusters)
     used = sum(spent(c, start, end, now) for c in clusters)
     promised = sum(committed(c, end, now) for c in clusters)
-    budget = budget_of(team)
-    return Line(team.name, used, promised, budget, None if budget is None else budget - used - promised)
+    return Line(key, used, promised, budget, None if budget is None else budget - used - promised)
+
+
+def team_month(team: Team, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
+    """The team's month, from its members' clusters (the caller gives only those)."""
+    return line_for(team.name, clusters, month, budget_of(team), time.time() if now is None else now)
 
 
 def user_month(user: User, clusters: Iterable[Cluster], month: str, now: Optional[float] = None) -> Line:
-    now = time.time() if now is None else now
-    start, end = month_bounds(month)
-    mine = [c for c in clusters if c.user_id == user.id]
-    used = sum(spent(c, start, end, now) for c in mine)
-    promised = sum(committed(c, end, now) for c in mine)
-    budget = budget_of(user)
-    return Line(user.name, used, promised, budget, None if budget is None else budget - used - promised)
+    """The user's own month, from every cluster given (theirs are picked)."""
+    return line_for(user.name, [c for c in clusters if c.user_id == user.id], month, budget_of(user), time.time() if now is None else now)
 
 
 def breakdown(by: str, clusters: list[Cluster], users: dict[int, User], teams: dict[int, Team], month: str,
@@ -102,30 +101,14 @@ def breakdown(by: str, clusters: list[Cluster], users: dict[int, User], teams: d
     """Spent and committed per user, team, target or month (``month``: every month any cluster touched)."""
     now = time.time() if now is None else now
     if by == "month":
-        months = sorted({m for c in clusters for m in _months_touched(c, now)})
-        lines = []
-        for each in months:
-            start, end = month_bounds(each)
-            lines.append(Line(each, sum(spent(c, start, end, now) for c in clusters), sum(committed(c, end, now) for c in clusters),
-                              None, None))
-        return lines
-    start, end = month_bounds(month)
+        return [line_for(each, clusters, each, None, now) for each in sorted({m for c in clusters for m in _months_touched(c, now)})]
     keys = {"user": lambda c: users[c.user_id].name, "team": lambda c: teams[users[c.user_id].team_id].name,
             "target": lambda c: c.provider}[by]
+    budgets = {"user": {u.name: budget_of(u) for u in users.values()}, "team": {t.name: budget_of(t) for t in teams.values()}}.get(by, {})
     groups: dict[str, list[Cluster]] = {}
     for c in clusters:
         groups.setdefault(keys(c), []).append(c)
-    lines = []
-    for key, members in sorted(groups.items()):
-        used = sum(spent(c, start, end, now) for c in members)
-        promised = sum(committed(c, end, now) for c in members)
-        budget = None
-        if by == "team":
-            budget = next(budget_of(t) for t in teams.values() if t.name == key)
-        elif by == "user":
-            budget = next(budget_of(u) for u in users.values() if u.name == key)
-        lines.append(Line(key, used, promised, budget, None if budget is None else budget - used - promised))
-    return lines
+    return [line_for(key, members, month, budgets.get(key), now) for key, members in sorted(groups.items())]
 
 
 def _months_touched(cluster: Cluster, now: float) -> set[str]:

@@ -31,9 +31,9 @@ def default_db(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'burst-server.db'}"
 
 
-def open_database(url: str):
-    """An engine on ``url``, upgraded to the newest schema, and its session factory."""
-    engine = database.engine_for(url)
+def open_database(url: str, engine=None):
+    """An engine on ``url`` (or the one given for it), upgraded to the newest schema, and its session factory."""
+    engine = engine if engine is not None else database.engine_for(url)
     database.upgrade(engine)
     return engine, database.sessions(engine)
 
@@ -53,9 +53,9 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
         if path is not None and not Path(path).is_file():
             raise BurstError(f"{path}: no such file (TLS needs the certificate and its key as PEM files)")
     url = db_url or default_db(data_dir)
-    database.engine_for(url)  # a malformed URL is said before anything is made
+    engine = database.engine_for(url)  # a malformed URL is said before anything is made
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    engine, sessions = open_database(url)
+    engine, sessions = open_database(url, engine)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
     guard.start()

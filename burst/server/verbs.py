@@ -22,7 +22,7 @@ import yaml
 from ..errors import BurstError
 from ..home.state import OWNER
 from ..placement.policy import DEFAULT_POLICY
-from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD
+from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value
 
 TAKES_POLICY = ("plan", "up", "run", "tune")
 TAKES_BUDGET = ("train", "run", "tune")
@@ -62,7 +62,7 @@ def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float]
         return args
     out = list(args)
     if verb in TAKES_POLICY:
-        given = _value_of(out, "--policy")
+        given = option_value(out, "--policy")
         policy = yaml.safe_load(Path(given).read_text() if given else DEFAULT_POLICY.read_text())
         if not isinstance(policy, dict):
             return out  # not a policy: the command line says so
@@ -72,7 +72,7 @@ def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float]
         narrowed.write_text(yaml.safe_dump(policy, sort_keys=False))
         out = _replace_value(out, "--policy", str(narrowed))
     if verb in TAKES_BUDGET:
-        given = _value_of(out, "--budget")
+        given = option_value(out, "--budget")
         cap = left_usd + cluster_spent_usd
         try:
             asked = float(given) if given is not None else None
@@ -82,31 +82,28 @@ def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float]
     return out
 
 
-def cluster_named(verb: str, args: list[str]) -> str:
+def cluster_named(args: list[str]) -> str:
     """The cluster a train or a run uses (``--cluster``; ``local`` by default, as the command line does)."""
-    return _value_of(args, "--cluster") or _value_of(args, "--name") or "local"
+    return option_value(args, "--cluster") or option_value(args, "--name") or "local"
+
+
+def member_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a process the server runs as a member: the server's own without burst's
+    settings (its state directory, its database), the member's state directory, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
+    return {**env, "BURST_HOME": str(home), **extra}
 
 
 def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
     """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
     state directory, their uploads, nothing of the server's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
-    env.update(BURST_HOME=str(home), **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
+    env = member_env(home, **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
     try:
         proc = subprocess.run([sys.executable, "-m", "burst.cli", verb, *args], capture_output=True, text=True, env=env,
                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
     except subprocess.TimeoutExpired:
         return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
     return proc.returncode, proc.stdout, proc.stderr
-
-
-def _value_of(args: list[str], option: str) -> Optional[str]:
-    for i, word in enumerate(args):
-        if word == option and i + 1 < len(args):
-            return args[i + 1]
-        if word.startswith(option + "="):
-            return word.split("=", 1)[1]
-    return None
 
 
 def _replace_value(args: list[str], option: str, value: str) -> list[str]:

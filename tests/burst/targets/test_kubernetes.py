@@ -17,6 +17,7 @@ import jsonschema
 import psutil
 import pytest
 
+from tests.support import kube_schemas
 from tests.support.kube_site import FAKES, SITE, calls, left_on, site_operator
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,12 +37,7 @@ def _strict(node):
 
 
 VALIDATORS = {
-    "Namespace": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "namespace-v1.json").read_text())),
-    "Secret": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "secret-v1.json").read_text())),
-    "PersistentVolumeClaim": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "persistentvolumeclaim-v1.json").read_text())),
-    "ServiceAccount": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "serviceaccount-v1.json").read_text())),
-    "Role": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "role-rbac-v1.json").read_text())),
-    "RoleBinding": jsonschema.Draft202012Validator(json.loads((SCHEMAS / "kubernetes-v1.32.0" / "rolebinding-rbac-v1.json").read_text())),
+    **{kind: kube_schemas.validator(kind) for kind in ("Namespace", "Secret", "PersistentVolumeClaim", "ServiceAccount", "Role", "RoleBinding")},
     "RayCluster": jsonschema.Draft7Validator(_strict(json.loads((SCHEMAS / "kuberay-v1.5.1" / "raycluster-v1.json").read_text()))),
 }
 
