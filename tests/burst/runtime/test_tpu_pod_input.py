@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from tests.support.ray_private import own_ray_tmpdir
+from tests.support.scripts import run_script
 from tests.support.storage_servers import gcs_server, new_bucket  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
@@ -165,8 +166,7 @@ def test_every_host_of_a_pod_slice_reads_its_own_shards_from_its_own_disk(gcs_se
     bucket = new_bucket("gs", gcs_server.env)
     env = {**os.environ, **gcs_server.env, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     with own_ray_tmpdir() as ray_env:
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), bucket], capture_output=True, text=True, timeout=420,
-                              env={**env, **ray_env})
+        proc = run_script([sys.executable, "-c", SCRIPT, str(tmp_path), bucket], timeout=900, env={**env, **ray_env})
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-4000:]
     result = json.loads(next(line for line in said.splitlines() if line.startswith("RESULT "))[7:])

@@ -7,12 +7,12 @@ what a lost host does are burst's own code (``burst.runtime.tpu.train``)."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.support.ray_private import own_ray_tmpdir
+from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.slow
 
@@ -96,8 +96,7 @@ cluster.shutdown()
 
 def test_a_pod_slice_runs_its_client_on_host_0_with_the_slice_s_name_holds_every_host_and_restarts_from_its_checkpoint(tmp_path):
     with own_ray_tmpdir() as ray_env:
-        proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, **ray_env})
+        proc = run_script([sys.executable, "-c", SCRIPT, str(tmp_path)], timeout=600, env={**os.environ, **ray_env})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     result = json.loads(lines[-1])
