@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import BurstError
 from ..home.state import check_name
-from .database import ROLES, Team, Token, User
+from .database import ROLES, Team, Token, User, WebSession
 
 TOKEN_PREFIX = "burst_"
 
@@ -76,15 +76,60 @@ def revoke_tokens(db: Session, user: str) -> int:
     return len(tokens)
 
 
-def authenticate(db: Session, token: Optional[str]) -> Optional[User]:
-    """The user a token names, or None for any token that does not let its bearer in."""
+def valid_token(db: Session, token: Optional[str]) -> Optional[Token]:
+    """The token's row while it lets its bearer in (known, not revoked, not expired), else None."""
     if not token:
         return None
-    found = db.scalar(select(Token).where(Token.digest == digest(token)))
-    now = time.time()
-    if found is None or found.revoked is not None or (found.expires is not None and found.expires < now):
+    return _usable(db.scalar(select(Token).where(Token.digest == digest(token))))
+
+
+def _usable(found: Optional[Token]) -> Optional[Token]:
+    if found is None or found.revoked is not None or (found.expires is not None and found.expires < time.time()):
         return None
-    return db.get(User, found.user_id)
+    return found
+
+
+def authenticate(db: Session, token: Optional[str]) -> Optional[User]:
+    """The user a token names, or None for any token that does not let its bearer in."""
+    found = valid_token(db, token)
+    return None if found is None else db.get(User, found.user_id)
+
+
+WEB_SESSION_S = 12 * 3600  # a browser signs in again after a working day
+
+
+def open_web_session(db: Session, token: Optional[str]) -> Optional[tuple[str, WebSession]]:
+    """A browser session for the bearer of ``token``: the cookie's value (returned once, kept as a
+    hash) and its row (with its CSRF secret); None for a token that does not let its bearer in."""
+    found = valid_token(db, token)
+    if found is None:
+        return None
+    cookie = secrets.token_urlsafe(32)
+    now = time.time()
+    row = WebSession(digest=digest(cookie), token_id=found.id, csrf=secrets.token_urlsafe(24), created=now, expires=now + WEB_SESSION_S)
+    db.add(row)
+    db.commit()
+    return cookie, row
+
+
+def web_session(db: Session, cookie: Optional[str]) -> Optional[tuple[User, WebSession]]:
+    """The user and session a browser's cookie names while both the session and the token it was
+    opened with are good; None otherwise (signed out, expired, the token revoked)."""
+    if not cookie:
+        return None
+    row = db.scalar(select(WebSession).where(WebSession.digest == digest(cookie)))
+    if row is None or row.expires < time.time():
+        return None
+    token = _usable(db.get(Token, row.token_id))
+    return None if token is None else (db.get(User, token.user_id), row)
+
+
+def close_web_session(db: Session, cookie: Optional[str]) -> None:
+    if cookie:
+        row = db.scalar(select(WebSession).where(WebSession.digest == digest(cookie)))
+        if row is not None:
+            db.delete(row)
+            db.commit()
 
 
 def team_named(db: Session, name: str) -> Team:

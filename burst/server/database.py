@@ -56,6 +56,18 @@ class Token(Base):
     revoked: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
 
 
+class WebSession(Base):
+    """A browser signed in with a token: the cookie's SHA-256 (the cookie itself is never stored), the
+    token it was opened with (revoking the token ends it), and the CSRF secret every action must echo."""
+    __tablename__ = "web_sessions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    token_id: Mapped[int] = mapped_column(ForeignKey("tokens.id"))
+    csrf: Mapped[str] = mapped_column(String(64))
+    created: Mapped[float] = mapped_column(Float)
+    expires: Mapped[float] = mapped_column(Float)
+
+
 class Cluster(Base):
     """One cluster a member brought up through the server, from its start to its end: what the
     team's money is counted from (price an hour, created, ended)."""

@@ -158,7 +158,7 @@ class TeamGuard:
 def stop_as_member(home: Path, name: str, reason: str) -> bool:
     """``burst.server.act stop`` as the member (their state directory), its words in the server's log; True when it is down."""
     proc = subprocess.run([sys.executable, "-m", "burst.server.act", "stop", name, reason], capture_output=True, text=True, env=member_env(home),
-                          stdin=subprocess.DEVNULL, start_new_session=True)
+                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=home)
     for line in (proc.stdout + proc.stderr).splitlines():
         log.warning("%s: %s", name, line)
     return proc.returncode == 0
@@ -178,7 +178,7 @@ def revive_members(sessions: sessionmaker, data_dir: Path) -> list[str]:
         if not any((home / kind).exists() for kind in ("clusters", "managed")):
             continue
         proc = subprocess.run([sys.executable, "-m", "burst.cli", "status", "--json"], capture_output=True, text=True, env=member_env(home),
-                              stdin=subprocess.DEVNULL, timeout=300)
+                              stdin=subprocess.DEVNULL, timeout=300, cwd=home)
         try:
             status = json.loads(proc.stdout)
         except ValueError:

@@ -64,7 +64,7 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     logging.getLogger("burst.server").warning("burst server on %s://%s:%d, database %s, data in %s", scheme, host, port,
                                                database.redacted(db_url or default_db(data_dir)), data_dir)
     try:
-        uvicorn.run(build(sessions, data_dir), host=host, port=port, ssl_certfile=str(cert) if cert else None,
+        uvicorn.run(build(sessions, data_dir, secure_cookies=cert is not None), host=host, port=port, ssl_certfile=str(cert) if cert else None,
                     ssl_keyfile=str(key) if key else None, log_level="warning")
     finally:
         guard.close()

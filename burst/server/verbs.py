@@ -96,11 +96,12 @@ def member_env(home: Path, **extra: str) -> dict[str, str]:
 
 def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
     """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
-    state directory, their uploads, nothing of the server's."""
+    state directory, their uploads, nothing of the server's; in their directory, where the run
+    directories it collects (``burst-runs/``) are theirs, not the server's working directory."""
     env = member_env(home, **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
     try:
         proc = subprocess.run([sys.executable, "-m", "burst.cli", verb, *args], capture_output=True, text=True, env=env,
-                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True, cwd=home)
     except subprocess.TimeoutExpired:
         return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
     return proc.returncode, proc.stdout, proc.stderr

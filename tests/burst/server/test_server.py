@@ -10,8 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -19,6 +17,7 @@ import pytest
 
 from burst.runtime.ray_head import free_port
 from tests.support import census, kube_site, postgres
+from tests.support.burst_server import Server
 from tests.support.cli_runs import TRAIN, burst
 from tests.support.slurm_site import needs
 
@@ -29,50 +28,6 @@ pytestmark = needs(postgres.missing())
 def database():
     with postgres.running() as url:
         yield url
-
-
-class Server:
-    def __init__(self, root: Path, db: str, name: str = "server"):
-        self.root, self.db, self.port = root, db, free_port()
-        self.data = root / "server-data"  # two servers of one group share it (a site's shared disk) as they share the database
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = root / f"{name}.log"
-        self.proc = None
-
-    def admin(self, *args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", "server", "admin", *args, "--db", self.db, "--data", str(self.data)],
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip()
-
-    def start(self, guard_seconds: float = 1.0, env: dict | None = None) -> "Server":
-        self.proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "server", "start", "--db", self.db, "--data", str(self.data),
-                                      "--port", str(self.port), "--guard-seconds", str(guard_seconds)],
-                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(self.log.read_text())
-            if self.http("GET", "/v1/me", None)[0] == 401:
-                return self
-            time.sleep(0.3)
-        raise AssertionError(f"the server did not answer: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-
-    def http(self, method: str, path: str, token, body=None) -> tuple[int, dict]:
-        request = urllib.request.Request(self.url + path, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as answer:
-                return answer.status, json.loads(answer.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except (urllib.error.URLError, ConnectionError):
-            return 0, {}
 
 
 @pytest.fixture

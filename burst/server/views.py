@@ -1,0 +1,133 @@
+"""What the server shows a member and does for them, the same for the HTTP API and the web view:
+whose objects they see, the money they may still spend, their team's clusters and costs, their
+team's runs, and a verb run as them with the team's money as its budget."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..home.records import Damaged, read_record
+from ..home.state import RunRecord
+from ..values.served import MONEY_VERBS
+from . import ledger, money, verbs
+from .database import Cluster, Team, User
+
+
+def team_of(session: Session, member: User) -> Team:
+    return session.get(Team, member.team_id)
+
+
+def visible(session: Session, member: User) -> list[User]:
+    """The users whose objects ``member`` sees: their team's (an admin: everyone's)."""
+    query = select(User) if member.role == "admin" else select(User).where(User.team_id == member.team_id)
+    return list(session.scalars(query.order_by(User.name)))
+
+
+def left_usd(session: Session, member: User) -> tuple[Optional[float], Optional[str]]:
+    """What the member may still spend this month (the smaller of their team's and their own), and whose limit that is."""
+    now = time.time()
+    month = money.month_of(now)
+    team = team_of(session, member)
+    everyone = list(session.scalars(select(Cluster)))
+    lines = []
+    if team.monthly_budget_usd is not None:
+        mates = {u.id for u in session.scalars(select(User).where(User.team_id == team.id))}
+        lines.append((money.team_month(team, [c for c in everyone if c.user_id in mates], month, now), f"team {team.name}"))
+    if member.monthly_budget_usd is not None:
+        lines.append((money.user_month(member, everyone, month, now), f"user {member.name}"))
+    for holder, whose in ((team, f"team {team.name}"), (member, f"user {member.name}")):
+        damage = money.damaged_budget(holder)
+        if damage:
+            return 0.0, damage
+        if holder.held_month == month:
+            return 0.0, (f"{whose} reached its budget of ${holder.monthly_budget_usd:,.2f} this month and the guard stopped its "
+                         "clusters")
+    if not lines:
+        return None, None
+    line, whose = min(lines, key=lambda pair: pair[0].left_usd)
+    return line.left_usd, f"{whose}: ${line.budget_usd:,.2f} this month, ${line.spent_usd:,.2f} spent, ${line.committed_usd:,.2f} committed"
+
+
+def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, args: list[str], files: list[str]) -> tuple[int, str, str]:
+    """``burst VERB ARGS`` run as ``member`` (``files``: the uploads its ``@upload:N`` words name),
+    held to the money they may still spend; ``BurstError`` for an upload reference that is wrong."""
+    home = verbs.home_of(data_dir, member.uid)
+    args, uploads = verbs.with_uploads(home, args, files)
+    if verb in MONEY_VERBS:
+        with sessions() as session:
+            ledger.sync(session, member, home)
+            left, whose = left_usd(session, member)
+            if left is not None and left <= 0:
+                return 3, "", f"nothing left to spend ({whose}): ask an admin to raise the budget, or wait for next month\n"
+            spent_on_cluster = 0.0
+            if left is not None and verb == "train":
+                named = verbs.cluster_named(args)
+                now = time.time()
+                start, end = money.month_bounds(money.month_of(now))
+                spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(
+                    select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
+            args = verbs.held_to(verb, args, uploads, left, spent_on_cluster)
+    # no connection held while the verb runs (it may last hours); in the caller's thread
+    rc, out, err = verbs.run(home, uploads, verb, args, member.uid)
+    with sessions() as after:
+        ledger.sync(after, after.get(User, member.id), home)
+    return rc, out, err
+
+
+def open_clusters(session: Session, member: User, data_dir: Path) -> list[dict]:
+    """The running clusters ``member`` sees, each with its owner and what it has cost this month."""
+    now = time.time()
+    start, end = money.month_bounds(money.month_of(now))
+    people = {u.id: u for u in visible(session, member)}
+    for person in people.values():
+        ledger.sync(session, person, verbs.home_of(data_dir, person.uid))
+    rows = session.scalars(select(Cluster).where(Cluster.user_id.in_(list(people)), Cluster.ended.is_(None)).order_by(Cluster.created))
+    return [{"owner": people[c.user_id].name, "name": c.name, "provider": c.provider, "region": c.region, "hourly_usd": c.hourly_usd,
+             "created": c.created, "expires": c.expires, "spent_usd": round(money.spent(c, start, end, now), 4),
+             "stopped_by": c.stopped_by} for c in rows]
+
+
+def costs(session: Session, member: User, data_dir: Path, by: str, month: str) -> list[money.Line]:
+    """The month's lines ``member`` sees, grouped ``by`` team, user, target or month (``ValueError``: a bad month)."""
+    money.month_bounds(month)
+    people = {u.id: u for u in visible(session, member)}
+    for person in people.values():
+        ledger.sync(session, person, verbs.home_of(data_dir, person.uid))
+    rows = list(session.scalars(select(Cluster).where(Cluster.user_id.in_(list(people)))))
+    teams = {t.id: t for t in session.scalars(select(Team)) if any(p.team_id == t.id for p in people.values())}
+    lines = money.breakdown(by, rows, people, teams, month)
+    if by == "team":  # every visible team, with nothing spent too: its budget is what a member wants to see
+        named = {line.key for line in lines}
+        lines += [money.team_month(t, [], month) for t in teams.values() if t.name not in named]
+    return lines
+
+
+def runs_of(session: Session, member: User, data_dir: Path) -> list[tuple[User, RunRecord]]:
+    """Every run and scan ``member`` sees (their team's; an admin: everyone's), newest first, with
+    its owner. A record that cannot be read is left out here; the owner's `burst status` names it."""
+    found = []
+    for person in visible(session, member):
+        for path in (verbs.home_of(data_dir, person.uid) / "runs").glob("*.json"):
+            try:
+                found.append((person, read_record(path, "run record", "see `burst status`", RunRecord)))
+            except (Damaged, FileNotFoundError):
+                continue
+    return sorted(found, key=lambda pair: pair[1].created, reverse=True)
+
+
+def run_of(session: Session, member: User, data_dir: Path, run_id: str) -> Optional[tuple[User, RunRecord]]:
+    """The run ``run_id`` with its owner when ``member`` may see it; None otherwise (another team's
+    run does not exist for them)."""
+    for person in visible(session, member):
+        path = verbs.home_of(data_dir, person.uid) / "runs" / f"{run_id}.json"
+        if path.is_file():
+            try:
+                return person, read_record(path, "run record", "see `burst status`", RunRecord)
+            except (Damaged, FileNotFoundError):
+                return None
+    return None
