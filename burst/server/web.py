@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from urllib.parse import parse_qs, quote
 
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.orm import Session, sessionmaker
@@ -43,6 +44,9 @@ HEADERS = {  # no page of the view may be framed, sniffed or run a script from e
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
                                "frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
+
+
+REFUSALS = {400: "Not understood", 401: "Signed out", 403: "Not yours", 404: "Not found", 502: "Not done"}
 
 
 class SignIn(Exception):
@@ -69,7 +73,17 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     def _to_sign_in(request: Request, _exc: SignIn) -> Response:
         if request.method == "GET" and not request.url.path.endswith("/live"):
             return RedirectResponse("/signin", status_code=303, headers=HEADERS)
-        return page("error.html", None, status=401, title="Signed out", message="Your session has ended: sign in again.")
+        return page("error.html", None, status=401, title="Signed out", message="Your session has ended: sign in again.", signed_in=False)
+
+    @app.exception_handler(HTTPException)
+    async def _refused(request: Request, exc: HTTPException) -> Response:
+        """The view's refusals (403, 404, ...) as a page with its header; the API's stay JSON, as FastAPI says them."""
+        if not request.url.path.startswith(("/ui/", "/signin", "/signout")):
+            return await http_exception_handler(request, exc)
+        with sessions() as session:
+            who = accounts.web_session(session, request.cookies.get(COOKIE))
+        return page("error.html", who, status=exc.status_code, title=REFUSALS.get(exc.status_code, "Refused"), message=str(exc.detail),
+                    signed_in=who is not None)
 
     def page(template: str, who: Optional[tuple[User, WebSession]], status: int = 200, **values) -> HTMLResponse:
         user, web = who if who else (None, None)
