@@ -217,13 +217,20 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
         _judge(run, run_dir)
     else:
         run.message = tracker.failure or f"job ended {status}; see `burst logs {run.run_id}`"
-    if stopped:
+    cancelled = stopped and tracker.stopped is not None and tracker.stopped.cancelled and (guard is None or guard.requested_at is None)
+    if cancelled:
+        run.state = "STOPPED"  # its owner cancelled it (the web view): checkpointed where it was
+        run.message = (f"cancelled by its owner at epoch {tracker.stopped.epoch} step {tracker.stopped.step}; final checkpoint "
+                       f"{_final_checkpoint(target, handle, run)}; --resume goes on from there")
+    elif stopped:
         run.state = "STOPPED_BUDGET"
         where = tracker.stopped
         run.message = (f"stopped by the budget guard at epoch {where.epoch if where else '?'} step {where.step if where else '?'}: "
                        f"${guard.accrued():,.2f} of ${guard.budget_usd:,.2f} spent; final checkpoint {_final_checkpoint(target, handle, run)}")
     with state.locked():
         state.save(run)
+    if cancelled:  # the cluster stays: its owner resumes there, or takes it down
+        raise BurstError(f"run {run.run_id} {run.message}", exit_code=1)
     if stopped:
         target.down(handle, report)
         raise BurstError(f"run {run.run_id} {run.message}; cluster {handle.name!r} torn down", exit_code=3)
@@ -476,8 +483,9 @@ def refresh(run: RunRecord, handles: dict[str, ClusterHandle], reached: bool = F
     if tracker.last_epoch is not None or tracker.usage is not None:
         run.progress = tracker.snapshot(running=run.state == "RUNNING")
     if run.state == "SUCCEEDED" and tracker.stopped is not None:  # ended early, its checkpoint saved: not a result
-        run.state = "LOST" if tracker.stopped.on_notice else "STOPPED_BUDGET"
-        run.message = f"stopped at epoch {tracker.stopped.epoch} step {tracker.stopped.step} ({tracker.stopped.reason}); --resume goes on from there"
+        run.state = "LOST" if tracker.stopped.on_notice else "STOPPED" if tracker.stopped.cancelled else "STOPPED_BUDGET"
+        run.message = (f"{'cancelled' if tracker.stopped.cancelled else 'stopped'} at epoch {tracker.stopped.epoch} step {tracker.stopped.step} "
+                       f"({tracker.stopped.reason}); --resume goes on from there")
     return run
 
 

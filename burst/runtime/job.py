@@ -148,8 +148,12 @@ class EpochEvent(_Event):
     said: str = ""          # the workload's line for the epoch (its losses in its own words)
 
 
+CANCEL_REQUEST = "cancel"  # the text of a stop request its owner made (the web view's Cancel), not the budget guard's
+
+
 class StoppedEvent(_Event):
-    """Training ended early at this position, its checkpoint saved: on request (the budget guard) or on a notice."""
+    """Training ended early at this position, its checkpoint saved: on request (the budget guard;
+    ``cancel``: its owner) or on a notice."""
 
     type: Literal["stopped"] = "stopped"
     epoch: int
@@ -160,6 +164,10 @@ class StoppedEvent(_Event):
     @property
     def on_notice(self) -> bool:
         return self.reason.startswith("notice")
+
+    @property
+    def cancelled(self) -> bool:
+        return self.reason == CANCEL_REQUEST
 
 
 class CheckpointEvent(_Event):

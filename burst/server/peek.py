@@ -45,7 +45,12 @@ def look(run_id: str) -> dict:
             failure = event.message
         elif isinstance(event, StoppedEvent):
             stopped = {"epoch": event.epoch, "step": event.step, "reason": event.reason}
-    return {"run_id": record.run_id, "state": record.state, "message": record.message, "cluster": record.cluster,
+    moves = []
+    if record.managed:
+        from ..unattended import managed
+
+        moves = managed.moves(run_id)
+    return {"run_id": record.run_id, "state": record.state, "managed": record.managed, "attempts": record.attempts, "moves": moves, "message": record.message, "cluster": record.cluster,
             "provider": record.provider, "workload": record.workload, "epochs_planned": int(record.config.get("epochs", 0) or 0),
             "epochs": [epochs[k] for k in sorted(epochs)], "step": step, "summary": summary, "validation": said, "failure": failure,
             "stopped": stopped, "workers": workers, "log_unreachable": why, "report": _report(record)}
@@ -67,7 +72,7 @@ def cancel(run_id: str) -> int:
     from ..home.state import ClusterHandle
     from ..lifecycle import runs
     from ..runtime import storage
-    from ..runtime.job import RunFiles
+    from ..runtime.job import CANCEL_REQUEST, RunFiles
 
     record = runs.load_run(run_id)
     if record.state not in ("RUNNING", "PENDING"):
@@ -77,7 +82,7 @@ def cancel(run_id: str) -> int:
     if handle is None:
         print(f"run {run_id}: its cluster {record.cluster} is gone")
         return 1
-    storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "request\n")
+    storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, CANCEL_REQUEST + "\n")
     print(f"run {run_id}: asked to checkpoint and stop")
     return 0
 

@@ -257,7 +257,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
                                   env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=PEEK_TIMEOUT_S)
             said = (proc.stdout + proc.stderr).strip()
         else:  # the owner's own verb, held to their team's money, in the background: it follows the run to its end
-            args = ["--resume", run_id, "--cluster", record.cluster, "--detach"]
+            args = [record.workload, "--resume", run_id, "--cluster", record.cluster, "--detach"]
             rc, out, err = views.run_verb(sessions, data_dir, owner, "train", args, [])
             said = (out + err).strip() or f"burst train exited {rc}"
         with cache_lock:

@@ -61,6 +61,13 @@
     text("unreachable", run.log_unreachable || run.failure || "");
     table("epochs", epochs.map((e) => [e.epoch, lossOf(e)[1] === null ? "" : lossOf(e)[1].toPrecision(4), e.samples_per_s || "", e.said || ""]));
     chart(epochs);
+    if (run.managed) {
+      document.getElementById("managed").hidden = false;
+      text("attempts", "attempt " + run.attempts + " (a managed run: its controller moves it when its cluster is lost)");
+      const list = document.getElementById("moves");
+      list.textContent = "";
+      for (const line of run.moves || []) { const li = document.createElement("li"); li.textContent = line; list.appendChild(li); }
+    }
     if (run.summary) {
       text("validation", run.validation || "");
       table("physics", Object.entries(run.summary).filter((kv) => typeof kv[1] === "number").map((kv) => [kv[0], kv[1].toPrecision(4)]));

@@ -106,7 +106,7 @@ def test_a_token_signs_in_to_a_session_cookie_that_holds_no_secret_of_the_page_a
         driver.find_element("id", "plan").click()
         wait_for(lambda: text_of(driver, "why"), 60, "the plan form showed no choice")
         plan = burst("plan", "gan3d", "--gpus", "8", "--json", home=homes["alice"], cwd=tmp_path, check=True)
-        assert text_of(driver, "why") == json.loads(plan.stdout)["why"]
+        assert text_of(driver, "why") == json.loads(plan.stdout)["why"], (text_of(driver, "why"), json.loads(plan.stdout)["why"])
         rows = driver.find_elements("css selector", "#candidates tbody tr")
         assert len(rows) == min(25, len(json.loads(plan.stdout)["candidates"])) and rows[0].text.startswith("1 ")
         shoot(driver, "web-plan", tmp_path / "shots", SHOTS)
@@ -129,7 +129,7 @@ def test_a_token_signs_in_to_a_session_cookie_that_holds_no_secret_of_the_page_a
 
 
 @pytest.mark.slow
-def test_a_member_watches_a_real_run_learn_opens_its_report_stops_its_cluster_and_others_are_refused(site, tmp_path):
+def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_report_stops_its_cluster_and_others_are_refused(site, tmp_path):
     server, tokens, homes = site
     before = census.snapshot()
     policy = tmp_path / "priced.yaml"
@@ -152,6 +152,21 @@ def test_a_member_watches_a_real_run_learn_opens_its_report_stops_its_cluster_an
         assert len(driver.find_elements("css selector", "#chart polyline")) == 1
         assert text_of(driver, "cost").startswith("$") and text_of(driver, "forecast").startswith("$")
         shoot(driver, "web-run", shots, SHOTS)
+        # the owner cancels it (it checkpoints where it is and stops, the cluster kept) and resumes it from there
+        driver.find_element("id", "cancel").click()
+        assert "Cancel run" in text_of(driver, "question")
+        driver.find_element("id", "confirm").click()
+        assert "asked to checkpoint and stop" in text_of(driver, "said")
+        driver.find_element("id", "back").click()
+        wait_for(lambda: text_of(driver, "state") == "STOPPED", 180, "the cancelled run never showed STOPPED")
+        stopped_at = text_of(driver, "step")
+        driver.refresh()
+        assert "cancelled by its owner" in driver.page_source or "cancelled at epoch" in driver.page_source
+        driver.find_element("id", "resume").click()
+        driver.find_element("id", "confirm").click()
+        said = wait_for(lambda: text_of(driver, "said"), 120, "resuming showed nothing")
+        assert f"run {run_id}" in said and "resum" in said.lower(), said
+        driver.find_element("id", "back").click()
         # finished: the state, the physics summary and the report, collected by the server as alice
         wait_for(lambda: text_of(driver, "state") == "SUCCEEDED", 300, "the run never showed SUCCEEDED")
         wait_for(lambda: driver.find_elements("css selector", "#physics tr"), 30, "no physics after validation")
@@ -206,4 +221,5 @@ def test_a_member_watches_a_real_run_learn_opens_its_report_stops_its_cluster_an
     assert status["clusters"] == []
     record = RunRecord.model_validate_json(next((server.data / "users").glob(f"*/runs/{run_id}.json")).read_text())
     assert record.state == "SUCCEEDED" and Path(record.run_dir).is_relative_to(server.data / "users")  # results in alice's own directory
+    assert record.attempts == 2 and stopped_at  # trained on from where the cancel stopped it
     census.assert_none_left(before)  # the cluster, the run's controller and the browser: gone
