@@ -25,6 +25,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.orm import Session, sessionmaker
 
+from .. import workloads
 from ..errors import BurstError
 from ..home.records import Damaged, read_record
 from ..home.state import ClusterHandle, RunRecord
@@ -280,12 +281,12 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
 
     @app.get("/ui/plan", include_in_schema=False)
     def plan_form(who=Depends(signed_in)) -> HTMLResponse:
-        return page("plan.html", who, title="Plan", workload="gan3d", policy="", flags="", result=None)
+        return page("plan.html", who, title="Plan", workload=workloads.DEFAULT, policy="", flags="", result=None)
 
     @app.post("/ui/plan", include_in_schema=False)
     async def plan(request: Request, who=Depends(signed_in)) -> HTMLResponse:
         form = await form_of(request, who[1])
-        workload, policy, flags = form.get("workload", "gan3d").strip(), form.get("policy", ""), form.get("flags", "")
+        workload, policy, flags = form.get("workload", workloads.DEFAULT).strip(), form.get("policy", ""), form.get("flags", "")
         try:
             words = _flags(flags)
         except ValueError as exc:
