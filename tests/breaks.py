@@ -560,8 +560,8 @@ BREAKS = [
           ("tests/burst/server/test_web.py::test_a_token_signs_in_to_a_session_cookie_that_holds_no_secret_of_the_page_and_every_action_needs_its_csrf_secret",),
           "a script in any page of the server's origin reads the session, and other sites' links carry it"),
     Break("web-shows-another-team-s-run", "burst/server/views.py",
-          (("    for person in visible(session, member):\n        path = verbs.home_of(data_dir, person.uid) / \"runs\" / f\"{run_id}.json\"",
-            "    for person in session.scalars(select(User)):\n        path = verbs.home_of(data_dir, person.uid) / \"runs\" / f\"{run_id}.json\""),),
+          (("    for person in visible(session, member):\n        record = run_of_owner(data_dir, person, run_id)",
+            "    for person in session.scalars(select(User)):\n        record = run_of_owner(data_dir, person, run_id)"),),
           ("tests/burst/server/test_web.py::test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_report_stops_its_cluster_and_others_are_refused",),
           "a member who knows another team's run id reads its page, its live metrics and its report"),
 

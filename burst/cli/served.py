@@ -37,13 +37,15 @@ def forward(group, ctx) -> Optional[int]:
     """Send this command to the server logged in to; its exit code, or None when it runs here
     (not logged in, a command the server does not run, or this process is the server's)."""
     words = ctx.meta.get(WORDS) or []
-    if not words or os.environ.get(SERVED_UPLOADS) or words[0] not in FORWARDED:
+    if not words or os.environ.get(SERVED_UPLOADS) or words[0] not in (*FORWARDED, "report"):
         return None
     from ..client import server
 
     login = server.current()
     if login is None:
         return None
+    if words[0] == "report":
+        return _report(server, login, words[1:])
     command = group.get_command(ctx, words[0])
     paths = _path_options(command) if command is not None else set()
     args, files = [], []
@@ -74,6 +76,27 @@ def forward(group, ctx) -> Optional[int]:
     sys.stdout.write(answer.get("stdout", ""))
     sys.stderr.write(answer.get("stderr", ""))
     return int(answer.get("rc", 1))
+
+
+def _report(server, login, words: list[str]) -> int:
+    """A run's report through the server: where its web view shows it (the report is on the server,
+    not here); ``--open`` opens that page in this machine's browser."""
+    from urllib.parse import quote
+
+    run_ids = [w for w in words if not w.startswith("-")]
+    if len(run_ids) != 1:
+        raise BurstError("give one run: burst report RUN [--open]")
+    answer = server.call(login, "GET", f"/v1/runs/{quote(run_ids[0], safe='')}")
+    if not answer.get("report"):
+        raise BurstError(f"run {run_ids[0]} has no report yet (state {answer.get('state')})" +
+                         (f": {answer['message']}" if answer.get("message") else ""), exit_code=1)
+    url = login.url.rstrip("/") + answer["report"]
+    if "--open" in words:
+        import webbrowser
+
+        webbrowser.open(url)
+    print(f"{url}  (sign in to the web view with your token to read it)")
+    return 0
 
 
 def check_paths(group, ctx) -> None:

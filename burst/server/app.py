@@ -81,6 +81,24 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
             raise HTTPException(403, f"cluster {name!r} is {owner}'s: only they or an admin may stop it")
         return whose
 
+    @app.get("/v1/runs/{run_id}")
+    def run(run_id: str, member: User = Depends(user), session: Session = Depends(db)) -> dict:
+        """A run the member sees: its state and where the web view shows its report (collected first
+        when it succeeded unfollowed, as `burst report` does); another team's run is 404."""
+        found = views.run_of(session, member, data_dir, run_id)
+        if found is None:
+            raise HTTPException(404, f"no run {run_id!r}; `burst status` lists your runs")
+        owner, record = found
+        session.close()
+        if views.report_root(record) is None and record.state not in ("FAILED", "LOST"):
+            looked = views.look_at_run(verbs.home_of(data_dir, owner.uid), run_id)
+            record = views.run_of_owner(data_dir, owner, run_id) or record
+        else:
+            looked = {}
+        root = views.report_root(record)
+        return {"run_id": run_id, "owner": owner.name, "state": looked.get("state", record.state), "message": record.message,
+                "report": f"/ui/runs/{run_id}/report/report.html" if root is not None else None}
+
     @app.get("/v1/costs")
     def costs(by: str = "team", month: Optional[str] = None, member: User = Depends(user), session: Session = Depends(db)) -> dict:
         if by not in money.GROUPINGS:

@@ -61,7 +61,7 @@ def _report(record) -> str | None:
 
     if not record.run_dir:
         return None
-    page = Path(record.run_dir) / "report" / "report.html"
+    page = Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
     return str(page) if page.is_file() else None
 
 

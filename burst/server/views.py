@@ -4,6 +4,9 @@ team's runs, and a verb run as them with the team's money as its budget."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -12,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..home.records import Damaged, read_record
-from ..home.state import RunRecord
+from ..home.state import NAME_RULE, RunRecord
 from ..values.served import MONEY_VERBS
 from . import ledger, money, verbs
 from .database import Cluster, Team, User
@@ -124,10 +127,41 @@ def run_of(session: Session, member: User, data_dir: Path, run_id: str) -> Optio
     """The run ``run_id`` with its owner when ``member`` may see it; None otherwise (another team's
     run does not exist for them)."""
     for person in visible(session, member):
-        path = verbs.home_of(data_dir, person.uid) / "runs" / f"{run_id}.json"
-        if path.is_file():
-            try:
-                return person, read_record(path, "run record", "see `burst status`", RunRecord)
-            except (Damaged, FileNotFoundError):
-                return None
+        record = run_of_owner(data_dir, person, run_id)
+        if record is not None:
+            return person, record
     return None
+
+
+def run_of_owner(data_dir: Path, owner: User, run_id: str) -> Optional[RunRecord]:
+    """``owner``'s record of ``run_id`` as their state directory holds it now; None: none (or unreadable)."""
+    if not NAME_RULE.fullmatch(run_id):
+        return None
+    path = verbs.home_of(data_dir, owner.uid) / "runs" / f"{run_id}.json"
+    try:
+        return read_record(path, "run record", "see `burst status`", RunRecord)
+    except (Damaged, FileNotFoundError):
+        return None
+
+
+PEEK_TIMEOUT_S = 60.0
+
+
+def look_at_run(home: Path, run_id: str) -> dict:
+    """The run as its owner's state directory and its cluster say it (``burst.server.peek``, run as them)."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", "burst.server.peek", run_id], capture_output=True, text=True, cwd=home,
+                              env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=PEEK_TIMEOUT_S, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"run_id": run_id, "error": f"the run's cluster did not answer in {PEEK_TIMEOUT_S:.0f} s"}
+    if proc.returncode != 0:
+        return {"run_id": run_id, "error": (proc.stderr.strip().splitlines() or ["the run could not be read"])[-1]}
+    return json.loads(proc.stdout)
+
+
+def report_root(record: RunRecord) -> Optional[Path]:
+    """The directory of a run's report on the server (a scan's report is at its run directory's top); None before there is one."""
+    if not record.run_dir:
+        return None
+    root = Path(record.run_dir) if record.kind == "scan" else Path(record.run_dir) / "report"
+    return root.resolve() if (root / "report.html").is_file() else None

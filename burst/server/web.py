@@ -39,7 +39,6 @@ HERE = Path(__file__).parent
 PAGES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 PAGES.filters["when"] = lambda at: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
 LIVE_CACHE_S = 3.0   # viewers of one run within this long share one look at its cluster
-PEEK_TIMEOUT_S = 60.0
 RESUMABLE = ("STOPPED", "STOPPED_BUDGET", "LOST", "FAILED", "UNREACHABLE")
 HEADERS = {  # no page of the view may be framed, sniffed or run a script from elsewhere
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "
@@ -213,7 +212,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         with cache_lock:
             cached = live_cache.get(run_id)
         if cached is None or time.time() - cached[0] > LIVE_CACHE_S:
-            looked = _peek(verbs.home_of(data_dir, owner.uid), run_id)
+            looked = views.look_at_run(verbs.home_of(data_dir, owner.uid), run_id)
             looked["cost_usd"] = round(_cost_so_far(record, time.time()), 4)
             looked["forecast_usd"] = _forecast(record, looked)
             looked["report"] = f"/ui/runs/{quote(run_id)}/report/report.html" if looked.get("report") else None
@@ -225,9 +224,9 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     @app.get("/ui/runs/{run_id}/report/{name:path}", include_in_schema=False)
     def run_report(run_id: str, name: str, who=Depends(signed_in), session: Session = Depends(db)) -> Response:
         _owner, record = visible_run(session, who[0], run_id)
-        if not record.run_dir:
+        root = views.report_root(record)
+        if root is None:
             raise HTTPException(404, f"run {run_id} has no report yet")
-        root = (Path(record.run_dir) / "report").resolve()
         path = (root / name).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             raise HTTPException(404, f"no {name!r} in run {run_id}'s report")
@@ -255,7 +254,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         home = verbs.home_of(data_dir, owner.uid)
         if action == "cancel":
             proc = subprocess.run([sys.executable, "-m", "burst.server.peek", "cancel", run_id], capture_output=True, text=True, cwd=home,
-                                  env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=PEEK_TIMEOUT_S)
+                                  env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=views.PEEK_TIMEOUT_S)
             said = (proc.stdout + proc.stderr).strip()
         else:  # the owner's own verb, held to their team's money, in the background: it follows the run to its end
             args = [record.workload, "--resume", run_id, "--cluster", record.cluster, "--detach"]
@@ -315,18 +314,6 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         if "/" in name or not path.is_file():
             raise HTTPException(404, "no such file")
         return FileResponse(path, headers={**HEADERS, "Cache-Control": "max-age=300"})
-
-
-def _peek(home: Path, run_id: str) -> dict:
-    """The run as its owner's state directory and its cluster say it (``burst.server.peek``, run as them)."""
-    try:
-        proc = subprocess.run([sys.executable, "-m", "burst.server.peek", run_id], capture_output=True, text=True, cwd=home,
-                              env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=PEEK_TIMEOUT_S, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return {"run_id": run_id, "error": f"the run's cluster did not answer in {PEEK_TIMEOUT_S:.0f} s"}
-    if proc.returncode != 0:
-        return {"run_id": run_id, "error": (proc.stderr.strip().splitlines() or ["the run could not be read"])[-1]}
-    return json.loads(proc.stdout)
 
 
 def _handle(data_dir: Path, owner: User, name: str) -> Optional[ClusterHandle]:

@@ -175,6 +175,11 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         assert "report" in driver.title.lower() or driver.find_elements("css selector", "img[alt='sampling_fraction']")
         assert driver.find_elements("css selector", "img[alt='profiles']")
         shoot(driver, "web-report", shots, SHOTS)
+        # `burst report` through the server names the same page; another team's member is told there is no such run
+        said = burst("report", run_id, home=homes["alice"], cwd=tmp_path, check=True).stdout
+        assert said.startswith(f"{server.url}/ui/runs/{run_id}/report/report.html")
+        refused = burst("report", run_id, home=homes["carol"], cwd=tmp_path)
+        assert refused.returncode == 1 and f"no run {run_id!r}" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
         # the money page says what `burst costs --json` says, line for line
         driver.get(server.url + "/ui/money")
         costs = json.loads(burst("costs", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
