@@ -14,6 +14,7 @@ from typing import Optional
 from ..errors import BurstError
 from . import database
 from .guard import Leadership, TeamGuard, revive_members
+from .verbs import UPLOADS_KEPT_DAYS, sweep_uploads
 
 DEFAULT_PORT = 8467
 
@@ -57,6 +58,9 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine, sessions = open_database(url, engine)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    swept = sweep_uploads(data_dir)
+    if swept:
+        logging.getLogger("burst.server").warning("removed %d members' uploads older than %d days", swept, UPLOADS_KEPT_DAYS)
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
     guard.start()
     threading.Thread(target=revive_members, args=(sessions, data_dir), name="revive-members", daemon=True).start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import yaml
 from ..errors import BurstError
 from ..home.state import OWNER
 from ..placement.policy import DEFAULT_POLICY
-from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value
+from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value, split_option
 
 TAKES_POLICY = ("plan", "up", "run", "tune")
 TAKES_BUDGET = ("train", "run", "tune")
@@ -94,6 +95,29 @@ def member_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, "BURST_HOME": str(home), **extra}
 
 
+def keeps_files(verb: str, args: list[str]) -> bool:
+    """Whether a process the verb leaves behind may read the files sent with it later: a managed
+    run's controller (its policy, for every move) and a detached run's (its gate, its space)."""
+    return verb in ("train", "run", "tune") and any(split_option(word)[0] in ("--managed", "--detach") for word in args)
+
+
+UPLOADS_KEPT_DAYS = 30  # what a detached or managed run was sent outlives it by this much, then goes at a server's start
+
+
+def sweep_uploads(data_dir: Path, days: float = UPLOADS_KEPT_DAYS) -> int:
+    """Remove every member's uploads older than ``days`` (the server's start); how many went."""
+    cutoff = time.time() - days * 86400
+    gone = 0
+    for folder in data_dir.glob("users/*/uploads/*"):
+        try:
+            if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+                gone += 1
+        except OSError:
+            continue
+    return gone
+
+
 def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
     """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
     state directory, their uploads, nothing of the server's; in their directory, where the run
@@ -104,6 +128,9 @@ def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeo
                               timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True, cwd=home)
     except subprocess.TimeoutExpired:
         return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
+    finally:
+        if not keeps_files(verb, args):  # the verb is over and left nothing that reads them: the member's files go
+            shutil.rmtree(uploads, ignore_errors=True)
     return proc.returncode, proc.stdout, proc.stderr
 
 

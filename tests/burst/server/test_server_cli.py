@@ -102,3 +102,28 @@ def test_a_member_s_own_state_is_imported_but_nothing_still_controlled_on_their_
     assert "cluster site: the member has one of that name on the server already" in again.stderr
     refused = server("admin", "import", "alice", "--from", str(tmp_path), data=data)
     assert refused.returncode != 0 and "is not a burst state directory" in refused.stderr
+
+
+def test_the_files_a_member_sends_go_with_the_verb_unless_a_run_it_leaves_behind_reads_them(tmp_path):
+    """A policy sent with `plan` is gone once the plan is made; one sent with a detached or managed
+    run stays for its controller; what stays goes at a server's start once a month old."""
+    import os
+    import time
+
+    from burst.server import verbs
+
+    data = tmp_path / "srv"
+    home = verbs.home_of(data, "abcd1234")
+    policy = "providers: [local]\nlocal: {usd_per_hour: 1}\n"
+    args, uploads = verbs.with_uploads(home, ["gan3d", "--policy", "@upload:0", "--json"], [policy])
+    assert (uploads / "file-0.yaml").read_text() == policy and args[2] == str(uploads / "file-0.yaml")
+    rc, out, err = verbs.run(home, uploads, "plan", args, "abcd1234")
+    assert rc == 0, err
+    assert '"choice"' in out and not uploads.exists()  # the plan read it, then it went
+    assert verbs.keeps_files("train", ["gan3d", "--detach"]) and verbs.keeps_files("run", ["gan3d", "--managed", "--policy", "x"])
+    assert not verbs.keeps_files("train", ["gan3d"]) and not verbs.keeps_files("up", ["--detach"])
+    _, kept = verbs.with_uploads(home, ["x"], ["a"])
+    _, old = verbs.with_uploads(home, ["x"], ["b"])
+    month_ago = time.time() - 31 * 86400
+    os.utime(old, (month_ago, month_ago))
+    assert verbs.sweep_uploads(data) == 1 and kept.exists() and not old.exists()
