@@ -31,7 +31,7 @@ from .lifecycle.runs import TrainRequest
 from .home.state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
 
-__all__ = ["plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
+__all__ = ["connect", "plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
            "ClusterStatus", "DamagedRecord", "StagedDataset", "datasets", "remove_dataset", "BurstError"]
 
 MAX_LEASE_HOURS = 8760.0
@@ -498,6 +498,14 @@ def monitor(name: str, *, port: Optional[int] = None, stop: bool = False):
     if not target.answers_here(handle):
         return prometheus.start_relayed(handle, target, port)
     return prometheus.start(handle, target.metrics_discovery(handle), port)
+
+
+def connect(url: str, token: str, ca_file: Optional[str] = None):
+    """A burst server's API as the bearer of ``token`` (``burst.client.server.ServerClient``): their
+    team's clusters, runs and money, and verbs run there as them."""
+    from .client.server import ServerClient
+
+    return ServerClient(url, token, ca_file)
 
 
 def status() -> Status:

@@ -1,5 +1,6 @@
 """This machine as a burst server's client: the login it keeps (the server's address in
-``server.json``, the token alone in a user-only file) and one HTTP call, every failure one line."""
+``server.json``, the token alone in a user-only file), one HTTP call, every failure one line, and
+``ServerClient``, the server's API from Python (``burst.api.connect``)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,60 @@ def _detail(exc: urllib.error.HTTPError) -> str:
         said = None
     return str(said) if said else exc.reason
 
+
+
+@dataclass
+class VerbResult:
+    """What a verb run on the server as its member said: its exit code and its output."""
+    rc: int
+    stdout: str
+    stderr: str
+
+    def json(self):
+        """The output of a ``--json`` verb, read back; ``BurstError`` when the verb failed."""
+        if self.rc != 0:
+            raise BurstError((self.stderr.strip().splitlines() or [f"the verb exited {self.rc}"])[-1], exit_code=self.rc)
+        return json.loads(self.stdout)
+
+
+class ServerClient:
+    """A burst server from Python, as a member (or an admin) with their token: who they are, their
+    team's clusters, runs and money, and any verb the server runs for them. Each call is one
+    request; a refusal (a bad token, another team's object, a budget spent) is ``BurstError``."""
+
+    def __init__(self, url: str, token: str, ca_file: Optional[str] = None):
+        if not url.startswith(("http://", "https://")):
+            raise BurstError(f"{url!r} is not a server address: give http://HOST:PORT or https://HOST:PORT")
+        self.login = Login(url.rstrip("/"), token.strip(), ca_file)
+
+    def me(self) -> dict:
+        return call(self.login, "GET", "/v1/me")
+
+    def clusters(self) -> list[dict]:
+        """The running clusters the member sees, each with its owner, price and what it cost this month."""
+        return call(self.login, "GET", "/v1/clusters")
+
+    def costs(self, by: str = "team", month: Optional[str] = None) -> dict:
+        """The month's spent, committed and left, by team, user, target or month (``burst costs --json``)."""
+        from urllib.parse import urlencode
+
+        query = urlencode({"by": by, **({"month": month} if month else {})})
+        return call(self.login, "GET", f"/v1/costs?{query}")
+
+    def run(self, run_id: str) -> dict:
+        """A run's state and the web view's address of its report."""
+        from urllib.parse import quote
+
+        return call(self.login, "GET", f"/v1/runs/{quote(run_id, safe='')}")
+
+    def stop(self, owner: str, cluster: str) -> dict:
+        """Stop a cluster (every run on it checkpoints first): the member's own, or anyone's for an admin."""
+        from urllib.parse import quote
+
+        return call(self.login, "DELETE", f"/v1/clusters/{quote(owner, safe='')}/{quote(cluster, safe='')}")
+
+    def verb(self, name: str, *args: str, files: tuple[str, ...] = ()) -> VerbResult:
+        """``burst NAME ARGS`` run on the server as the member, held to their team's money; ``files``:
+        the texts ``@upload:N`` in ``args`` stands for (a policy, a gate)."""
+        answer = call(self.login, "POST", f"/v1/verbs/{name}", {"args": list(args), "files": list(files)})
+        return VerbResult(int(answer.get("rc", 1)), answer.get("stdout", ""), answer.get("stderr", ""))

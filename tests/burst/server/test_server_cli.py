@@ -127,3 +127,34 @@ def test_the_files_a_member_sends_go_with_the_verb_unless_a_run_it_leaves_behind
     month_ago = time.time() - 31 * 86400
     os.utime(old, (month_ago, month_ago))
     assert verbs.sweep_uploads(data) == 1 and kept.exists() and not old.exists()
+
+
+def test_the_server_from_python_answers_as_the_member_and_refuses_in_one_line(tmp_path):
+    """`burst.api.connect` against a real server (its own SQLite): who the token names, the team's
+    clusters and money, a verb run as the member with its JSON read back, a bad token refused."""
+    import pytest
+
+    from burst import api
+    from burst.errors import BurstError
+    from tests.support.burst_server import Server
+
+    server = Server(tmp_path)
+    server.admin("team", "cern", "--budget", "200")
+    token = server.admin("user", "alice", "--team", "cern")
+    server.start()
+    try:
+        me = api.connect(server.url, token)
+        assert me.me()["user"] == "alice" and me.me()["team"] == "cern"
+        assert me.clusters() == []
+        (line,) = me.costs()["lines"]
+        assert (line["key"], line["spent_usd"], line["left_usd"]) == ("cern", 0.0, 200.0)
+        plan = me.verb("plan", "gan3d", "--gpus", "8", "--json").json()
+        assert plan["budget_usd"] == 200  # held to the team's month: the server's own narrowing, seen from Python
+        with pytest.raises(BurstError, match="no run 'gan3d-nope'"):
+            me.run("gan3d-nope")
+        with pytest.raises(BurstError, match="refused the token"):
+            api.connect(server.url, "burst_not-a-token").me()
+        with pytest.raises(BurstError, match="is not a server address"):
+            api.connect("login-node:8467", token)
+    finally:
+        server.stop()
