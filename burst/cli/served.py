@@ -117,10 +117,34 @@ def check_paths(group, ctx) -> None:
             if allowed not in Path(value).resolve().parents:
                 raise BurstError(f"{option} {value}: through a burst server, {option} takes a file sent with the command; "
                                  "the server's own files are not yours to read")
+            if option == "--policy":
+                _check_policy_stores(Path(value))
+        elif option == "--storage":
+            value = inline if inline is not None else next(rest, "")
+            if value != "local" and not _in_a_store(value):
+                raise BurstError(f"--storage {value}: through a burst server, a store is `local` (your own directory on the server) or "
+                                 "a bucket URI (gs://, abfs://), not a directory of the server's")
         elif option == "--data":
             value = inline if inline is not None else next(rest, "")
             if not _in_a_store(value):
                 raise BurstError(f"--data {value}: through a burst server, a dataset is a store URI (gs://, abfs://), not a server directory")
+
+
+def _check_policy_stores(policy: Path) -> None:
+    """A policy sent through a server names no directory of the server's as a store (``stores.named``:
+    a bucket URI only; the member's own directory is what ``local`` means there)."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(policy.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # not a policy: the command says so when it loads it
+    stores = document.get("stores") if isinstance(document, dict) else None
+    named = stores.get("named") if isinstance(stores, dict) else None
+    for where, uri in (named or {}).items() if isinstance(named, dict) else ():
+        if not _in_a_store(str(uri)):
+            raise BurstError(f"policy stores.named.{where}: {uri}: through a burst server, a named store is a bucket URI (gs://, abfs://), "
+                             "not a directory of the server's; leave `local` out to use your own directory there")
 
 
 def _in_a_store(value: str) -> bool:

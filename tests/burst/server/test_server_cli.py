@@ -158,3 +158,30 @@ def test_the_server_from_python_answers_as_the_member_and_refuses_in_one_line(tm
             api.connect("login-node:8467", token)
     finally:
         server.stop()
+
+
+def test_a_member_names_no_directory_of_the_server_as_a_store_in_a_flag_or_a_policy(tmp_path):
+    """Through a real server: `--storage DIR` and a policy's `stores.named.local: DIR` would put a
+    member's checkpoints in any directory of the server's (another member's included); each is one
+    line, and nothing is made."""
+    from tests.support.burst_server import Server
+    from tests.support.cli_runs import burst
+
+    server = Server(tmp_path)
+    server.admin("team", "cern")
+    (tmp_path / "alice.token").write_text(server.admin("user", "alice", "--team", "cern"))
+    server.start()
+    home = tmp_path / "alice-machine"
+    try:
+        burst("login", server.url, "--token-file", str(tmp_path / "alice.token"), home=home, cwd=tmp_path, check=True)
+        policy = tmp_path / "p.yaml"
+        policy.write_text(f"stores:\n  named:\n    local: {server.data}\n")
+        for args, said in ((("plan", "--policy", str(policy)), "policy stores.named.local:"),
+                           (("up", "--provider", "local", "--storage", str(server.data)), f"--storage {server.data}: through a burst server"),
+                           (("up", "--provider", "local", "--storage", f"file://{server.data}"), "not a directory of the server's")):
+            refused = burst(*args, home=home, cwd=tmp_path)
+            assert refused.returncode != 0 and said in refused.stderr, refused.stderr
+            assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+        assert not list(server.data.glob("users/*/clusters/*.json"))  # nothing was brought up
+    finally:
+        server.stop()
