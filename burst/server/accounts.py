@@ -106,6 +106,8 @@ def open_web_session(db: Session, token: Optional[str]) -> Optional[tuple[str, W
         return None
     cookie = secrets.token_urlsafe(32)
     now = time.time()
+    for old in db.scalars(select(WebSession).where(WebSession.expires < now)):  # ended sessions go as new ones come
+        db.delete(old)
     row = WebSession(digest=digest(cookie), token_id=found.id, csrf=secrets.token_urlsafe(24), created=now, expires=now + WEB_SESSION_S)
     db.add(row)
     db.commit()

@@ -16,7 +16,7 @@ from ..errors import BurstError
 def look(run_id: str) -> dict:
     from .. import api
     from ..lifecycle import runs
-    from ..runtime.job import DoneEvent, EpochEvent, FailedEvent, StartEvent, StepEvent, StoppedEvent, parse_events
+    from ..runtime.job import DoneEvent, EpochEvent, FailedEvent, StartEvent, StepEvent, StoppedEvent, UsageEvent, parse_events
 
     from ..lifecycle import tracking
 
@@ -30,7 +30,7 @@ def look(run_id: str) -> dict:
         text, why = api.logs(run_id), None
     except BurstError as exc:
         text, why = "", str(exc)
-    epochs, step, summary, said, failure, stopped, workers = {}, None, None, None, None, None, None
+    epochs, step, summary, said, failure, stopped, workers, usage = {}, None, None, None, None, None, None, None
     for event in parse_events(text):
         if isinstance(event, StartEvent):
             workers = {"replicas": event.replicas, "global_batch": event.global_batch, "steps": event.steps}
@@ -45,6 +45,8 @@ def look(run_id: str) -> dict:
             failure = event.message
         elif isinstance(event, StoppedEvent):
             stopped = {"epoch": event.epoch, "step": event.step, "reason": event.reason}
+        elif isinstance(event, UsageEvent):
+            usage = event.line()
     moves = []
     if record.managed:
         from ..unattended import managed
@@ -53,7 +55,7 @@ def look(run_id: str) -> dict:
     return {"run_id": record.run_id, "state": record.state, "managed": record.managed, "attempts": record.attempts, "moves": moves, "message": record.message, "cluster": record.cluster,
             "provider": record.provider, "workload": record.workload, "epochs_planned": int(record.config.get("epochs", 0) or 0),
             "epochs": [epochs[k] for k in sorted(epochs)], "step": step, "summary": summary, "validation": said, "failure": failure,
-            "stopped": stopped, "workers": workers, "log_unreachable": why, "report": _report(record)}
+            "stopped": stopped, "workers": workers, "usage": usage if record.state not in runs.FINISHED else None, "log_unreachable": why, "report": _report(record)}
 
 
 def _report(record) -> str | None:

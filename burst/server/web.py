@@ -276,7 +276,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         by_user = views.costs(session, who[0], data_dir, "user", month)
         by_target = views.costs(session, who[0], data_dir, "target", month)
         return page("money.html", who, title="Money", month=month, teams=teams, by_user=by_user, by_target=by_target,
-                    chart=month_chart(teams))
+                    chart=month_chart(teams), user_chart=month_chart(by_user), target_chart=month_chart(by_target))
 
     @app.get("/ui/plan", include_in_schema=False)
     def plan_form(who=Depends(signed_in)) -> HTMLResponse:

@@ -136,7 +136,7 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
     policy.write_text("providers: [local]\nlocal: {usd_per_hour: 72}\n")  # 2 cents a second: money the page can show
     up = burst("up", "--provider", "local", "--policy", str(policy), home=homes["alice"], cwd=tmp_path, check=True)
     assert "cluster local (local) started" in up.stderr + up.stdout
-    train = burst("train", "gan3d", *TRAIN, "--epochs", "3", "--detach", home=homes["alice"], cwd=tmp_path, check=True)
+    train = burst("train", "gan3d", *TRAIN, "--epochs", "8", "--detach", home=homes["alice"], cwd=tmp_path, check=True)
     run_id = next(word for word in (train.stdout + train.stderr).split() if word.startswith("gan3d-"))
     shots = tmp_path / "shots"
     with browser.chromium() as driver:
@@ -145,14 +145,22 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         driver.find_element("link text", run_id).click()
         assert text_of(driver, "state") in ("PENDING", "RUNNING")
         # the page follows the run as it learns: each epoch's loss appears as the job says it
-        first = wait_for(lambda: text_of(driver, "epoch") == "1 / 3" and text_of(driver, "loss"), 240, "epoch 1 never showed")
-        wait_for(lambda: text_of(driver, "epoch") == "2 / 3", 120, "epoch 2 never showed")
+        first = wait_for(lambda: text_of(driver, "epoch") == "1 / 8" and text_of(driver, "loss"), 240, "epoch 1 never showed")
+        # meanwhile the clusters page shows the cluster's utilisation as the job says it
+        run_page = driver.current_url
+        driver.get(server.url + "/ui/clusters")
+        cell = driver.find_element("css selector", "tr[data-cluster='alice/local'] td.usage")
+        wait_for(lambda: "CPU" in cell.text, 90, "the clusters page never showed the run's usage")
+        shoot(driver, "web-clusters", shots, SHOTS)
+        driver.get(run_page)
+        wait_for(lambda: text_of(driver, "epoch") not in ("1 / 8", "–", ""), 120, "epoch 2 never showed")
         second = text_of(driver, "loss")
         assert first.startswith("g_loss ") and second.startswith("g_loss ") and first != second
         assert len(driver.find_elements("css selector", "#chart polyline")) == 1
         assert text_of(driver, "cost").startswith("$") and text_of(driver, "forecast").startswith("$")
         shoot(driver, "web-run", shots, SHOTS)
         # the owner cancels it (it checkpoints where it is and stops, the cluster kept) and resumes it from there
+        assert text_of(driver, "state") == "RUNNING" and text_of(driver, "epoch") != "8 / 8"
         driver.find_element("id", "cancel").click()
         assert "Cancel run" in text_of(driver, "question")
         driver.find_element("id", "confirm").click()
@@ -213,7 +221,6 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         # the owner stops the cluster with the button, after the confirmation
         sign_in(driver, server, tokens["alice"])
         driver.get(server.url + "/ui/clusters")
-        shoot(driver, "web-clusters", shots, SHOTS)
         driver.find_element("css selector", "tr[data-cluster='alice/local']").find_element("link text", "Stop").click()
         assert "Stop cluster local of alice?" in text_of(driver, "question")
         driver.find_element("id", "confirm").click()
