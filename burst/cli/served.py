@@ -121,9 +121,9 @@ def check_paths(group, ctx) -> None:
                 _check_policy_stores(Path(value))
         elif option == "--storage":
             value = inline if inline is not None else next(rest, "")
-            if value != "local" and not _in_a_store(value):
-                raise BurstError(f"--storage {value}: through a burst server, a store is `local` (your own directory on the server) or "
-                                 "a bucket URI (gs://, abfs://), not a directory of the server's")
+            if not _in_a_store(value):
+                raise BurstError(f"--storage {value}: through a burst server, a store is a bucket URI (gs://, abfs://), not a directory "
+                                 "of the server's; without --storage your runs keep their files in your own directory there")
         elif option == "--data":
             value = inline if inline is not None else next(rest, "")
             if not _in_a_store(value):
