@@ -137,7 +137,7 @@ def main() -> None:
                 print(f"{label:36} {median:10.1f} {slowest:11.1f} {size:8d}")
             looks = []
             for _ in range(max(3, args.repeat // 5)):
-                time.sleep(3.2)  # past the live cache: every look starts burst.server.peek as the run's owner
+                time.sleep(5.2)  # past the live cache: every look starts burst.server.peek as the run's owner
                 looks.append(_timed(opener, base + f"/ui/runs/{mine}/live", 1))
             print(f"{'/ui/runs/RUN/live (uncached)':36} {statistics.median(l[0] for l in looks):10.1f} {max(l[1] for l in looks):11.1f} "
                   f"{looks[-1][2]:8d}")

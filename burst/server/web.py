@@ -38,7 +38,7 @@ COOKIE = "burst_session"
 HERE = Path(__file__).parent
 PAGES = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 PAGES.filters["when"] = lambda at: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
-LIVE_CACHE_S = 3.0   # viewers of one run within this long share one look at its cluster
+LIVE_CACHE_S = 5.0   # viewers of one run within this long share one look at its cluster
 RESUMABLE = ("STOPPED", "STOPPED_BUDGET", "LOST", "FAILED", "UNREACHABLE")
 HEADERS = {  # no page of the view may be framed, sniffed or run a script from elsewhere
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; "

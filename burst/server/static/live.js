@@ -82,7 +82,7 @@
       const answer = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
       if (answer.ok) state = show(await answer.json());
     } catch (e) { text("unreachable", "the server did not answer"); }
-    if (!FINISHED.includes(state)) setTimeout(tick, 3000);
+    if (!FINISHED.includes(state)) setTimeout(tick, 5000);
   }
   tick();
 })();
