@@ -61,6 +61,12 @@ def sign_in(driver, server: Server, token: str) -> None:
     wait_for(lambda: text_of(driver, "who"), 30, "the sign-in did not reach a page with the user's name")
 
 
+def shown(driver, element_id: str, timeout: float = 120) -> str:
+    """The text of ``element_id`` once the page that has it is there (a click returns before a POST's
+    answer has loaded: the server may be running a command for it)."""
+    return wait_for(lambda: text_of(driver, element_id), timeout, f"no #{element_id} on the page")
+
+
 def sign_out(driver) -> None:
     driver.find_element("css selector", "form.who button").click()
     wait_for(lambda: driver.current_url.endswith("/signin"), 30, "signing out did not go back to the sign-in form")
@@ -87,7 +93,7 @@ def test_a_token_signs_in_to_a_session_cookie_that_holds_no_secret_of_the_page_a
         assert driver.current_url.endswith("/signin")  # no session: the sign-in form, nothing else
         driver.find_element("id", "token").send_keys("burst_not-a-token")
         driver.find_element("id", "signin").click()
-        assert "does not let you in" in text_of(driver, "error")
+        assert "does not let you in" in shown(driver, "error")
         sign_in(driver, server, tokens["alice"])
         cookie = driver.get_cookie("burst_session")
         assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
@@ -114,7 +120,7 @@ def test_a_token_signs_in_to_a_session_cookie_that_holds_no_secret_of_the_page_a
         driver.get(server.url + "/ui/plan")
         driver.find_element("id", "flags").send_keys("--catalog /etc/passwd")
         driver.find_element("id", "plan").click()
-        assert "paste the policy into the form's policy box" in text_of(driver, "error")
+        assert "paste the policy into the form's policy box" in shown(driver, "error")
         # signing out ends the session on the server: the old cookie opens nothing
         sign_out(driver)
         assert posted(server, "/signout", cookie["value"], {"csrf": "x"}) == 401
@@ -143,7 +149,7 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         sign_in(driver, server, tokens["alice"])
         driver.get(server.url + "/ui/runs")
         driver.find_element("link text", run_id).click()
-        assert text_of(driver, "state") in ("PENDING", "RUNNING")
+        assert shown(driver, "state") in ("PENDING", "RUNNING")
         # the page follows the run as it learns: each epoch's loss appears as the job says it
         first = wait_for(lambda: text_of(driver, "epoch") == "1 / 8" and text_of(driver, "loss"), 240, "epoch 1 never showed")
         # meanwhile the clusters page shows the cluster's utilisation as the job says it
@@ -164,9 +170,9 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         # the owner cancels it (it checkpoints where it is and stops, the cluster kept) and resumes it from there
         assert text_of(driver, "state") == "RUNNING" and text_of(driver, "epoch") != "8 / 8"
         driver.find_element("id", "cancel").click()
-        assert "Cancel run" in text_of(driver, "question")
+        assert "Cancel run" in shown(driver, "question")
         driver.find_element("id", "confirm").click()
-        assert "asked to checkpoint and stop" in text_of(driver, "said")
+        assert "asked to checkpoint and stop" in shown(driver, "said")
         driver.find_element("id", "back").click()
         wait_for(lambda: text_of(driver, "state") == "STOPPED", 180, "the cancelled run never showed STOPPED")
         stopped_at = text_of(driver, "step")
@@ -178,7 +184,7 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         assert "cancelled at epoch" in driver.page_source, driver.page_source[-3000:]
         driver.find_element("id", "resume").click()
         driver.find_element("id", "confirm").click()
-        said = wait_for(lambda: text_of(driver, "said"), 120, "resuming showed nothing")
+        said = shown(driver, "said")
         assert f"run {run_id}" in said and "resum" in said.lower(), said
         driver.find_element("id", "back").click()
         # finished: the state, the physics summary and the report, collected by the server as alice
@@ -197,10 +203,10 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         # the money page says what `burst costs --json` says, line for line
         driver.get(server.url + "/ui/money")
         costs = json.loads(burst("costs", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
-        shown = {row.get_attribute("data-key"): row for row in driver.find_elements("css selector", "#teams tbody tr")}
-        assert set(shown) == {line["key"] for line in costs["lines"]} == {"cern"}
+        by_key = {row.get_attribute("data-key"): row for row in driver.find_elements("css selector", "#teams tbody tr")}
+        assert set(by_key) == {line["key"] for line in costs["lines"]} == {"cern"}
         (line,) = costs["lines"]
-        row = shown["cern"]
+        row = by_key["cern"]
         spent_page = float(row.find_element("css selector", ".spent").text)
         assert line["spent_usd"] > 0.5 and 0 <= line["spent_usd"] - spent_page <= 0.02 * 30  # the cluster runs on between the two looks
         assert float(row.find_element("css selector", ".left").text) == pytest.approx(line["left_usd"], abs=0.02 * 30)
@@ -228,7 +234,7 @@ def test_a_member_watches_a_real_run_learn_cancels_and_resumes_it_opens_its_repo
         sign_in(driver, server, tokens["alice"])
         driver.get(server.url + "/ui/clusters")
         driver.find_element("css selector", "tr[data-cluster='alice/local']").find_element("link text", "Stop").click()
-        assert "Stop cluster local of alice?" in text_of(driver, "question")
+        assert "Stop cluster local of alice?" in shown(driver, "question")
         driver.find_element("id", "confirm").click()
 
         def gone() -> bool:
