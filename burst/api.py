@@ -747,9 +747,11 @@ def report(run_id: str) -> Path:
     record = runs.load_run(run_id)
     if not record.run_dir:
         record = tracking.collect_finished(record)
-    if not record.run_dir:
+    from .lifecycle.rundir import report_page
+
+    path = report_page(record)
+    if path is None:
         raise BurstError(f"run {run_id} has no report yet (state {record.state})", exit_code=1)
-    path = Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
     if not path.is_file():
         raise BurstError(f"report {path} is {'not a file' if path.exists() else 'missing'}; was the run directory moved?", exit_code=1)
     return path

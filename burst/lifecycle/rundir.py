@@ -23,6 +23,14 @@ from ..home.state import ClusterHandle, RunRecord
 RUNS_ROOT = Path("burst-runs")
 
 
+def report_page(record: RunRecord) -> Optional[Path]:
+    """Where a run's (or a scan's) HTML report is once collected: a scan's at its run directory's
+    top, a run's under ``report/``; None while the record names no run directory."""
+    if not record.run_dir:
+        return None
+    return Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
+
+
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -97,7 +97,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
             looked = {}
         root = views.report_root(record)
         return {"run_id": run_id, "owner": owner.name, "state": looked.get("state", record.state), "message": record.message,
-                "report": f"/ui/runs/{run_id}/report/report.html" if root is not None else None}
+                "report": views.report_url(run_id) if root is not None else None}
 
     @app.get("/v1/costs")
     def costs(by: str = "team", month: Optional[str] = None, member: User = Depends(user), session: Session = Depends(db)) -> dict:

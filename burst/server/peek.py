@@ -59,12 +59,10 @@ def look(run_id: str) -> dict:
 
 
 def _report(record) -> str | None:
-    from pathlib import Path
+    from ..lifecycle.rundir import report_page
 
-    if not record.run_dir:
-        return None
-    page = Path(record.run_dir) / ("report.html" if record.kind == "scan" else "report/report.html")
-    return str(page) if page.is_file() else None
+    page = report_page(record)
+    return str(page) if page is not None and page.is_file() else None
 
 
 def cancel(run_id: str) -> int:

@@ -160,8 +160,15 @@ def look_at_run(home: Path, run_id: str) -> dict:
 
 
 def report_root(record: RunRecord) -> Optional[Path]:
-    """The directory of a run's report on the server (a scan's report is at its run directory's top); None before there is one."""
-    if not record.run_dir:
-        return None
-    root = Path(record.run_dir) if record.kind == "scan" else Path(record.run_dir) / "report"
-    return root.resolve() if (root / "report.html").is_file() else None
+    """The directory of a run's report on the server; None before there is one."""
+    from ..lifecycle.rundir import report_page
+
+    page = report_page(record)
+    return page.parent.resolve() if page is not None and page.is_file() else None
+
+
+def report_url(run_id: str) -> str:
+    """Where the web view serves a run's report (``report_root``'s files under it)."""
+    from urllib.parse import quote
+
+    return f"/ui/runs/{quote(run_id)}/report/report.html"

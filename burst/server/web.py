@@ -215,7 +215,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
             looked = views.look_at_run(verbs.home_of(data_dir, owner.uid), run_id)
             looked["cost_usd"] = round(_cost_so_far(record, time.time()), 4)
             looked["forecast_usd"] = _forecast(record, looked)
-            looked["report"] = f"/ui/runs/{quote(run_id)}/report/report.html" if looked.get("report") else None
+            looked["report"] = views.report_url(run_id) if looked.get("report") else None
             cached = (time.time(), looked)
             with cache_lock:
                 live_cache[run_id] = cached
