@@ -77,7 +77,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
             row = session.scalar(select(Cluster).where(Cluster.user_id == whose.id, Cluster.name == name, Cluster.ended.is_(None)))
         if row is None:
             raise HTTPException(404, f"no cluster {name!r} of {owner!r}")
-        if member.role != "admin" and whose.id != member.id:
+        if not views.may_act(member, whose):
             raise HTTPException(403, f"cluster {name!r} is {owner}'s: only they or an admin may stop it")
         return whose
 

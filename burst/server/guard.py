@@ -23,7 +23,7 @@ from sqlalchemy.pool import NullPool
 from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
 from . import ledger, money
 from .database import Cluster, Team, User
-from .verbs import home_of, member_env
+from .verbs import as_member, home_of, member_env
 
 log = logging.getLogger("burst.server")
 
@@ -157,8 +157,7 @@ class TeamGuard:
 
 def stop_as_member(home: Path, name: str, reason: str) -> bool:
     """``burst.server.act stop`` as the member (their state directory), its words in the server's log; True when it is down."""
-    proc = subprocess.run([sys.executable, "-m", "burst.server.act", "stop", name, reason], capture_output=True, text=True, env=member_env(home),
-                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=home)
+    proc = as_member(home, ["burst.server.act", "stop", name, reason])
     for line in (proc.stdout + proc.stderr).splitlines():
         log.warning("%s: %s", name, line)
     return proc.returncode == 0

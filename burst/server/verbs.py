@@ -118,14 +118,20 @@ def sweep_uploads(data_dir: Path, days: float = UPLOADS_KEPT_DAYS) -> int:
     return gone
 
 
+def as_member(home: Path, module_args: list[str], timeout: Optional[float] = None, **extra: str) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` as the member: their environment (``member_env``, with ``extra``),
+    in their directory, in a session of its own, nothing read from the server's terminal; its
+    output as text. ``subprocess.TimeoutExpired`` past ``timeout``."""
+    return subprocess.run([sys.executable, "-m", *module_args], capture_output=True, text=True, env=member_env(home, **extra), cwd=home,
+                          timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
     """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
     state directory, their uploads, nothing of the server's; in their directory, where the run
     directories it collects (``burst-runs/``) are theirs, not the server's working directory."""
-    env = member_env(home, **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
     try:
-        proc = subprocess.run([sys.executable, "-m", "burst.cli", verb, *args], capture_output=True, text=True, env=env,
-                              timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True, cwd=home)
+        proc = as_member(home, ["burst.cli", verb, *args], timeout, **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
     except subprocess.TimeoutExpired:
         return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
     finally:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -29,6 +28,11 @@ def visible(session: Session, member: User) -> list[User]:
     """The users whose objects ``member`` sees: their team's (an admin: everyone's)."""
     query = select(User) if member.role == "admin" else select(User).where(User.team_id == member.team_id)
     return list(session.scalars(query.order_by(User.name)))
+
+
+def may_act(member: User, owner: User) -> bool:
+    """Whether ``member`` may act on ``owner``'s cluster or run: their own, or anyone's for an admin."""
+    return member.role == "admin" or member.id == owner.id
 
 
 def left_usd(session: Session, member: User) -> tuple[Optional[float], Optional[str]]:
@@ -150,8 +154,7 @@ PEEK_TIMEOUT_S = 60.0
 def look_at_run(home: Path, run_id: str) -> dict:
     """The run as its owner's state directory and its cluster say it (``burst.server.peek``, run as them)."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "burst.server.peek", run_id], capture_output=True, text=True, cwd=home,
-                              env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=PEEK_TIMEOUT_S, start_new_session=True)
+        proc = verbs.as_member(home, ["burst.server.peek", run_id], PEEK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"run_id": run_id, "error": f"the run's cluster did not answer in {PEEK_TIMEOUT_S:.0f} s"}
     if proc.returncode != 0:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -149,7 +147,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
             run = runs_on.get((row["owner"], row["name"]))
             row["usage"] = run.progress.get("usage") if run else None
             row["run"] = run.run_id if run else None
-            row["mine"] = user.role == "admin" or row["owner"] == user.name
+            row["mine"] = views.may_act(user, people[row["owner"]])
             row["stopping"] = stopping.get((row["owner"], row["name"]))
         return page("clusters.html", who, title="Clusters", rows=rows)
 
@@ -187,8 +185,8 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
             raise HTTPException(404, f"no run {run_id!r}")
         return found
 
-    def may_act(user: User, owner: User) -> None:
-        if user.role != "admin" and user.id != owner.id:
+    def acting_on(user: User, owner: User) -> None:
+        if not views.may_act(user, owner):
             raise HTTPException(403, f"the run is {owner.name}'s: only they or an admin may act on it")
 
     @app.get("/ui/runs", include_in_schema=False)
@@ -201,7 +199,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     @app.get("/ui/runs/{run_id}", include_in_schema=False)
     def run_page(run_id: str, who=Depends(signed_in), session: Session = Depends(db)) -> HTMLResponse:
         owner, record = visible_run(session, who[0], run_id)
-        mine = who[0].role == "admin" or who[0].id == owner.id
+        mine = views.may_act(who[0], owner)
         return page("run.html", who, title=f"Run {run_id}", owner=owner.name, record=record, cost=_cost_so_far(record, time.time()),
                     may_cancel=mine and record.state in ("RUNNING", "PENDING"), may_resume=mine and record.state in RESUMABLE)
 
@@ -237,7 +235,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         if action not in ("cancel", "resume"):
             raise HTTPException(404, f"no page {action!r} for a run")
         owner, record = visible_run(session, who[0], run_id)
-        may_act(who[0], owner)
+        acting_on(who[0], owner)
         question = (f"Cancel run {run_id}? It checkpoints and stops; Resume goes on from there." if action == "cancel" else
                     f"Resume run {run_id} on cluster {record.cluster} from its last checkpoint? It is charged to {owner.name}'s team.")
         return page("confirm.html", who, title=f"{action.title()} a run", action=f"/ui/runs/{quote(run_id)}/{action}", question=question,
@@ -250,11 +248,10 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         await form_of(request, who[1])
         with sessions() as session:
             owner, record = visible_run(session, who[0], run_id)
-            may_act(who[0], owner)
+            acting_on(who[0], owner)
         home = verbs.home_of(data_dir, owner.uid)
         if action == "cancel":
-            proc = subprocess.run([sys.executable, "-m", "burst.server.peek", "cancel", run_id], capture_output=True, text=True, cwd=home,
-                                  env=verbs.member_env(home), stdin=subprocess.DEVNULL, timeout=views.PEEK_TIMEOUT_S)
+            proc = verbs.as_member(home, ["burst.server.peek", "cancel", run_id], views.PEEK_TIMEOUT_S)
             said = (proc.stdout + proc.stderr).strip()
         else:  # the owner's own verb, held to their team's money, in the background: it follows the run to its end
             args = [record.workload, "--resume", run_id, "--cluster", record.cluster, "--detach"]
