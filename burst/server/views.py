@@ -101,17 +101,25 @@ def open_clusters(session: Session, member: User, data_dir: Path) -> list[dict]:
 
 def costs(session: Session, member: User, data_dir: Path, by: str, month: str) -> list[money.Line]:
     """The month's lines ``member`` sees, grouped ``by`` team, user, target or month (``ValueError``: a bad month)."""
+    return costs_by(session, member, data_dir, (by,), month)[by]
+
+
+def costs_by(session: Session, member: User, data_dir: Path, groupings: tuple[str, ...], month: str) -> dict[str, list[money.Line]]:
+    """The month's lines ``member`` sees, in each grouping, from one read of the members' journals."""
     money.month_bounds(month)
     people = {u.id: u for u in visible(session, member)}
     for person in people.values():
         ledger.sync(session, person, verbs.home_of(data_dir, person.uid))
     rows = list(session.scalars(select(Cluster).where(Cluster.user_id.in_(list(people)))))
     teams = {t.id: t for t in session.scalars(select(Team)) if any(p.team_id == t.id for p in people.values())}
-    lines = money.breakdown(by, rows, people, teams, month)
-    if by == "team":  # every visible team, with nothing spent too: its budget is what a member wants to see
-        named = {line.key for line in lines}
-        lines += [money.team_month(t, [], month) for t in teams.values() if t.name not in named]
-    return lines
+    out = {}
+    for by in groupings:
+        lines = money.breakdown(by, rows, people, teams, month)
+        if by == "team":  # every visible team, with nothing spent too: its budget is what a member wants to see
+            named = {line.key for line in lines}
+            lines += [money.team_month(t, [], month) for t in teams.values() if t.name not in named]
+        out[by] = lines
+    return out
 
 
 def runs_of(session: Session, member: User, data_dir: Path) -> list[tuple[User, RunRecord]]:

@@ -267,11 +267,10 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     def money_page(month: Optional[str] = None, who=Depends(signed_in), session: Session = Depends(db)) -> HTMLResponse:
         month = month or money.month_of(time.time())
         try:
-            teams = views.costs(session, who[0], data_dir, "team", month)
+            lines = views.costs_by(session, who[0], data_dir, ("team", "user", "target"), month)
         except ValueError:
             raise HTTPException(400, f"month {month!r}: give YEAR-MONTH, e.g. 2026-11") from None
-        by_user = views.costs(session, who[0], data_dir, "user", month)
-        by_target = views.costs(session, who[0], data_dir, "target", month)
+        teams, by_user, by_target = lines["team"], lines["user"], lines["target"]
         return page("money.html", who, title="Money", month=month, teams=teams, by_user=by_user, by_target=by_target,
                     chart=month_chart(teams), user_chart=month_chart(by_user), target_chart=month_chart(by_target))
 
