@@ -8,16 +8,18 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..home.records import Damaged, read_record
-from ..home.state import NAME_RULE, RunRecord
+from ..home.state import NAME_RULE, ClusterHandle, RunRecord
 from ..values.served import MONEY_VERBS
 from . import ledger, money, verbs
 from .database import Cluster, Team, User
+
+M = TypeVar("M", RunRecord, ClusterHandle)
 
 
 def team_of(session: Session, member: User) -> Team:
@@ -147,11 +149,17 @@ def run_of(session: Session, member: User, data_dir: Path, run_id: str) -> Optio
 
 def run_of_owner(data_dir: Path, owner: User, run_id: str) -> Optional[RunRecord]:
     """``owner``'s record of ``run_id`` as their state directory holds it now; None: none (or unreadable)."""
-    if not NAME_RULE.fullmatch(run_id):
+    return member_record(data_dir, owner, RunRecord, run_id)
+
+
+def member_record(data_dir: Path, owner: User, model: type[M], key: str) -> Optional[M]:
+    """``owner``'s record of a run or a cluster (``model``) named ``key``, as their state directory
+    holds it now; None when there is none, it cannot be read, or ``key`` is no name burst gives."""
+    if not NAME_RULE.fullmatch(key):
         return None
-    path = verbs.home_of(data_dir, owner.uid) / "runs" / f"{run_id}.json"
+    kind, what = ("clusters", "cluster record") if model is ClusterHandle else ("runs", "run record")
     try:
-        return read_record(path, "run record", "see `burst status`", RunRecord)
+        return read_record(verbs.home_of(data_dir, owner.uid) / kind / f"{key}.json", what, "see `burst status`", model)
     except (Damaged, FileNotFoundError):
         return None
 

@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .. import workloads
 from ..errors import BurstError
-from ..home.records import Damaged, read_record
 from ..home.state import ClusterHandle, RunRecord
 from . import accounts, money, verbs, views
 from .database import User, WebSession
@@ -85,7 +84,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
 
     def page(template: str, who: Optional[tuple[User, WebSession]], status: int = 200, **values) -> HTMLResponse:
         user, web = who if who else (None, None)
-        html = PAGES.get_template(template).render(user=user, csrf=web.csrf if web else "", now=time.time(), **values)
+        html = PAGES.get_template(template).render(user=user, csrf=web.csrf if web else "", **values)
         return HTMLResponse(html, status_code=status, headers=HEADERS)
 
     async def form_of(request: Request, web: Optional[WebSession]) -> dict[str, str]:
@@ -140,7 +139,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
                 runs_on.setdefault((owner.name, record.cluster), record)
         now = time.time()
         for row in rows:
-            handle = _handle(data_dir, people[row["owner"]], row["name"])
+            handle = views.member_record(data_dir, people[row["owner"]], ClusterHandle, row["name"])
             row["layout"] = _layout(handle)
             row["lease_left_s"] = row["expires"] - now if row["expires"] else None
             row["idle_minutes"] = handle.idle_minutes if handle else None
@@ -310,14 +309,6 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         if "/" in name or not path.is_file():
             raise HTTPException(404, "no such file")
         return FileResponse(path, headers={**HEADERS, "Cache-Control": "max-age=300"})
-
-
-def _handle(data_dir: Path, owner: User, name: str) -> Optional[ClusterHandle]:
-    path = verbs.home_of(data_dir, owner.uid) / "clusters" / f"{name}.json"
-    try:
-        return read_record(path, "cluster record", "see `burst status`", ClusterHandle)
-    except (Damaged, FileNotFoundError):
-        return None
 
 
 def _layout(handle: Optional[ClusterHandle]) -> str:
