@@ -173,11 +173,11 @@ def fit_with_events(trainer, dataset_fn, steps: int, cfg: JobConfig, save_epoch:
                 on_checkpoint=on_checkpoint, checkpoint_every=cfg.checkpoint_every_steps if save_position else None,
                 should_checkpoint=notices.checkpoint_now if save_position else None)
     if trainer.stopped:
-        trainer.stopped["reason"] = f"notice: {notices.acting.source}" if notices.acting is not None else _requested_by(stop_files)
+        trainer.stopped["reason"] = f"notice: {notices.acting.source}" if notices.acting is not None else requested_by(stop_files)
     return notices
 
 
-def _requested_by(stop_files) -> str:
+def requested_by(stop_files) -> str:
     """``cancel`` when the run's owner asked it to stop; ``request`` for the budget guard, a lease's end or an early stop."""
     from . import storage
     from .job import CANCEL_REQUEST
