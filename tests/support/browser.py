@@ -50,15 +50,16 @@ def text_of(driver, element_id: str) -> str:
         return ""
 
 
-def wait_for(what: Callable[[], object], timeout: float, why: str, every: float = 0.5):
-    """``what()``'s first true answer within ``timeout`` seconds; else the test fails saying ``why``."""
+def wait_for(what: Callable[[], object], timeout: float, why: str, every: float = 0.5, context: Optional[Callable[[], str]] = None):
+    """``what()``'s first true answer within ``timeout`` seconds; else the test fails saying ``why``
+    (and what ``context()`` says then: the page's own words, for a failure seen only in CI)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         got = what()
         if got:
             return got
         time.sleep(every)
-    raise AssertionError(f"{why} (after {timeout:.0f} s)")
+    raise AssertionError(f"{why} (after {timeout:.0f} s)" + (f"; the page said: {context()}" if context else ""))
 
 
 def shoot(driver, name: str, into: Path, also: Optional[Path] = None) -> Path:
