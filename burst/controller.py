@@ -567,11 +567,10 @@ def ending(status: str, stopped, *, budget: bool, lease: bool) -> str:
 def request_stop(handle: ClusterHandle, run_id: str) -> Optional[str]:
     """The same stop request the budget guard writes (the workers checkpoint where they are and end);
     None once written, else why the store refused it."""
-    from .runtime import storage
-    from .runtime.job import RunFiles
+    from .runtime.job import LEASE_REQUEST, RunFiles
 
     try:
-        storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "lease\n")
+        RunFiles(handle.storage_uri, run_id).ask_to_stop(LEASE_REQUEST)
     except Exception as exc:  # noqa: BLE001 - whatever the store's SDK raised: the controller must outlive it
         return reason_of(exc)
     return None

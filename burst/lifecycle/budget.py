@@ -73,13 +73,12 @@ class BudgetGuard:
     def request_stop(self, run_id: str) -> Optional[str]:
         """Write the stop request on the run's store; None once written, else why it could not be (a
         503, expired credentials, a store being recreated): the guard tries again at its next look."""
-        from ..runtime import storage
-        from ..runtime.job import RunFiles
+        from ..runtime.job import BUDGET_REQUEST, RunFiles
 
         if self.requested_at is None:
             self.requested_at = now()  # the workers' reserve counts from the first try: a write that keeps failing ends in a hard stop
         try:
-            storage.write_text(RunFiles(self.handle.storage_uri, run_id).stop_request, "budget\n")
+            RunFiles(self.handle.storage_uri, run_id).ask_to_stop(BUDGET_REQUEST)
         except Exception as exc:  # noqa: BLE001 - whatever the store's SDK raised: the guard must outlive it
             return _said(exc)
         self.stop_written = True

@@ -148,7 +148,12 @@ class EpochEvent(_Event):
     said: str = ""          # the workload's line for the epoch (its losses in its own words)
 
 
-CANCEL_REQUEST = "cancel"  # the text of a stop request its owner made (the web view's Cancel), not the budget guard's
+# The text of a stop request: who asked. Only its owner's cancel changes how the run ends (STOPPED,
+# its cluster kept); the others end it as a stop on request (the budget's, a lease's, a scan's).
+CANCEL_REQUEST = "cancel"  # its owner (the web view's Cancel, an attached `burst train`'s)
+BUDGET_REQUEST = "budget"  # a budget guard: the run's, or a team's on a burst server
+LEASE_REQUEST = "lease"    # a managed run's controller at the cluster's lease end
+ASHA_REQUEST = "asha"      # a scan's scheduler, stopping a trailing trial early
 
 
 class StoppedEvent(_Event):
@@ -310,6 +315,14 @@ class RunFiles:
     def stop_request(self) -> str:
         """A file whose presence asks the workers to checkpoint and stop (the budget guard)."""
         return f"{self.run_dir}/STOP"
+
+    def ask_to_stop(self, who: str) -> None:
+        """Write the stop request, saying ``who`` asked (``*_REQUEST``): every writer of one goes
+        through here, so that the workers' reader (``training.requested_by``) sees one format.
+        Raises whatever the store raised; each caller decides what a failed write means."""
+        from . import storage
+
+        storage.write_text(self.stop_request, who + "\n")
 
     @property
     def data_error(self) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..home.records import write_json_atomic
 from . import usage
-from .job import DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
+from .job import ASHA_REQUEST, DoneEvent, JobConfig, RunFiles, ScanConfig, StatusEvent, TrialEvent, emit
 from .usage import USAGE_LOG, UsageSampler
 
 TRIAL_DRIVER_MEMORY = 64 << 20  # bytes of Ray's "memory" resource a trial's driver actor reserves
@@ -70,13 +70,11 @@ def asha(scan: ScanConfig):
     """
     from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 
-    from . import storage
-
     class ASHAByRequest(ASHAScheduler):
         def on_trial_result(self, tune_controller, trial, result):
             action = super().on_trial_result(tune_controller, trial, result)
             if action == TrialScheduler.STOP and result.get("epoch", 0) < scan.job.epochs:
-                storage.write_text(RunFiles(scan.job.storage, f"{scan.scan_id}-{trial.trial_id}").stop_request, "asha\n")
+                RunFiles(scan.job.storage, f"{scan.scan_id}-{trial.trial_id}").ask_to_stop(ASHA_REQUEST)
             return TrialScheduler.CONTINUE if action == TrialScheduler.STOP else action  # at the last epoch it ends on its own
 
     return ASHAByRequest(time_attr="epoch", max_t=scan.job.epochs, grace_period=min(scan.grace_period, scan.job.epochs),

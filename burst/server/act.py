@@ -17,8 +17,7 @@ from ..lifecycle.budget import CHECKPOINT_RESERVE_S
 
 def stop(name: str, reason: str, poll_s: float = 1.0) -> int:
     from .. import api
-    from ..runtime import storage
-    from ..runtime.job import RunFiles
+    from ..runtime.job import BUDGET_REQUEST, RunFiles
 
     handle = state.load(ClusterHandle, name)
     if handle is None:
@@ -27,7 +26,7 @@ def stop(name: str, reason: str, poll_s: float = 1.0) -> int:
     training = [r.run_id for r in state.load_all(RunRecord, []) if r.cluster == name and r.state == "RUNNING"]
     for run_id in training:
         try:
-            storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, "budget\n")
+            RunFiles(handle.storage_uri, run_id).ask_to_stop(BUDGET_REQUEST)
             print(f"run {run_id}: asked to checkpoint and stop ({reason})")
         except Exception as exc:  # noqa: BLE001 - whatever the store said: the cluster goes at the reserve's end all the same
             print(f"run {run_id}: the stop request could not be written ({exc.__class__.__name__}); the cluster goes at once")

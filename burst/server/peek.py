@@ -71,7 +71,6 @@ def cancel(run_id: str) -> int:
     from ..home import state
     from ..home.state import ClusterHandle
     from ..lifecycle import runs
-    from ..runtime import storage
     from ..runtime.job import CANCEL_REQUEST, RunFiles
 
     record = runs.load_run(run_id)
@@ -82,7 +81,7 @@ def cancel(run_id: str) -> int:
     if handle is None:
         print(f"run {run_id}: its cluster {record.cluster} is gone")
         return 1
-    storage.write_text(RunFiles(handle.storage_uri, run_id).stop_request, CANCEL_REQUEST + "\n")
+    RunFiles(handle.storage_uri, run_id).ask_to_stop(CANCEL_REQUEST)
     print(f"run {run_id}: asked to checkpoint and stop")
     return 0
 
