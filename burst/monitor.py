@@ -59,10 +59,12 @@ class Monitor(BaseModel):
     forward_started: Optional[float] = None
 
 
-def directory(cluster: str) -> Path:
+def directory(cluster: str, home: Optional[Path] = None) -> Path:
+    """Where the cluster's Prometheus keeps its record and data: in ``home`` (a burst server reads a
+    member's), else this process's state directory."""
     from .home import state
 
-    return state.home_path() / "monitor" / cluster
+    return (home or state.home_path()) / "monitor" / cluster
 
 
 def prometheus_binary() -> str:
@@ -81,9 +83,9 @@ def config_text(discovery: Path, interval_s: int = SCRAPE_INTERVAL_S, proxy_url:
             f"scrape_configs:\n  - job_name: ray\n{proxy}    file_sd_configs:\n      - files: [{json.dumps(str(discovery))}]\n")
 
 
-def running(cluster: str) -> Optional[Monitor]:
+def running(cluster: str, home: Optional[Path] = None) -> Optional[Monitor]:
     """The cluster's Prometheus when it is running (its record, else None)."""
-    path = directory(cluster) / "monitor.json"
+    path = directory(cluster, home) / "monitor.json"
     try:
         mon = Monitor.model_validate_json(path.read_text())
     except (OSError, ValueError):

@@ -46,6 +46,8 @@ def forward(group, ctx) -> Optional[int]:
         return None
     if words[0] == "report":
         return _report(server, login, words[1:])
+    if words[0] == "monitor":
+        return _monitor(server, login, words[1:])
     command = group.get_command(ctx, words[0])
     paths = _path_options(command) if command is not None else set()
     args, files = [], []
@@ -96,6 +98,43 @@ def _report(server, login, words: list[str]) -> int:
 
         webbrowser.open(url)
     print(f"{url}  (sign in to the web view with your token to read it)")
+    return 0
+
+
+def _monitor(server, login, words: list[str]) -> int:
+    """A cluster's Prometheus through the server: started there as this member (``burst monitor`` on
+    the server's machine, where the cluster answers), read here through the server's API with this
+    member's token; ``--stop`` stops it. ``--port`` names a port on the server: refused."""
+    import json
+
+    if option_value(words, "--port") is not None or "--port" in words:
+        raise BurstError("--port picks a port on this machine; through a burst server the cluster's Prometheus is on the server "
+                         "and read through it: drop --port")
+    names = [w for w in words if not w.startswith("-")]
+    if len(names) != 1:
+        raise BurstError("give one cluster: burst monitor NAME [--stop] [--json]")
+    name, stop, as_json = names[0], "--stop" in words, "--json" in words
+    answer = server.call(login, "POST", "/v1/verbs/monitor", {"args": [name, *(["--stop"] if stop else []), "--json"], "files": []})
+    rc = int(answer.get("rc", 1))
+    if rc != 0 or stop:
+        sys.stdout.write(answer.get("stdout", ""))
+        sys.stderr.write(answer.get("stderr", ""))
+        return rc
+    started = json.loads(answer["stdout"])
+    me = server.call(login, "GET", "/v1/me")["user"]
+    from urllib.parse import quote
+
+    base = f"{login.url.rstrip('/')}/v1/monitor/{quote(me, safe='')}/{quote(name, safe='')}"
+    shown = {"cluster": name, "owner": me, "url": base, "api": f"{base}/api/v1/query?query=...",
+             "dashboards": [f"{base}/dashboards/{Path(p).name}" for p in started.get("dashboards", [])]}
+    if as_json:
+        print(json.dumps(shown, indent=1))
+        return 0
+    print(f"Prometheus for cluster {name} runs on the server; its API, for your team, at {base}/api/v1/ "
+          f"(send your token: Authorization: Bearer ...; a Grafana data source takes the same URL and header)")
+    print("a run's throughput: ray_burst_samples_per_second{run=\"RUN\"}; a node's CPU: ray_node_cpu_utilization")
+    print(f"Grafana dashboards: {', '.join(shown['dashboards'])}")
+    print(f"`burst monitor {name} --stop` or `burst down {name}` stops it")
     return 0
 
 

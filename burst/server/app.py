@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-from fastapi import Depends, FastAPI, Header, HTTPException
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import BurstError
-from ..values.served import FORWARDED
+from ..values.served import FORWARDED, PROMETHEUS_READS
 from . import accounts, ledger, money, verbs, views, web
 from .database import Cluster, User
 from .guard import stop_as_member
@@ -48,6 +48,8 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
     def verb(verb: str, call: VerbCall, member: User = Depends(user), session: Session = Depends(db)) -> dict:
         if verb not in FORWARDED:
             raise HTTPException(404, f"no verb {verb!r} on this server; it runs {', '.join(FORWARDED)}")
+        if verb == "monitor" and any(arg.split("=")[0] == "--port" for arg in call.args):
+            raise HTTPException(400, "--port picks a port on the server's machine: a member's Prometheus takes a free one")
         session.close()  # a verb may last hours: no connection held meanwhile
         try:  # in FastAPI's thread pool: one thread per verb under way
             rc, out, err = views.run_verb(sessions, data_dir, member, verb, call.args, call.files)
@@ -98,6 +100,48 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
         root = views.report_root(record)
         return {"run_id": run_id, "owner": owner.name, "state": looked.get("state", record.state), "message": record.message,
                 "report": views.report_url(run_id) if root is not None else None}
+
+    def monitor_of(session: Session, member: User, owner: str, name: str):
+        """The running Prometheus of ``owner``'s cluster ``name``, for a member of their team (another
+        team's: 404, as is a cluster with none running)."""
+        from .. import monitor as prometheus
+
+        whose = {u.name: u for u in views.visible(session, member)}.get(owner)
+        session.close()
+        mon = prometheus.running(name, verbs.home_of(data_dir, whose.uid)) if whose is not None else None
+        if mon is None:
+            raise HTTPException(404, f"no Prometheus runs for cluster {name!r} of {owner!r}; `burst monitor {name}` (its owner) starts one")
+        return mon
+
+    @app.get("/v1/monitor/{owner}/{name}/api/v1/{path:path}")
+    def prometheus_read(owner: str, name: str, path: str, request: Request, member: User = Depends(user),
+                        session: Session = Depends(db)) -> Response:
+        """Prometheus' read API (``burst monitor`` through this server) passed on to the cluster's
+        Prometheus, which listens on the server's loopback only: queries, series, labels, metadata,
+        targets; never its admin or write API."""
+        import urllib.error
+        import urllib.request
+
+        if path.split("/")[0] not in PROMETHEUS_READS:
+            raise HTTPException(404, f"/api/v1/{path}: only Prometheus' read API is passed on ({', '.join(PROMETHEUS_READS)})")
+        mon = monitor_of(session, member, owner, name)
+        url = f"{mon.url}/api/v1/{path}" + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=30) as answer:
+                return Response(answer.read(), status_code=answer.status, media_type="application/json")
+        except urllib.error.HTTPError as exc:  # a bad query: Prometheus' own answer, its status with it
+            return Response(exc.read(), status_code=exc.code, media_type="application/json")
+        except OSError as exc:
+            raise HTTPException(502, f"cluster {name!r}'s Prometheus did not answer: {exc}") from None
+
+    @app.get("/v1/monitor/{owner}/{name}/dashboards/{file}")
+    def prometheus_dashboard(owner: str, name: str, file: str, member: User = Depends(user), session: Session = Depends(db)) -> Response:
+        """A Grafana dashboard of the cluster's monitor (burst's, Ray's), to import with the read API as its data source."""
+        mon = monitor_of(session, member, owner, name)
+        found = [Path(p) for p in mon.dashboards if Path(p).name == file]
+        if not found or not found[0].is_file():
+            raise HTTPException(404, f"no dashboard {file!r} for cluster {name!r}")
+        return Response(found[0].read_bytes(), media_type="application/json")
 
     @app.get("/v1/costs")
     def costs(by: str = "team", month: Optional[str] = None, member: User = Depends(user), session: Session = Depends(db)) -> dict:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-FORWARDED = ("plan", "up", "status", "down", "train", "run", "logs", "tune", "datasets", "workloads")
+FORWARDED = ("plan", "up", "status", "down", "train", "run", "logs", "tune", "datasets", "workloads", "monitor")
+# Prometheus' read API, as a server passes it on for a cluster's monitor (never its admin or write API)
+PROMETHEUS_READS = ("query", "query_range", "query_exemplars", "series", "labels", "label", "metadata", "targets", "status")
 MONEY_VERBS = ("plan", "up", "run", "train", "tune")  # held to what the member's team has left
 SENT_WITH_COMMAND = ("--policy", "--gate", "--space")  # files the client reads on its machine and sends along
 STORE_SCHEMES = ("gs", "gcs", "abfs", "abfss", "s3")  # what a member's --data may name through a server: a bucket, never a file there
