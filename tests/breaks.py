@@ -607,8 +607,17 @@ SKIPPED_HERE = "not run: its tests skipped here"
 _shadowing: list[str] = []  # why the first copy's packages did not shadow the installed ones ("" when they did)
 
 # the plugins the suite uses, loaded by name: pytest's scan of every installed plugin costs each
-# break's pytest about 0.7 CPU-s, the breaks' largest fixed cost beside Python's start
-PLUGINS = ("-p", "xdist.plugin", "-p", "_hypothesis_pytestplugin")
+# break's pytest about 0.7 CPU-s, the breaks' largest fixed cost beside Python's start; Hypothesis'
+# only for the test files that use it (its import is another 0.3 s, and most breaks' tests do not)
+PLUGINS = ("-p", "xdist.plugin")
+HYPOTHESIS = ("-p", "_hypothesis_pytestplugin")
+
+
+def plugins_for(copy: Path, tests: tuple[str, ...]) -> tuple[str, ...]:
+    """The plugins a pytest of ``tests`` needs: Hypothesis' where one of their files imports it."""
+    files = {copy / test.split("::")[0] for test in tests}
+    uses = any("hypothesis" in path.read_text() for path in files if path.is_file())
+    return PLUGINS + (HYPOTHESIS if uses else ())
 
 
 def _shadowed(copy: Path, env: dict) -> str:
@@ -629,7 +638,7 @@ def _run_tests(copy: Path, tests: tuple[str, ...], ray_too: bool = True) -> tupl
     before = census.snapshot()
     start = time.monotonic()
     # pytest's tmp paths inside the copy: a leftover that names one (a hook a break left waiting) is killed with the copy's
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(copy / ".pytest-tmp"), *PLUGINS, *tests],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(copy / ".pytest-tmp"), *plugins_for(copy, tests), *tests],
                           cwd=copy, env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     _kill_leftovers(before, copy, ray_too)
