@@ -12,6 +12,13 @@ measured side by side on one machine in one sitting:
 
 Needs root and cgroup v2 (as the suite's census does). The synthetic events are made once per
 node and reused, so the first run of a tree may show their making under the driver.
+
+``--command "CMD"`` measures any shell command instead (the README's test command, say), on a
+machine with nothing else running: every process started after it, wherever its control group
+(the suite's workers make groups of their own), sampled each second, summed by the same roles and
+the suite's own (pytest's workers, the breaks' pytests, the browser, the site's servers, pip):
+
+    python benchmarks/run_cpu.py --command ".venv/bin/python -m pytest -q -n auto"
 """
 
 from __future__ import annotations
@@ -42,7 +49,11 @@ ROLES = ((r"RayTrainWorker", "Ray Train worker"), (r"burst\.runtime\.entry", "jo
          (r"dashboard/agent\.py|ray::DashboardAgent|ray::RuntimeEnvAgent|runtime_env/agent", "Ray agents"),
          (r"dashboard/dashboard\.py|ray-dashboard-|multiprocessing\.(forkserver|resource_tracker)", "Ray dashboard"),
          (r"gcs_server|raylet|log_monitor|monitor\.py|ray\.util\.client\.server|ray\.scripts\.scripts start", "Ray daemons"),
-         (r"burst\.cli|bin/burst", "burst CLI"))
+         (r"burst\.cli|bin/burst", "burst CLI"),
+         # what a suite runs beside burst's own processes (--command)
+         (r"tests\.breaks|burst-break-", "breaks' pytests"), (r"execnet|exec\(eval\(sys\.stdin", "pytest workers"),
+         (r"pytest", "pytest"), (r"chrom", "browser"), (r"postgres|slurm|munge|azurite|gcp-storage-emulator|prometheus|ch-run", "site servers"),
+         (r"pip (install|download)|sha256sum", "pip"), (r"python.*-m workloads\.", "workload scripts"))
 
 
 def role(cmdlines: set[str]) -> str:
@@ -107,12 +118,46 @@ def measured_run(tree: Path, home: Path) -> dict:
             "validation": line}
 
 
+def measured_command(command: str) -> dict:
+    """``command`` (a shell line) run to its end: CPU-seconds of every process started meanwhile, by role."""
+    import psutil
+
+    seen: dict[tuple[int, float], tuple[float, set[str]]] = {}
+    start_time = time.time()
+    start = time.perf_counter()
+    proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while proc.poll() is None:
+        for p in psutil.process_iter(["pid", "create_time"]):
+            try:
+                if p.info["create_time"] < start_time - 1:
+                    continue
+                key = (p.pid, p.info["create_time"])
+                times = p.cpu_times()
+                titles = seen.get(key, (0.0, set()))[1] | {" ".join(p.cmdline())}
+                seen[key] = (times.user + times.system, titles)
+            except (psutil.Error, OSError):
+                pass
+        time.sleep(1.0)
+    roles: Counter[str] = Counter()
+    for cpu, titles in seen.values():
+        roles[role(titles)] += cpu
+    return {"command": command, "exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1),
+            "cpu_s": round(sum(roles.values()), 1), "by_role": {k: round(v, 1) for k, v in roles.most_common()}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tree", type=Path, help="another checkout, run in turn with this one")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--command", help="measure this shell command instead of one run (an idle machine: every new process counts)")
     args = ap.parse_args()
+    if args.command:
+        r = measured_command(args.command)
+        print(json.dumps(r, indent=1) if args.json else
+              f"{r['command']}: exit {r['exit']}, {r['cpu_s']} CPU-s in {r['wall_s']} s\n" +
+              "\n".join(f"{v:10.1f}  {k}" for k, v in r["by_role"].items()))
+        return 0
     trees = [ROOT] + ([args.tree.resolve()] if args.tree else [])
     results = []
     with tempfile.TemporaryDirectory(prefix="burst-run-cpu-") as tmp:
