@@ -26,6 +26,21 @@ class VerbCall(BaseModel):
     files: list[Annotated[str, Field(max_length=1_000_000)]] = Field(default_factory=list, max_length=4)
 
 
+def _ask_prometheus(url: str, form: Optional[bytes], cluster: str) -> Response:
+    """One request to a cluster's Prometheus on this machine's loopback: its answer as it gave it."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=form, headers={"Content-Type": "application/x-www-form-urlencoded"} if form is not None else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return Response(answer.read(), status_code=answer.status, media_type="application/json")
+    except urllib.error.HTTPError as exc:  # a bad query: Prometheus' own answer, its status with it
+        return Response(exc.read(), status_code=exc.code, media_type="application/json")
+    except OSError as exc:
+        raise HTTPException(502, f"cluster {cluster!r}'s Prometheus did not answer: {exc}") from None
+
+
 def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) -> FastAPI:
     app = FastAPI(title="burst server", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -113,26 +128,20 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
             raise HTTPException(404, f"no Prometheus runs for cluster {name!r} of {owner!r}; `burst monitor {name}` (its owner) starts one")
         return mon
 
-    @app.get("/v1/monitor/{owner}/{name}/api/v1/{path:path}")
-    def prometheus_read(owner: str, name: str, path: str, request: Request, member: User = Depends(user),
-                        session: Session = Depends(db)) -> Response:
+    @app.api_route("/v1/monitor/{owner}/{name}/api/v1/{path:path}", methods=["GET", "POST"])
+    async def prometheus_read(owner: str, name: str, path: str, request: Request, member: User = Depends(user),
+                              session: Session = Depends(db)) -> Response:
         """Prometheus' read API (``burst monitor`` through this server) passed on to the cluster's
         Prometheus, which listens on the server's loopback only: queries, series, labels, metadata,
-        targets; never its admin or write API."""
-        import urllib.error
-        import urllib.request
+        targets; never its admin or write API. POST too, with its form (Grafana's default method)."""
+        import asyncio
 
         if path.split("/")[0] not in PROMETHEUS_READS:
             raise HTTPException(404, f"/api/v1/{path}: only Prometheus' read API is passed on ({', '.join(PROMETHEUS_READS)})")
-        mon = monitor_of(session, member, owner, name)
+        mon = await asyncio.to_thread(monitor_of, session, member, owner, name)
         url = f"{mon.url}/api/v1/{path}" + (f"?{request.url.query}" if request.url.query else "")
-        try:
-            with urllib.request.urlopen(url, timeout=30) as answer:
-                return Response(answer.read(), status_code=answer.status, media_type="application/json")
-        except urllib.error.HTTPError as exc:  # a bad query: Prometheus' own answer, its status with it
-            return Response(exc.read(), status_code=exc.code, media_type="application/json")
-        except OSError as exc:
-            raise HTTPException(502, f"cluster {name!r}'s Prometheus did not answer: {exc}") from None
+        form = await request.body() if request.method == "POST" else None
+        return await asyncio.to_thread(_ask_prometheus, url, form, name)
 
     @app.get("/v1/monitor/{owner}/{name}/dashboards/{file}")
     def prometheus_dashboard(owner: str, name: str, file: str, member: User = Depends(user), session: Session = Depends(db)) -> Response:

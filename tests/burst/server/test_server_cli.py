@@ -156,6 +156,12 @@ def test_the_server_from_python_answers_as_the_member_and_refuses_in_one_line(tm
             api.connect(server.url, "burst_not-a-token").me()
         with pytest.raises(BurstError, match="is not a server address"):
             api.connect("login-node:8467", token)
+        # a cluster's Prometheus through the server: only its read API, only with a token, only one that runs
+        assert server.http("GET", "/v1/monitor/alice/k8s/api/v1/query?query=up", None)[0] == 401
+        status, said = server.http("GET", "/v1/monitor/alice/k8s/api/v1/query?query=up", token)
+        assert status == 404 and "no Prometheus runs for cluster 'k8s'" in said["detail"]
+        assert server.http("POST", "/v1/monitor/alice/k8s/api/v1/admin/tsdb/delete_series", token, {})[0] == 404
+        assert server.http("POST", "/v1/verbs/monitor", token, {"args": ["k8s", "--port=9090"], "files": []})[0] == 400
     finally:
         server.stop()
 
