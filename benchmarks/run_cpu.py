@@ -64,6 +64,25 @@ def role(cmdlines: set[str]) -> str:
     return "other"
 
 
+def _note(seen: dict, proc) -> None:
+    """Keep ``proc``'s CPU-seconds so far and every title it has had (a pid reused later is another key)."""
+    import psutil
+
+    try:
+        times = proc.cpu_times()
+        key = (proc.pid, proc.create_time())
+        seen[key] = (times.user + times.system, seen.get(key, (0.0, set()))[1] | {" ".join(proc.cmdline())})
+    except (psutil.Error, OSError):
+        pass
+
+
+def by_role(seen: dict) -> Counter:
+    roles: Counter[str] = Counter()
+    for cpu, titles in seen.values():
+        roles[role(titles)] += cpu
+    return roles
+
+
 def measured_run(tree: Path, home: Path) -> dict:
     """One run of ``RUN`` from ``tree`` in a control group of its own: CPU-seconds by role and in all."""
     import psutil
@@ -82,12 +101,8 @@ def measured_run(tree: Path, home: Path) -> dict:
     def sample() -> None:
         for pid in census.group_pids(group):
             try:
-                proc = psutil.Process(pid)
-                times = proc.cpu_times()
-                key = (proc.pid, proc.create_time())
-                titles = seen.get(key, (0.0, set()))[1] | {" ".join(proc.cmdline())}
-                seen[key] = (times.user + times.system, titles)
-            except (psutil.Error, OSError):
+                _note(seen, psutil.Process(pid))
+            except psutil.Error:
                 pass
 
     start = time.perf_counter()
@@ -110,9 +125,7 @@ def measured_run(tree: Path, home: Path) -> dict:
     group.rmdir()
     if proc.returncode != 0:
         raise SystemExit(f"the run from {tree} failed: {stderr.strip()[-800:]}")
-    roles: Counter[str] = Counter()
-    for cpu, titles in seen.values():
-        roles[role(titles)] += cpu
+    roles = by_role(seen)
     line = next((l for l in stderr.splitlines() if l.startswith("validation:")), "")
     return {"tree": str(tree), "wall_s": round(wall, 1), "cpu_s": round(total, 1), "by_role": {k: round(v, 1) for k, v in roles.most_common()},
             "validation": line}
@@ -127,20 +140,11 @@ def measured_command(command: str) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen(["bash", "-c", command], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while proc.poll() is None:
-        for p in psutil.process_iter(["pid", "create_time"]):
-            try:
-                if p.info["create_time"] < start_time - 1:
-                    continue
-                key = (p.pid, p.info["create_time"])
-                times = p.cpu_times()
-                titles = seen.get(key, (0.0, set()))[1] | {" ".join(p.cmdline())}
-                seen[key] = (times.user + times.system, titles)
-            except (psutil.Error, OSError):
-                pass
+        for p in psutil.process_iter(["create_time"]):
+            if (p.info["create_time"] or 0) >= start_time - 1:
+                _note(seen, p)
         time.sleep(1.0)
-    roles: Counter[str] = Counter()
-    for cpu, titles in seen.values():
-        roles[role(titles)] += cpu
+    roles = by_role(seen)
     return {"command": command, "exit": proc.returncode, "wall_s": round(time.perf_counter() - start, 1),
             "cpu_s": round(sum(roles.values()), 1), "by_role": {k: round(v, 1) for k, v in roles.most_common()}}
 

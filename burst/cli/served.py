@@ -107,7 +107,7 @@ def _monitor(server, login, words: list[str]) -> int:
     member's token; ``--stop`` stops it. ``--port`` names a port on the server: refused."""
     import json
 
-    if option_value(words, "--port") is not None or "--port" in words:
+    if any(split_option(word)[0] == "--port" for word in words):
         raise BurstError("--port picks a port on this machine; through a burst server the cluster's Prometheus is on the server "
                          "and read through it: drop --port")
     names = [w for w in words if not w.startswith("-")]

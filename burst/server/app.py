@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import BurstError
-from ..values.served import FORWARDED, PROMETHEUS_READS
+from ..values.served import FORWARDED, PROMETHEUS_READS, split_option
 from . import accounts, ledger, money, verbs, views, web
 from .database import Cluster, User
 from .guard import stop_as_member
@@ -63,7 +63,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
     def verb(verb: str, call: VerbCall, member: User = Depends(user), session: Session = Depends(db)) -> dict:
         if verb not in FORWARDED:
             raise HTTPException(404, f"no verb {verb!r} on this server; it runs {', '.join(FORWARDED)}")
-        if verb == "monitor" and any(arg.split("=")[0] == "--port" for arg in call.args):
+        if verb == "monitor" and any(split_option(arg)[0] == "--port" for arg in call.args):
             raise HTTPException(400, "--port picks a port on the server's machine: a member's Prometheus takes a free one")
         session.close()  # a verb may last hours: no connection held meanwhile
         try:  # in FastAPI's thread pool: one thread per verb under way
@@ -86,8 +86,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
 
     def stoppable(session: Session, member: User, owner: str, name: str) -> User:
         """The owner of cluster ``name`` when ``member`` may stop it: 404 for what they cannot see, 403 for a teammate's."""
-        people = {u.name: u for u in views.visible(session, member)}
-        whose = people.get(owner)
+        whose = views.visible_person(session, member, owner)
         row = None
         if whose is not None:
             ledger.sync(session, whose, verbs.home_of(data_dir, whose.uid))
@@ -121,7 +120,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
         team's: 404, as is a cluster with none running)."""
         from .. import monitor as prometheus
 
-        whose = {u.name: u for u in views.visible(session, member)}.get(owner)
+        whose = views.visible_person(session, member, owner)
         session.close()
         mon = prometheus.running(name, verbs.home_of(data_dir, whose.uid)) if whose is not None else None
         if mon is None:

@@ -32,6 +32,11 @@ def visible(session: Session, member: User) -> list[User]:
     return list(session.scalars(query.order_by(User.name)))
 
 
+def visible_person(session: Session, member: User, name: str) -> Optional[User]:
+    """The user called ``name`` when ``member`` may see them (their team, or anyone for an admin); else None."""
+    return next((u for u in visible(session, member) if u.name == name), None)
+
+
 def may_act(member: User, owner: User) -> bool:
     """Whether ``member`` may act on ``owner``'s cluster or run: their own, or anyone's for an admin."""
     return member.role == "admin" or member.id == owner.id

@@ -54,9 +54,14 @@ class Server:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=30)
 
-    def http(self, method: str, path: str, token, body=None) -> tuple[int, dict]:
-        request = urllib.request.Request(self.url + path, method=method, data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+    def http(self, method: str, path: str, token, body=None, form: Optional[dict] = None) -> tuple[int, dict]:
+        """One API request (``body`` as JSON, or ``form`` as a URL-encoded form); its status and JSON answer."""
+        from urllib.parse import urlencode
+
+        data, kind = (urlencode(form).encode(), "application/x-www-form-urlencoded") if form is not None else \
+            (json.dumps(body).encode() if body is not None else None, "application/json")
+        request = urllib.request.Request(self.url + path, method=method, data=data,
+                                         headers={"Content-Type": kind, **({"Authorization": f"Bearer {token}"} if token else {})})
         try:
             with urllib.request.urlopen(request, timeout=120) as answer:
                 return answer.status, json.loads(answer.read() or b"{}")

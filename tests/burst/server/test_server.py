@@ -159,7 +159,7 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
         wait_for(lambda: float((query(tokens["alice"])[1].get("data", {}).get("result") or [{"value": [0, "0"]}])[0]["value"][1]) > 0, 90,
                  "the run's samples/s through the server's Prometheus read API")
         assert query(tokens["bob"])[0] == 200 and query(tokens["carol"])[0] == 404 and query(None)[0] == 401
-        posted = prometheus_post(server, names["alice"], "k8s", "up", tokens["bob"])  # Grafana's default: a POSTed form
+        posted = server.http("POST", f"/v1/monitor/{names['alice']}/k8s/api/v1/query", tokens["bob"], form={"query": "up"})  # Grafana's default
         assert posted[0] == 200 and posted[1]["status"] == "success", posted
         assert server.http("GET", f"/v1/monitor/{names['alice']}/k8s/api/v1/admin/tsdb/snapshot", tokens["alice"])[0] == 404
         dashboard = server.http("GET", f"/v1/monitor/{names['alice']}/k8s/dashboards/burst_grafana_dashboard.json", tokens["bob"])
@@ -276,21 +276,6 @@ def prometheus_read(server: Server, owner: str, cluster: str, promql: str):
     from urllib.parse import urlencode
 
     return lambda token: server.http("GET", f"/v1/monitor/{owner}/{cluster}/api/v1/query?{urlencode({'query': promql})}", token)
-
-
-def prometheus_post(server: Server, owner: str, cluster: str, promql: str, token: str) -> tuple[int, dict]:
-    """The same query POSTed as a form, as Grafana's Prometheus data source sends it by default."""
-    import urllib.error
-    import urllib.request
-    from urllib.parse import urlencode
-
-    request = urllib.request.Request(f"{server.url}/v1/monitor/{owner}/{cluster}/api/v1/query", data=urlencode({"query": promql}).encode(),
-                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-www-form-urlencoded"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
 
 
 def status_of(home: Path, cwd: Path) -> dict:
