@@ -144,10 +144,14 @@ class Controller:
                 return
         else:
             handle = runs.cluster(name)
+        self.note_cluster(attempt, handle)
+        self.submit(attempt, handle)
+
+    def note_cluster(self, attempt: Attempt, handle: ClusterHandle) -> None:
+        """What the attempt's cluster is: where, at what price, since when (its cost counts from then)."""
         attempt.provider, attempt.region, attempt.preemptible = handle.provider, handle.region, handle.preemptible
         attempt.hourly_usd, attempt.cluster_created, attempt.cluster_id = handle.hourly_usd, handle.created, handle.cluster_id
         self.save()
-        self.submit(attempt, handle)
 
     def submit(self, attempt: Attempt, handle: ClusterHandle) -> None:
         """The run's job on the attempt's cluster: from the start, or from the newest checkpoint after a move."""
@@ -220,6 +224,8 @@ class Controller:
         if not attempt.owns(handle):  # taken down while no controller ran, and a cluster of that name brought up since
             return self.lost(attempt, f"it was taken down (cluster {handle.name!r} is now another cluster, {handle.cluster_id})")
         target = targets.get(handle.provider)
+        if attempt.cluster_id is None:  # a controller before this one died while the cluster started: it is this attempt's
+            self.note_cluster(attempt, handle)
         if attempt.submitted is None:  # a controller before this one stopped between up and submit
             if record.cluster == attempt.cluster and record.attempts == attempt.number and record.job_id:
                 attempt.submitted = record.created  # it did submit

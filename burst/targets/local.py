@@ -99,13 +99,21 @@ def _up_once(name: str, cpus: int | None, gpus: int | None, hourly_usd: float, s
     env = head_env(cluster_id, token_path, ports)
     cmd = head_command(ports, ncpu, gpus, temp_dir)
     started = time.time() - 1.0  # create_time has a coarse clock; a holder is older than this by far
+    # `ray start` writes to a file, never to pipes this process holds: in a session of its own it
+    # outlives a starter that dies (a managed run's controller killed in the middle of a move), and
+    # the next controller adopts the head it brings up. Through pipes, the starter's death broke
+    # them and `ray start` died with its head half started (measured: the adopting controller
+    # waited 90 s for nothing, took the cluster down and spent one more attempt).
+    output = temp_dir / "ray-start.log"
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
+        with open(output, "w") as out:
+            proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=180,
+                                  start_new_session=True)
     except subprocess.TimeoutExpired:
         _cleanup_failed(handle)
         raise BurstError(f"`ray start` did not finish within 180 s; cluster {name!r} was cleaned up", exit_code=1) from None
     if proc.returncode != 0:
-        why = _taken_by_others(ports, started) or _ray_start_failure(proc.stderr or proc.stdout)
+        why = _taken_by_others(ports, started) or _ray_start_failure(output.read_text(errors="replace"))
         _cleanup_failed(handle)
         raise BurstError(f"`ray start` failed for cluster {name!r}: {why}; "
                          f"nothing was left running", exit_code=1)

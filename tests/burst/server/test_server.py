@@ -271,6 +271,98 @@ def test_a_server_started_again_revives_the_watcher_its_machine_lost_and_the_idl
              "the revived watcher to take the idle cluster down")
 
 
+@pytest.fixture(scope="module")
+def slurm():
+    """The group's Slurm site (a real controller and node daemon, as tests/burst/targets/test_slurm.py starts them)."""
+    why = slurm_site.missing()
+    slurm_site.needs(why)
+    if why:
+        pytest.skip(why)
+    started = slurm_site.start()
+    yield started
+    slurm_site.stop(started)
+
+
+def _server_dies_with_the_controller_of(server: Server, member: Path, run_id: str) -> int:
+    """The server's machine loses the server and the run's controller at once (a kill -9 of the
+    service's control group, as systemd's KillMode=control-group does): returns the controller's pid."""
+    pid = json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"]
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
+    server.proc.wait()
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, "the controller to die")
+    return pid
+
+
+@pytest.mark.slow
+def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_trains_and_again_in_the_middle_of_its_move(group, slurm, tmp_path):
+    """alice's managed run goes to the group's Slurm site through the server. The server dies with
+    the run's controller while the job trains: started again, it revives the controller, which
+    follows the same attempt (the job trains on, no epoch again). The site then cancels the
+    allocation; the controller sees the loss and starts moving the run to the server's own machine,
+    and the server dies with the controller while the new cluster starts. Started again, the server
+    revives the controller, which takes over the cluster that came up without its starter and
+    resumes the run there from the newest checkpoint: every epoch once, two attempts, both clusters
+    gone, the site's queue empty, nothing left running."""
+    server, tokens, homes, names = group
+    server.stop()
+    server.start(env=slurm.env)  # the login node's server: Slurm's commands reach the site
+    before = census.snapshot()
+    policy = slurm.policy(tmp_path / "site.yaml")
+    proc = burst("run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy), "--hours", "1", "--managed", "--detach",
+                 "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=homes["alice"], cwd=tmp_path)
+    assert proc.returncode == 0 and "handed to its controller" in " ".join(proc.stderr.split()), proc.stderr[-3000:]
+    run_id = " ".join(proc.stderr.split()).split("run ", 1)[1].split(" ", 1)[0]
+    member = next((server.data / "users").glob(f"*/managed/{run_id}.json")).parents[1]  # alice's state, on the server's disk
+    run_file, managed_log = member / "runs" / f"{run_id}.json", member / "managed" / f"{run_id}.log"
+
+    def epochs_done() -> int:
+        return (json.loads(run_file.read_text()).get("progress") or {}).get("epoch") or 0
+
+    def revived(killed: int) -> None:
+        said = f"{names['alice']}: the controller of managed run {run_id} started again"
+        times = server.log.read_text().count(said)  # the log goes on across the server's lives
+        server.start(env=slurm.env)
+        wait_for(lambda: server.log.read_text().count(said) > times, 120, "the server to revive the run's controller")
+        assert json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"] != killed
+
+    wait_for(lambda: epochs_done() >= 1, 300, "an epoch on the site")
+    revived(_server_dies_with_the_controller_of(server, member, run_id))
+    wait_for(lambda: epochs_done() >= 2, 300, "an epoch recorded by the revived controller")
+    assert epochs_done() < 4
+    (job,) = [j.split("|")[0] for j in slurm.jobs()]
+    cancelled_at = time.time()
+    slurm.slurm("scancel", job)  # the site takes the allocation back; the controller sees it and moves the run
+    # the move's longest part is the new cluster's start (`ray start`, its dashboard): the server dies in it
+    wait_for(lambda: "attempt 2: starting cluster mv-2 on local" in managed_log.read_text(), 120, "the controller to start moving the run")
+    revived(_server_dies_with_the_controller_of(server, member, run_id))
+
+    wait_for(lambda: json.loads((member / "managed" / f"{run_id}.json").read_text())["phase"] == "finished", 400, "the run to finish")
+    run = json.loads(run_file.read_text())
+    assert run["state"] == "SUCCEEDED", run
+    assert [h["epoch"] for h in json.loads((Path(run["run_dir"]) / "history.json").read_text())] == [1, 2, 3, 4]  # every epoch once
+    log = managed_log.read_text()
+    assert log.count("controller restarted") == 2 and "following attempt 1" in log and "following attempt 2" in log, log
+    m = json.loads((member / "managed" / f"{run_id}.json").read_text())
+    # the cluster the dead controller was starting came up without it and was taken over: no third attempt
+    assert [(a["provider"], a["cluster"]) for a in m["attempts"]] == [("slurm", "mv"), ("local", "mv-2")], m["attempts"]
+    assert m["attempts"][1]["cluster_id"] and m["attempts"][1]["cost_usd"] > 0  # what the dead controller never wrote down
+    assert m["attempts"][0]["how"].startswith("lost: Slurm job") and "CANCELLED" in m["attempts"][0]["how"]
+    job_log = (Path(run["run_dir"]) / "job.log").read_text()
+    starts = [json.loads(line.split("BURST_EVENT ", 1)[1]) for line in job_log.splitlines() if '"type": "start"' in line]
+    assert starts and all(s["resumed"] and s["epoch"] >= 1 for s in starts), starts  # the local attempt went on from a checkpoint
+    cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
+    assert [a["provider"] for a in cost["attempts"]] == ["slurm", "local"] and cost["attempts"][0]["cost_usd"] > 0
+    logs = burst("logs", run_id, home=homes["alice"], cwd=tmp_path)  # through the server: the job's log with the run's moves
+    assert logs.returncode == 0 and "managed: " in logs.stdout and "lost after" in logs.stdout, logs.stderr[-2000:]
+    print(log)  # the timeline, for the record (pytest -s)
+    print(f"scancel to the first step on this machine: {m['attempts'][-1]['first_step'] - cancelled_at:.1f} s")
+    status = json.loads(burst("status", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
+    assert status["clusters"] == [] and slurm.jobs() == []  # both clusters gone, the site's queue empty
+    assert any("run resumed on local cluster" in line for line in status["moves"][run_id]), status["moves"]
+    census.assert_none_left(before, exempt_roots={server.proc.pid})
+
+
 def prometheus_read(server: Server, owner: str, cluster: str, promql: str):
     """An instant query of ``owner``'s cluster's Prometheus through the server, as a token's holder: (status, answer)."""
     from urllib.parse import urlencode
