@@ -104,9 +104,11 @@ def _up_once(name: str, cpus: int | None, gpus: int | None, hourly_usd: float, s
     # the next controller adopts the head it brings up. Through pipes, the starter's death broke
     # them and `ray start` died with its head half started (measured: the adopting controller
     # waited 90 s for nothing, took the cluster down and spent one more attempt).
-    output = temp_dir / "ray-start.log"
+    # (beside the cluster's record, not in Ray's temp dir: a process holding a file open there is
+    # taken for one of the cluster's, and `burst down` of a starting cluster would stop this one)
+    output = cdir / "ray-start.log"
     try:
-        with open(output, "w") as out:
+        with open(output, "w", opener=lambda path, flags: os.open(path, flags, 0o600)) as out:
             proc = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=180,
                                   start_new_session=True)
     except subprocess.TimeoutExpired:
