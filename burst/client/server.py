@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import urllib.error
@@ -75,6 +76,12 @@ def call(login: Login, method: str, path: str, body: Optional[dict] = None, time
             raise BurstError(f"the burst server at {login.url} refused the token ({detail}): ask an admin for a new one and "
                              "`burst login URL` again", exit_code=1) from None
         raise BurstError(f"the burst server at {login.url} answered {exc.code}: {detail}", exit_code=1) from None
+    except (http.client.HTTPException, ConnectionError) as exc:
+        # sent, then no answer: the server (or the way to it) died while it ran the request, which
+        # for a forwarded `burst run` may be hours in; what it started goes on there without it
+        raise BurstError(f"the burst server at {login.url} went away before it answered ({exc.__class__.__name__}: {exc}); what it "
+                         "had started runs on there (a managed run's controller starts again with the server): `burst status` "
+                         "once it answers", exit_code=1) from None
     except (urllib.error.URLError, OSError) as exc:
         why = getattr(exc, "reason", exc)
         raise BurstError(f"the burst server at {login.url} cannot be reached ({why}): start it, or `burst logout` to work on this "

@@ -191,3 +191,63 @@ def test_a_member_names_no_directory_of_the_server_as_a_store_in_a_flag_or_a_pol
         assert not list(server.data.glob("users/*/clusters/*.json"))  # nothing was brought up
     finally:
         server.stop()
+
+
+def test_a_server_that_dies_while_it_runs_a_verb_is_one_line_saying_what_runs_on_and_answers_once_started_again(tmp_path, monkeypatch):
+    """A forwarded verb that takes a while (`burst status` asking a Slurm site whose login host
+    takes the ssh and never answers: up to its 10 s wait) and the server SIGKILLed meanwhile: the
+    client says in one line that the server went away before it answered and that what it started
+    runs on, not that it cannot be reached (start it, log out); started again, the server answers."""
+    import json
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    from burst.home.state import ClusterHandle
+    from burst.values.site import OnPrem
+    from tests.support import census
+    from tests.support.burst_server import Server
+    from tests.support.cli_runs import burst
+    from tests.support.records import save
+
+    hanging = tmp_path / "bin"
+    hanging.mkdir()
+    (hanging / "ssh").write_text("#!/bin/sh\nexec sleep 300\n")
+    (hanging / "ssh").chmod(0o755)
+    path = {"PATH": f"{hanging}{os.pathsep}{os.environ['PATH']}"}
+    server = Server(tmp_path)
+    server.admin("team", "cern")
+    (tmp_path / "alice.token").write_text(server.admin("user", "alice", "--team", "cern"))
+    server.start(env=path)
+    home = tmp_path / "alice-machine"
+    before = census.snapshot()
+    try:
+        burst("login", server.url, "--token-file", str(tmp_path / "alice.token"), home=home, cwd=tmp_path, check=True)
+        assert json.loads(burst("status", "--json", home=home, cwd=tmp_path, check=True).stdout)["clusters"] == []
+        (member,) = (server.data / "users").iterdir()  # alice's state on the server
+        monkeypatch.setenv("BURST_HOME", str(member))
+        site = OnPrem(name="lab", accelerator="V100", gpus=8, scheduler="slurm", login="login.example.org")
+        save(ClusterHandle(name="lab", provider="slurm", cluster_id="slurm0001", state="running", storage_uri=str(tmp_path / "s"),
+                           outputs={"site": site.model_dump(mode="json"), "job_id": "7"}))
+        asked = subprocess.Popen([sys.executable, "-m", "burst.cli", "status"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "BURST_HOME": str(home)}, cwd=tmp_path)
+        deadline = time.time() + 30
+        while not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]:  # the server asks the site
+            assert time.time() < deadline and asked.poll() is None, "the server never asked the site"
+            time.sleep(0.2)
+        os.killpg(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        out, err = asked.communicate(timeout=60)
+        assert asked.returncode == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert f"the burst server at {server.url} went away before it answered" in err and "runs on there" in err, err
+        assert "cannot be reached" not in err
+        server.start(env=path)
+        again = burst("status", "--json", home=home, cwd=tmp_path, check=True, timeout=120)
+        assert [c["name"] for c in json.loads(again.stdout)["clusters"]] == ["lab"]  # unreachable, and said so after its wait
+    finally:
+        server.stop()
+        for proc in psutil.process_iter(["cmdline", "create_time"]):  # the ssh stand-ins the verbs left asking
+            if proc.info["cmdline"] == ["sleep", "300"] and (proc.pid, proc.info["create_time"]) not in before:
+                proc.kill()
