@@ -123,8 +123,11 @@ def test_the_rendered_tpu_startup_script_starts_a_head_that_refuses_requests_wit
                      ("RAY_CHECK_S=30", "RAY_CHECK_S=3600")):  # the Ray watcher does not look during the test (test_stacks has it look)
         assert localised.count(old) == 1, old
         localised = localised.replace(old, new)
-    # a second try's `ray stop`, and the watcher's, stop this head only, not every Ray on this machine
-    stop = f"{sys.executable} -c 'from burst.runtime import ray_head; ray_head.stop_processes(\"{cluster_id}\", \"{temp_dir}\")'"
+    # a second try's `ray stop`, and the watcher's, stop this head only, not every Ray on this machine; and
+    # never the script itself, which carries the cluster's marker here (a VM's script does not): a first
+    # `ray start` that timed out on the busy machine made the second try's stop kill the script (-15)
+    stop = (f"{sys.executable} -c 'import os; from burst.runtime import ray_head; "
+            f"ray_head.stop_processes(\"{cluster_id}\", \"{temp_dir}\", spare=os.getppid())'")
     assert localised.count("ray stop --force") == 2
     localised = localised.replace("ray stop --force", stop)
     env = ray_head.head_env(cluster_id, "unused", ports)
