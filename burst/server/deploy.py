@@ -54,6 +54,10 @@ def systemd_unit(user: str, data: Path, host: str = "127.0.0.1", port: int = DEF
         f"EnvironmentFile=-{env_file}",
         f"ExecStart={shlex.join(command)}",
         "Restart=on-failure",
+        # systemd's default (control-group) would stop, with the server, every process it started: the
+        # members' managed-run controllers, watchers and local Ray clusters; they outlive the server by
+        # design and a server that starts again revives the controllers (systemd.kill(5), KillMode=)
+        "KillMode=process",
         "RestartSec=5",
         "NoNewPrivileges=true",
         "UMask=0077",

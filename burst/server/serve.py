@@ -17,6 +17,9 @@ from .guard import Leadership, TeamGuard, revive_members
 from .verbs import UPLOADS_KEPT_DAYS, sweep_uploads
 
 DEFAULT_PORT = 8467
+# a server asked to stop waits this long for the requests it is answering, then closes them: a forwarded
+# `burst run` holds one for the run's length, and what it started runs on without the server
+STOP_GRACE_S = 10
 
 
 def is_loopback(host: str) -> bool:
@@ -69,6 +72,6 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
                                                database.redacted(db_url or default_db(data_dir)), data_dir)
     try:
         uvicorn.run(build(sessions, data_dir, secure_cookies=cert is not None), host=host, port=port, ssl_certfile=str(cert) if cert else None,
-                    ssl_keyfile=str(key) if key else None, log_level="warning")
+                    ssl_keyfile=str(key) if key else None, log_level="warning", timeout_graceful_shutdown=STOP_GRACE_S)
     finally:
         guard.close()

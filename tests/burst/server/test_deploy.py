@@ -63,6 +63,7 @@ def test_the_systemd_unit_starts_a_server_that_answers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     unit = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     assert unit["User"] == "burst" and unit["Restart"] == "on-failure" and unit["EnvironmentFile"] == "-/etc/burst/server.env"
+    assert unit["KillMode"] == "process"  # stopping the server leaves the members' controllers and clusters running
     server = subprocess.Popen(shlex.split(unit["ExecStart"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline, answer = time.time() + 60, None

@@ -296,35 +296,47 @@ def _server_dies_with_the_controller_of(server: Server, member: Path, run_id: st
 
 @pytest.mark.slow
 def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_trains_and_again_in_the_middle_of_its_move(group, slurm, tmp_path):
-    """alice's managed run goes to the group's Slurm site through the server. The server dies with
+    """alice's managed run goes to the group's Slurm site through the server, her CLI waiting for
+    its end and her machine asleep (SIGSTOP) from the run's start to its end. The server dies with
     the run's controller while the job trains: started again, it revives the controller, which
     follows the same attempt (the job trains on, no epoch again). The site then cancels the
     allocation; the controller sees the loss and starts moving the run to the server's own machine,
     and the server dies with the controller while the new cluster starts. Started again, the server
     revives the controller, which takes over the cluster that came up without its starter and
     resumes the run there from the newest checkpoint: every epoch once, two attempts, both clusters
-    gone, the site's queue empty, nothing left running."""
+    gone, the site's queue empty, nothing left running. alice's CLI, woken, says in one line that
+    the server went away before it answered and that the run ran on."""
     server, tokens, homes, names = group
     server.stop()
     server.start(env=slurm.env)  # the login node's server: Slurm's commands reach the site
     before = census.snapshot()
     policy = slurm.policy(tmp_path / "site.yaml")
-    proc = burst("run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy), "--hours", "1", "--managed", "--detach",
-                 "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN, home=homes["alice"], cwd=tmp_path)
-    assert proc.returncode == 0 and "handed to its controller" in " ".join(proc.stderr.split()), proc.stderr[-3000:]
-    run_id = " ".join(proc.stderr.split()).split("run ", 1)[1].split(" ", 1)[0]
-    member = next((server.data / "users").glob(f"*/managed/{run_id}.json")).parents[1]  # alice's state, on the server's disk
+    # alice's CLI waits for the run's end through the server, and her machine sleeps (SIGSTOP) through all of it
+    cli = subprocess.Popen([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy),
+                            "--hours", "1", "--managed", "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BURST_HOME": str(homes["alice"])},
+                           cwd=tmp_path)
+    def handed() -> list[Path]:  # the managed run's record (beside it: its policy, its lock, its log)
+        return [p for p in (server.data / "users").glob("*/managed/*.json") if not p.name.endswith(".policy.json")]
+    wait_for(handed, 120, "the run handed to its controller")
+    os.kill(cli.pid, signal.SIGSTOP)
+    (record,) = handed()
+    run_id, member = record.stem, record.parents[1]  # alice's state, on the server's disk
     run_file, managed_log = member / "runs" / f"{run_id}.json", member / "managed" / f"{run_id}.log"
 
     def epochs_done() -> int:
         return (json.loads(run_file.read_text()).get("progress") or {}).get("epoch") or 0
 
     def revived(killed: int) -> None:
-        said = f"{names['alice']}: the controller of managed run {run_id} started again"
-        times = server.log.read_text().count(said)  # the log goes on across the server's lives
+        # whoever looks first starts the controller again: the server as it starts (`burst status` as
+        # each member), or the server's own follower of alice's `burst run`, which outlived it
+        times = managed_log.read_text().count("controller restarted")
         server.start(env=slurm.env)
-        wait_for(lambda: server.log.read_text().count(said) > times, 120, "the server to revive the run's controller")
-        assert json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"] != killed
+
+        def running_again() -> bool:
+            pid = json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"]
+            return pid != killed and psutil.pid_exists(pid) and managed_log.read_text().count("controller restarted") > times
+        wait_for(running_again, 120, "the run's controller to be started again")
 
     wait_for(lambda: epochs_done() >= 1, 300, "an epoch on the site")
     revived(_server_dies_with_the_controller_of(server, member, run_id))
@@ -360,6 +372,10 @@ def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_tra
     status = json.loads(burst("status", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
     assert status["clusters"] == [] and slurm.jobs() == []  # both clusters gone, the site's queue empty
     assert any("run resumed on local cluster" in line for line in status["moves"][run_id]), status["moves"]
+    # alice's machine wakes: her CLI's request died with the first server; one line says so and that the run ran on
+    os.kill(cli.pid, signal.SIGCONT)
+    _, err = cli.communicate(timeout=60)
+    assert cli.returncode == 1 and len(err.strip().splitlines()) == 1 and "went away before it answered" in err, err
     census.assert_none_left(before, exempt_roots={server.proc.pid})
 
 
