@@ -287,7 +287,11 @@ def _server_dies_with_the_controller_of(server: Server, member: Path, run_id: st
     """The server's machine loses the server and the run's controller at once (a kill -9 of the
     service's control group, as systemd's KillMode=control-group does): returns the controller's pid."""
     pid = json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"]
+    # and what it runs for its members: the verbs it is answering (a member's `burst run` following its run)
+    verbs = [p for p in psutil.Process(server.proc.pid).children(recursive=True) if "burst.cli" in " ".join(p.cmdline())]
     os.killpg(server.proc.pid, signal.SIGKILL)
+    for proc in verbs:
+        proc.kill()
     os.kill(pid, signal.SIGKILL)
     server.proc.wait()
     wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, "the controller to die")
@@ -328,15 +332,11 @@ def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_tra
         return (json.loads(run_file.read_text()).get("progress") or {}).get("epoch") or 0
 
     def revived(killed: int) -> None:
-        # whoever looks first starts the controller again: the server as it starts (`burst status` as
-        # each member), or the server's own follower of alice's `burst run`, which outlived it
-        times = managed_log.read_text().count("controller restarted")
+        said = f"{names['alice']}: the controller of managed run {run_id} started again"
+        times = server.log.read_text().count(said)  # the log goes on across the server's lives
         server.start(env=slurm.env)
-
-        def running_again() -> bool:
-            pid = json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"]
-            return pid != killed and psutil.pid_exists(pid) and managed_log.read_text().count("controller restarted") > times
-        wait_for(running_again, 120, "the run's controller to be started again")
+        wait_for(lambda: server.log.read_text().count(said) > times, 120, "the server to revive the run's controller")
+        assert json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"] != killed
 
     wait_for(lambda: epochs_done() >= 1, 300, "an epoch on the site")
     revived(_server_dies_with_the_controller_of(server, member, run_id))
