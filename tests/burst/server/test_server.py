@@ -284,8 +284,9 @@ def slurm():
 
 
 def _server_dies_with_the_controller_of(server: Server, member: Path, run_id: str) -> int:
-    """The server's machine loses the server and the run's controller at once (a kill -9 of the
-    service's control group, as systemd's KillMode=control-group does): returns the controller's pid."""
+    """The server's machine loses the service at once: the server, the verbs it was answering and the
+    run's controller, all SIGKILLed (the unit's own KillMode=process would spare the controller on a
+    plain stop; a crash or an OOM kill of the machine's services does not): returns the controller's pid."""
     pid = json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"]
     # and what it runs for its members: the verbs it is answering (a member's `burst run` following its run)
     verbs = [p for p in psutil.Process(server.proc.pid).children(recursive=True) if "burst.cli" in " ".join(p.cmdline())]
