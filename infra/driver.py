@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -45,7 +46,14 @@ def find_cli() -> Optional[str]:
 
 
 class BurstPulumiCommand(auto.PulumiCommand):
-    """The real CLI, started in its own session, with a handle to interrupt the running command."""
+    """The real CLI, started in its own session, with a handle to interrupt the running command.
+
+    A Ctrl-C that comes before the CLI's process exists is held and sent the moment it starts, so
+    that an interruption is never lost to a race with the operation's start."""
+
+    process: Optional[subprocess.Popen] = None
+    interrupt_pending = False
+    _process_lock = threading.Lock()  # guards ``process`` and ``interrupt_pending`` against the Ctrl-C thread
 
     def __init__(self):
         binary = find_cli()
@@ -76,7 +84,11 @@ class BurstPulumiCommand(auto.PulumiCommand):
 
         with subprocess.Popen([self.command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env,
                               encoding="utf-8", start_new_session=True) as process:
-            self.process = process
+            with self._process_lock:
+                self.process = process
+                if self.interrupt_pending:  # Ctrl-C came while the CLI was starting
+                    self.interrupt_pending = False
+                    process.send_signal(signal.SIGINT)
             readers = [threading.Thread(target=consume, args=(process.stdout, on_output, "out")),
                        threading.Thread(target=consume, args=(process.stderr, on_error, "err"))]
             for t in readers:
@@ -84,19 +96,29 @@ class BurstPulumiCommand(auto.PulumiCommand):
             for t in readers:
                 t.join()
             process.wait()
-        self.process = None
+        with self._process_lock:
+            self.process = None
         result = auto.CommandResult(stdout="\n".join(chunks["out"]), stderr="\n".join(chunks["err"]), code=process.returncode)
         if process.returncode != 0:
             raise create_command_error(result)
         return result
 
     def interrupt(self) -> bool:
-        """One SIGINT: Pulumi cancels gracefully (a second one would kill it mid-operation)."""
-        process = self.process
-        if process is None or process.poll() is not None:
-            return False
-        process.send_signal(signal.SIGINT)
-        return True
+        """One SIGINT: Pulumi cancels gracefully (a second one would kill it mid-operation).
+        With no CLI running yet, the SIGINT waits for the next one to start (``forget_interrupt``
+        drops it once the interrupted operation has ended)."""
+        with self._process_lock:
+            process = self.process
+            if process is None or process.poll() is not None:
+                self.interrupt_pending = True
+                return False
+            process.send_signal(signal.SIGINT)
+            return True
+
+    def forget_interrupt(self) -> None:
+        """The interrupted operation is over: a SIGINT still held must not cancel the refresh after it."""
+        with self._process_lock:
+            self.interrupt_pending = False
 
 
 def passphrase(home: Path) -> str:
@@ -118,6 +140,16 @@ def backend_url(home: Path) -> str:
     path = home / "pulumi" / "backend"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return f"file://{path}"
+
+
+def _join_even_if_starting(worker: threading.Thread) -> None:
+    """Join a thread whose ``start()`` a Ctrl-C may have cut short: it runs, or never began."""
+    for _ in range(500):
+        try:
+            worker.join()
+            return
+        except RuntimeError:  # started, not yet marked running (or never started: give up after 5 s)
+            time.sleep(0.01)
 
 
 class StackDriver:
@@ -162,14 +194,16 @@ class StackDriver:
                 box["error"] = exc
 
         worker = threading.Thread(target=target, daemon=True)
-        worker.start()
         try:
+            worker.start()  # inside: a Ctrl-C can land while the thread starts, with Pulumi already on its way
             while worker.is_alive():
                 worker.join(0.2)
         except KeyboardInterrupt:
             if isinstance(self.command, BurstPulumiCommand):
                 self.command.interrupt()
-            worker.join()
+            _join_even_if_starting(worker)
+            if isinstance(self.command, BurstPulumiCommand):
+                self.command.forget_interrupt()
             self.refresh()
             raise
         if "error" in box:

@@ -226,6 +226,35 @@ def test_interrupt_sends_exactly_one_sigint_to_the_running_cli():
     assert cmd.interrupt() is False  # already finished: nothing sent
 
 
+def script_cli(tmp_path: Path, name: str, then: str) -> BurstPulumiCommand:
+    """The real command class with a shell script as its CLI: it says `ready`, then does ``then``;
+    a SIGINT makes it say `canceled` and exit 3."""
+    script = tmp_path / name
+    script.write_text(f"#!/bin/sh\ntrap 'echo canceled; exit 3' INT\necho ready\n{then}\n")
+    script.chmod(0o755)
+    cmd = BurstPulumiCommand.__new__(BurstPulumiCommand)
+    cmd.command = str(script)
+    return cmd
+
+
+def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_path):
+    """A Ctrl-C can come while the operation's thread is starting, before Pulumi's process exists:
+    it is held and sent when the process starts, not lost to a `pulumi up` that runs on."""
+    up = script_cli(tmp_path, "slow-pulumi", "sleep 10 & wait")
+    assert up.interrupt() is False  # nothing to signal yet: held
+    started = time.monotonic()
+    with pytest.raises(auto.CommandError):
+        up.run(["up"], str(tmp_path), {})
+    assert time.monotonic() - started < 6 and not up.interrupt_pending  # not the 10 s it sleeps
+
+
+def test_a_ctrl_c_held_after_the_operation_ended_does_not_cancel_the_refresh(tmp_path):
+    refresh = script_cli(tmp_path, "quick-pulumi", "exit 0")
+    assert refresh.interrupt() is False and refresh.interrupt_pending  # came as the operation ended
+    refresh.forget_interrupt()  # what the driver does once the interrupted operation is over
+    assert refresh.run(["refresh"], str(tmp_path), {}).stdout.strip() == "ready"
+
+
 def test_expired_leases_are_swept(home, monkeypatch):
     from typer.testing import CliRunner
 
