@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Optional
 from .home import state
 from . import targets
 from .unattended.backoff import Backoff, reason_of
-from .unattended import recovery
+from .unattended import recovery, run_lock
 from .errors import BurstError
 from .home.records import read_json, write_json_atomic
 from .home.state import ClusterHandle, RunRecord
@@ -586,14 +586,37 @@ def request_stop(handle: ClusterHandle, run_id: str) -> Optional[str]:
 
 
 def control(run_id: str) -> int:
-    """A managed run's controller: one per run (its lock), until the run has ended."""
+    """A managed run's controller: one per run (its file lock, and its lock in the group's database
+    when a server on PostgreSQL started it), until the run has ended."""
     lock = take_lock(managed_file(run_id, ".lock"))  # held (referenced) until the run has ended
     if lock is None:
         return 0  # another controller has it
     m = load(run_id)
     if m is None or m.phase == "finished":
         return 0
-    Controller(m).run()
+    hold = None
+    if os.environ.get(run_lock.ENV):
+        hold = run_lock.RunLock(os.environ[run_lock.ENV], run_id)
+        try:
+            taken = hold.take()
+        except Exception as exc:  # noqa: BLE001 - the driver's own error: said in one line, the server starts a controller again later
+            print(f"run {run_id}: the group's database cannot be reached to hold the run ({exc.__class__.__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}); this controller leaves it to the next one the server starts", flush=True)
+            return 1
+        if not taken:
+            print(f"run {run_id} is controlled from another server on the group's database; this controller leaves it", flush=True)
+            return 0
+
+        def lost() -> None:  # another server's controller holds the run now: two must never act on it
+            say_move(run_id, f"the run's hold in the database went to another server's controller; this one (PID {os.getpid()}) stops")
+            os._exit(0)
+
+        hold.keep(lost, lambda: print(f"run {run_id}: the group's database cannot be reached; holding on", flush=True))
+    try:
+        Controller(m).run()
+    finally:
+        if hold is not None:
+            hold.release()
     return 0
 
 

@@ -1,8 +1,11 @@
-"""What the server does to a member's cluster on its own account (the team's money ran out, an admin
-stopped it), run as that member: ``python -m burst.server.act stop NAME REASON`` with the member's
-state directory. Every run training on the cluster is asked to stop first (the request the budget
-guard writes: the workers agree on a step and checkpoint it), and the cluster goes when they have,
-or when the checkpoint reserve has passed."""
+"""What the server does to a member's cluster or run on its own account, run as that member with the
+member's state directory: ``python -m burst.server.act stop NAME REASON`` (the team's money ran
+out, an admin stopped it) and ``python -m burst.server.act revive RUN`` (the run's controller is
+gone: its lock in the database is free, ``burst.server.guard.RunKeeper``).
+
+A stop asks every run training on the cluster to stop first (the request the budget guard writes:
+the workers agree on a step and checkpoint it); the cluster goes when they have, or when the
+checkpoint reserve has passed."""
 
 from __future__ import annotations
 
@@ -48,7 +51,18 @@ def stop(name: str, reason: str, poll_s: float = 1.0) -> int:
     return 0
 
 
+def revive(run_id: str) -> int:
+    """Start the run's controller again unless one runs (the member's own checks, as ``burst status`` makes them)."""
+    from ..unattended import managed
+
+    for started in managed.revive(only=run_id):
+        print(f"the controller of managed run {started} started again")
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "stop":
-        sys.exit("usage: python -m burst.server.act stop NAME REASON")
-    sys.exit(stop(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 4 and sys.argv[1] == "stop":
+        sys.exit(stop(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) == 3 and sys.argv[1] == "revive":
+        sys.exit(revive(sys.argv[2]))
+    sys.exit("usage: python -m burst.server.act stop NAME REASON | revive RUN")

@@ -21,6 +21,7 @@ from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
 from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
+from ..unattended import run_lock
 from . import ledger, money
 from .database import Cluster, Team, User
 from .verbs import as_member, home_of, member_env
@@ -65,12 +66,73 @@ class Leadership:
         return False
 
 
+class RunKeeper:
+    """The leading server's look at every member's unfinished managed runs: a run whose controller is
+    gone (its lock in the group's database free, ``burst.unattended.run_lock``, and no controller of
+    this machine holding its file lock or starting) gets one again, as the member's `burst status`
+    would start it. A server that died with its controllers on another machine loses no run: the
+    server left takes them over within a look, and the lock keeps two controllers off one run."""
+
+    REVIVE_AGAIN_S = 30.0  # a controller that ends at once (its database away) is not started again at every look
+    # a record written this recently belongs to a run being handed over, or to a controller still starting (on
+    # another machine, where its process id says nothing) that has not taken its locks yet: left for a later look
+    STARTING_S = 15.0
+
+    def __init__(self, sessions: sessionmaker, data_dir: Path, engine: Engine):
+        self.sessions, self.data_dir, self.engine = sessions, data_dir, engine
+        self._revived: dict[str, float] = {}  # run id: when this server last started its controller
+
+    def look(self, now: Optional[float] = None) -> list[str]:
+        """One look at every member's unfinished managed runs; returns what it started."""
+        import json
+
+        from ..unattended.managed import is_controller, lock_held
+
+        now = time.time() if now is None else now
+        with self.sessions() as db:
+            members = [(u.name, u.uid) for u in db.scalars(select(User))]
+        said = []
+        for name, uid in members:
+            managed = self.data_dir / "users" / uid / "managed"
+            for record in sorted(managed.glob("*.json")) if managed.is_dir() else []:
+                run_id = record.stem
+                if record.name.endswith(".policy.json") or now - self._revived.get(run_id, 0.0) < self.REVIVE_AGAIN_S:
+                    continue
+                try:
+                    if now - record.stat().st_mtime < self.STARTING_S:
+                        continue
+                    m = json.loads(record.read_text())
+                except (OSError, ValueError):  # being written, or damaged: `burst status` says which to the member
+                    continue
+                if m.get("phase") == "finished" or self._held_in_database(run_id):
+                    continue
+                if lock_held(managed / f"{run_id}.lock") or is_controller(m.get("controller_pid")):
+                    continue
+                self._revived[run_id] = now
+                proc = as_member(managed.parent, ["burst.server.act", "revive", run_id], timeout=120)
+                said += [f"{name}: {line} (its controller was gone; this server took the run over)" for line in proc.stdout.splitlines()]
+                if proc.returncode:
+                    said.append(f"{name}: the controller of managed run {run_id} could not be started again: "
+                                f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        return said
+
+    def _held_in_database(self, run_id: str) -> bool:
+        if self.engine.dialect.name != "postgresql":
+            return False  # SQLite: one server, one machine; the file lock decides
+        with self.engine.connect() as connection:
+            return not run_lock.free(connection, run_id)
+
+
 class TeamGuard:
+    """The money's guard, and the runs' keeper, in the one server of a database that leads."""
+
     def __init__(self, sessions: sessionmaker, data_dir: Path, interval_s: float = 5.0,
-                 stopper: Optional[Callable[[Path, str, str], bool]] = None, leadership: Optional[Leadership] = None):
+                 stopper: Optional[Callable[[Path, str, str], bool]] = None, leadership: Optional[Leadership] = None,
+                 keeper: Optional[RunKeeper] = None):
         self.sessions, self.data_dir, self.interval_s = sessions, data_dir, interval_s
         self.stopper = stopper or stop_as_member
         self.leadership = leadership
+        self.keeper = keeper
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._guarding: Optional[bool] = None
@@ -93,7 +155,7 @@ class TeamGuard:
                                 "the team budget guard runs in another server on this database; this one takes over if it stops")
                 if not guarding:
                     continue
-                for line in self.look():
+                for line in self.look() + (self.keeper.look() if self.keeper is not None else []):
                     log.warning(line)
             except Exception:  # noqa: BLE001 - a guard that died would leave every team unguarded: said, and looked again
                 log.exception("the team budget guard's look failed; trying again")

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Optional
 
 from ..errors import BurstError
 from . import database
-from .guard import Leadership, TeamGuard, revive_members
+from ..unattended import run_lock
+from .guard import Leadership, RunKeeper, TeamGuard, revive_members
 from .verbs import UPLOADS_KEPT_DAYS, sweep_uploads
 
 DEFAULT_PORT = 8467
@@ -64,7 +66,10 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     swept = sweep_uploads(data_dir)
     if swept:
         logging.getLogger("burst.server").warning("removed %d members' uploads older than %d days", swept, UPLOADS_KEPT_DAYS)
-    guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine))
+    if engine.dialect.name == "postgresql":  # what the controllers it starts for members hold their runs with
+        os.environ[run_lock.ENV] = engine.url.render_as_string(hide_password=False)
+    guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine),
+                      keeper=RunKeeper(sessions, data_dir, engine))
     guard.start()
     threading.Thread(target=revive_members, args=(sessions, data_dir), name="revive-members", daemon=True).start()
     scheme = "https" if cert else "http"

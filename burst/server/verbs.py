@@ -23,6 +23,7 @@ import yaml
 from ..errors import BurstError
 from ..home.state import OWNER
 from ..placement.policy import DEFAULT_POLICY
+from ..unattended import run_lock
 from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value, split_option
 
 TAKES_POLICY = ("plan", "up", "run", "tune")
@@ -91,8 +92,8 @@ def cluster_named(args: list[str]) -> str:
 def member_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a process the server runs as a member: the server's own without burst's
     settings (its state directory, its database), the member's state directory, and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_")}
-    return {**env, "BURST_HOME": str(home), **extra}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BURST_") or k == run_lock.ENV}
+    return {**env, "BURST_HOME": str(home), **extra}  # run_lock.ENV: the controllers it starts hold their runs in the database
 
 
 def keeps_files(verb: str, args: list[str]) -> bool:

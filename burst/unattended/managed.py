@@ -245,11 +245,14 @@ def guard(handle: ClusterHandle, record: RunRecord, budget_usd: Optional[float],
                f"(${budget_usd:,.2f}) and collects its results, with no CLI attached")
 
 
-def revive(damaged: Optional[list[Damaged]] = None) -> list[str]:
-    """Start again the controller of every unfinished managed run whose controller is gone; their ids.
-    A damaged record starts nothing: it goes to ``damaged`` when a list is given (``burst status`` shows it)."""
+def revive(damaged: Optional[list[Damaged]] = None, only: Optional[str] = None) -> list[str]:
+    """Start again the controller of every unfinished managed run (or of run ``only``) whose controller
+    is gone; their ids. A damaged record starts nothing: it goes to ``damaged`` when a list is given
+    (``burst status`` shows it)."""
     started = []
     for m in load_all(damaged if damaged is not None else []):
+        if only is not None and m.run_id != only:
+            continue
         if m.phase != "finished" and not controller_alive(m.run_id, m.controller_pid):
             m.controller_pid = spawn_controller("run", m.run_id, m.cwd, managed_file(m.run_id, ".out"))
             save(m)

@@ -254,6 +254,91 @@ def test_of_two_servers_on_one_database_one_guards_the_money_and_the_other_takes
         second.stop()
 
 
+def test_a_controller_leaves_a_run_another_server_s_controller_holds_in_the_database(database, tmp_path):
+    """Servers on two machines share the members' state: a controller started for a run that a
+    controller of the other server holds (its advisory lock, on that process's own connection)
+    leaves the run untouched; once that connection is gone, a server's look finds the run free."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from burst.unattended import managed, run_lock
+
+    home = tmp_path / "member"
+    env = {**os.environ, "BURST_HOME": str(home), run_lock.ENV: database}
+    run_id = f"gan3d-20261129-000000-{free_port():05d}"
+    record = home / "managed" / f"{run_id}.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(managed.ManagedRun(run_id=run_id, request={"workload": "gan3d", "cluster": "held"}, cluster="held",
+                                         cwd=str(tmp_path)).model_dump_json())
+    before = record.read_text()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from burst.unattended.run_lock import RunLock\n"
+                               f"hold = RunLock({database!r}, {run_id!r})\nprint(hold.take(), flush=True)\nsys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "True"  # the other server's controller holds the run
+        controller = subprocess.run([sys.executable, "-m", "burst.controller", "run", run_id], env=env, cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=120)
+        assert controller.returncode == 0 and "is controlled from another server" in controller.stdout, controller.stdout + controller.stderr
+        assert record.read_text() == before and not (home / "managed" / f"{run_id}.log").exists()  # nothing done, nothing said as a move
+        engine = create_engine(database, poolclass=NullPool)
+        with engine.connect() as connection:
+            assert not run_lock.free(connection, run_id)
+        holder.kill()  # its machine goes: the connection, and the hold, with it
+        holder.wait()
+        deadline = time.time() + 30
+        while not run_lock.free(free_look := engine.connect(), run_id) and time.time() < deadline:
+            free_look.close()
+            time.sleep(0.5)
+        free_look.close()
+        assert time.time() < deadline, "the run's lock was not freed when its holder died"
+    finally:
+        holder.kill()
+
+
+def test_a_controller_whose_hold_broke_and_went_to_another_stops(database, tmp_path):
+    """The database dropped a controller's connection (restarted, or a network cut) and another
+    server's controller took the run meanwhile: the first sees it at its next look and stops; one
+    that finds the run free again takes it back and holds on."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from burst.unattended import run_lock
+
+    script = ("import os, sys, time\nfrom burst.unattended.run_lock import RunLock\n"
+              f"hold = RunLock({database!r}, sys.argv[1])\nassert hold.take()\n"
+              "print(os.getpid(), flush=True)\n"
+              "hold.keep(lambda: (print('lost', flush=True), os._exit(0)))\ntime.sleep(60)\nprint('held', flush=True)\n")
+    admin = create_engine(database, poolclass=NullPool)
+
+    def backend_of(run_id: str) -> int:  # the database process of the connection holding the run's lock
+        with admin.connect() as c:
+            return c.exec_driver_sql("select pid from pg_locks where locktype = 'advisory' and granted and "
+                                     f"((classid::bigint << 32) | objid::bigint) = ({run_lock.key_of(run_id)}::bigint)").scalar()
+
+    taken_over, kept = f"run-a-{free_port()}", f"run-b-{free_port()}"
+    procs = {run_id: subprocess.Popen([sys.executable, "-c", script, run_id], stdout=subprocess.PIPE, text=True)
+             for run_id in (taken_over, kept)}
+    try:
+        for proc in procs.values():
+            assert proc.stdout.readline().strip().isdigit()
+        with admin.connect() as c:
+            for run_id in procs:
+                assert c.exec_driver_sql(f"select pg_terminate_backend({backend_of(run_id)})").scalar()
+            c.commit()
+        other = admin.connect()  # another server's controller takes the first run at once
+        assert other.exec_driver_sql(f"select pg_try_advisory_lock({run_lock.key_of(taken_over)})").scalar()
+        other.commit()
+        assert procs[taken_over].stdout.readline().strip() == "lost" and procs[taken_over].wait(30) == 0
+        time.sleep(run_lock.CHECK_S * 2)  # the second has looked since: it took its free run back
+        assert procs[kept].poll() is None and backend_of(kept) is not None
+        with admin.connect() as c:
+            assert not run_lock.free(c, kept)
+        other.close()
+    finally:
+        for proc in procs.values():
+            proc.kill()
+
+
 @pytest.mark.slow
 def test_a_server_started_again_revives_the_watcher_its_machine_lost_and_the_idle_cluster_still_goes(group, tmp_path):
     server, tokens, homes, names = group
@@ -300,23 +385,33 @@ def _server_dies_with_the_controller_of(server: Server, member: Path, run_id: st
 
 
 @pytest.mark.slow
-def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_trains_and_again_in_the_middle_of_its_move(group, slurm, tmp_path):
-    """alice's managed run goes to the group's Slurm site through the server, her CLI waiting for
-    its end and her machine asleep (SIGSTOP) from the run's start to its end. The server dies with
-    the run's controller while the job trains: started again, it revives the controller, which
-    follows the same attempt (the job trains on, no epoch again). The site then cancels the
-    allocation; the controller sees the loss and starts moving the run to the server's own machine,
-    and the server dies with the controller while the new cluster starts. Started again, the server
-    revives the controller, which takes over the cluster that came up without its starter and
-    resumes the run there from the newest checkpoint: every epoch once, two attempts, both clusters
+def test_a_managed_run_on_the_slurm_site_outlives_its_servers_killed_while_it_trains_and_again_in_the_middle_of_its_move(group, slurm, tmp_path):
+    """The group runs two servers on one database and one shared disk (two login nodes). alice's
+    managed run goes to the group's Slurm site through the first, her CLI waiting for its end and
+    her machine asleep (SIGSTOP) from the run's start to its end. The first server dies with the
+    run's controller while the job trains: the second, which never stopped, finds the run's lock in
+    the database free and takes the run over; its controller follows the same attempt (the job
+    trains on, no epoch again). The site then cancels the allocation; the controller sees the loss
+    and starts moving the run to the servers' machine, and the second server dies with the
+    controller while the new cluster starts. The first, started again, revives the controller,
+    which takes over the cluster that came up without its starter and resumes the run there from
+    the newest checkpoint: every epoch once, one controller at a time, two attempts, both clusters
     gone, the site's queue empty, nothing left running. alice's CLI, woken, says in one line that
     the server went away before it answered and that the run ran on."""
     server, tokens, homes, names = group
     server.stop()
-    server.start(env=slurm.env)  # the login node's server: Slurm's commands reach the site
+    server.start(env=slurm.env)  # the login nodes' servers: Slurm's commands reach the site
+    second = Server(tmp_path, server.db, name="second").start(env=slurm.env)
+    try:
+        _a_managed_run_outlives_two_servers(server, second, slurm, homes, names, tmp_path)
+    finally:
+        second.stop()
+
+
+def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, homes: dict, names: dict, tmp_path: Path) -> None:
     before = census.snapshot()
     policy = slurm.policy(tmp_path / "site.yaml")
-    # alice's CLI waits for the run's end through the server, and her machine sleeps (SIGSTOP) through all of it
+    # alice's CLI waits for the run's end through the first server, and her machine sleeps (SIGSTOP) through all of it
     cli = subprocess.Popen([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy),
                             "--hours", "1", "--managed", "--epochs", "4", "--steps", "8", "--checkpoint-every", "3", *TRAIN],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BURST_HOME": str(homes["alice"])},
@@ -326,29 +421,32 @@ def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_tra
     wait_for(handed, 120, "the run handed to its controller")
     os.kill(cli.pid, signal.SIGSTOP)
     (record,) = handed()
-    run_id, member = record.stem, record.parents[1]  # alice's state, on the server's disk
+    run_id, member = record.stem, record.parents[1]  # alice's state, on the servers' shared disk
     run_file, managed_log = member / "runs" / f"{run_id}.json", member / "managed" / f"{run_id}.log"
+    said = f"{names['alice']}: the controller of managed run {run_id} started again"
 
     def epochs_done() -> int:
         return (json.loads(run_file.read_text()).get("progress") or {}).get("epoch") or 0
 
-    def revived(killed: int) -> None:
-        said = f"{names['alice']}: the controller of managed run {run_id} started again"
-        times = server.log.read_text().count(said)  # the log goes on across the server's lives
-        server.start(env=slurm.env)
-        wait_for(lambda: server.log.read_text().count(said) > times, 120, "the server to revive the run's controller")
+    def revived_by(survivor: Server, killed: int) -> None:
+        times = survivor.log.read_text().count(said)  # a log goes on across its server's lives
+        if survivor.proc.poll() is not None:
+            survivor.start(env=slurm.env)
+        wait_for(lambda: survivor.log.read_text().count(said) > times, 120, "the server left to revive the run's controller")
         assert json.loads((member / "managed" / f"{run_id}.json").read_text())["controller_pid"] != killed
 
     wait_for(lambda: epochs_done() >= 1, 300, "an epoch on the site")
-    revived(_server_dies_with_the_controller_of(server, member, run_id))
-    wait_for(lambda: epochs_done() >= 2, 300, "an epoch recorded by the revived controller")
+    assert said not in second.log.read_text()  # while the run's controller lived, the second server left it alone
+    revived_by(second, _server_dies_with_the_controller_of(server, member, run_id))
+    assert "took the run over" in second.log.read_text()  # by its look at the runs, not at a start
+    wait_for(lambda: epochs_done() >= 2, 300, "an epoch recorded by the controller the second server started")
     assert epochs_done() < 4
     (job,) = [j.split("|")[0] for j in slurm.jobs()]
     cancelled_at = time.time()
     slurm.slurm("scancel", job)  # the site takes the allocation back; the controller sees it and moves the run
-    # the move's longest part is the new cluster's start (`ray start`, its dashboard): the server dies in it
+    # the move's longest part is the new cluster's start (`ray start`, its dashboard): the second server dies in it
     wait_for(lambda: "attempt 2: starting cluster mv-2 on local" in managed_log.read_text(), 120, "the controller to start moving the run")
-    revived(_server_dies_with_the_controller_of(server, member, run_id))
+    revived_by(server, _server_dies_with_the_controller_of(second, member, run_id))
 
     wait_for(lambda: json.loads((member / "managed" / f"{run_id}.json").read_text())["phase"] == "finished", 400, "the run to finish")
     run = json.loads(run_file.read_text())
@@ -377,7 +475,7 @@ def test_a_managed_run_on_the_slurm_site_outlives_its_server_killed_while_it_tra
     os.kill(cli.pid, signal.SIGCONT)
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 1 and len(err.strip().splitlines()) == 1 and "went away before it answered" in err, err
-    census.assert_none_left(before, exempt_roots={server.proc.pid})
+    census.assert_none_left(before, exempt_roots={server.proc.pid, second.proc.pid})
 
 
 def prometheus_read(server: Server, owner: str, cluster: str, promql: str):

@@ -1,0 +1,116 @@
+"""A managed run's lock in the group's database, held by its controller beside its file lock.
+
+Servers of one group on two machines share the database and the members' state (a site's shared
+disk), where a file lock does not hold across machines and a process id means nothing on the
+other machine. A PostgreSQL advisory lock does: it belongs to the controller's own connection, and
+the database frees it when that connection ends, at once for a killed process and within
+``DEAD_PEER_S`` for a machine that is gone (TCP keepalives asked of the database for this session).
+So two controllers never both control one run, and a server that finds a run's lock free knows its
+controller is gone wherever it ran (``burst.server.guard.RunKeeper`` then starts one).
+
+The server hands its database to the processes it runs for members in ``ENV``; with SQLite (one
+server, one machine) there is none and the file lock alone decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Callable, Optional
+
+ENV = "BURST_RUN_LOCK_DB"
+CHECK_S = 5.0  # how often a controller makes sure its hold is still there
+# the database drops a connection whose machine stopped answering after idle + interval * count seconds
+KEEPALIVE = {"idle": 10, "interval": 5, "count": 3}
+DEAD_PEER_S = KEEPALIVE["idle"] + KEEPALIVE["interval"] * KEEPALIVE["count"]
+
+
+def key_of(run_id: str) -> int:
+    """The run's advisory lock key: 64 bits of a hash of its id (PostgreSQL's bigint form)."""
+    return int.from_bytes(hashlib.blake2b(f"burst-run:{run_id}".encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def _engine(url: str):
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    # no pool: a connection closed is closed, and its lock released; libpq's keepalives find a dead database
+    return create_engine(url, poolclass=NullPool, connect_args={"keepalives": 1, "keepalives_idle": KEEPALIVE["idle"],
+                                                                 "keepalives_interval": KEEPALIVE["interval"],
+                                                                 "keepalives_count": KEEPALIVE["count"]})
+
+
+class RunLock:
+    """The hold of one controller on one run, on a database connection of its own."""
+
+    def __init__(self, url: str, run_id: str):
+        self.url, self.run_id, self.key = url, run_id, key_of(run_id)
+        self._engine = _engine(url)
+        self._connection = None
+        self._stop = threading.Event()
+
+    def take(self) -> bool:
+        """Hold the run; False while another connection (another server's controller) holds it.
+        Raises what the database driver raises when it cannot be reached."""
+        connection = self._engine.connect()
+        try:
+            for name, value in KEEPALIVE.items():  # the database's side: a controller's machine that is gone frees the run
+                connection.exec_driver_sql(f"set tcp_keepalives_{name} = {int(value)}")
+            got = bool(connection.exec_driver_sql(f"select pg_try_advisory_lock({self.key})").scalar())
+            connection.commit()
+        except BaseException:
+            connection.close()
+            raise
+        if not got:
+            connection.close()
+            return False
+        self._connection = connection
+        return True
+
+    def still_held(self) -> Optional[bool]:
+        """True while the hold is there, or taken again after the connection broke; False when another holds
+        the run now; None when the database cannot be reached (the hold is unknown: looked at again later)."""
+        if self._connection is not None:
+            try:
+                self._connection.exec_driver_sql("select 1")
+                return True
+            except Exception:  # noqa: BLE001 - the connection broke: its lock is gone with it
+                try:
+                    self._connection.close()
+                except Exception:  # noqa: BLE001
+                    pass
+                self._connection = None
+        try:
+            return self.take()
+        except Exception:  # noqa: BLE001 - the database is away: no other can take the run meanwhile through it
+            return None
+
+    def keep(self, on_lost: Callable[[], None], on_unreachable: Callable[[], None] = lambda: None) -> None:
+        """Look at the hold every ``CHECK_S`` in a thread of its own; ``on_lost`` once another holds the run."""
+        def loop() -> None:
+            while not self._stop.wait(CHECK_S):
+                held = self.still_held()
+                if held is False:
+                    on_lost()
+                    return
+                if held is None:
+                    on_unreachable()
+
+        threading.Thread(target=loop, name=f"run-lock-{self.run_id}", daemon=True).start()
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._connection is not None:
+            try:
+                self._connection.close()  # the session ends: its advisory locks with it
+            finally:
+                self._connection = None
+        self._engine.dispose()
+
+
+def free(connection, run_id: str) -> bool:
+    """Whether no controller anywhere holds the run (``connection``: a SQLAlchemy connection on the
+    group's PostgreSQL). The look takes the lock for its own transaction only, and lets it go."""
+    got = bool(connection.exec_driver_sql(f"select pg_try_advisory_xact_lock({key_of(run_id)})").scalar())
+    connection.rollback()
+    return got
