@@ -21,6 +21,7 @@ from tests.support import census, kube_site, postgres, slurm_site
 from tests.support.burst_server import Server
 from tests.support.cli_runs import TRAIN, burst
 from tests.support.slurm_site import needs
+from tests.support.storage_servers import gcs_server, new_bucket  # noqa: F401 (a fixture)
 
 pytestmark = needs(postgres.missing())
 
@@ -127,18 +128,29 @@ def test_a_member_reads_no_file_of_the_server_through_a_verb(group, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_the_run_checkpointed_first(group, tmp_path):
+def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_the_run_checkpointed_first(group, slurm, gcs_server,
+                                                                                                          tmp_path, monkeypatch):
+    """alice's cluster runs on the server's machine with its store in a bucket (the GCS emulator),
+    bob's on the group's Slurm site with the site's disk: the team's budget stops both, alice's run
+    checkpointing into the bucket first, bob's allocation given back to the site."""
     server, tokens, homes, names = group
+    server.stop()
+    server.start(env={**slurm.env, **gcs_server.env})  # the login node's server: the site's commands, the group's bucket
+    for k, v in gcs_server.env.items():  # this test reads the bucket too
+        monkeypatch.setenv(k, v)
+    bucket = new_bucket("gs", gcs_server.env)
     before = census.snapshot()
-    policy = tmp_path / "priced.yaml"
-    policy.write_text("providers: [local]\nlocal: {usd_per_hour: 360}\n")  # 10 cents a second a cluster
-    for who in ("alice", "bob"):  # both call their cluster k8s, each from their own machine
-        up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "2" if who == "alice" else "1", "--policy", str(policy),
-                   home=homes[who], cwd=tmp_path)
+    policy = slurm.policy(tmp_path / "priced.yaml")
+    policy.write_text(policy.read_text().replace("usd_per_gpu_hour: 0.5", "usd_per_gpu_hour: 360") + "local: {usd_per_hour: 360}\n")
+    # 10 cents a second a cluster; both call their cluster k8s, each from their own machine
+    for who, where in (("alice", ["--provider", "local", "--cpus", "2", "--storage", f"{bucket}/alice"]), ("bob", ["--provider", "slurm"])):
+        up = burst("up", *where, "--name", "k8s", "--hours", "1", "--policy", str(policy), home=homes[who], cwd=tmp_path)
         assert up.returncode == 0, up.stderr
-        assert "cluster k8s (local) started" in up.stderr
+        assert f"cluster k8s ({where[1]}) started" in up.stderr, up.stderr
+    assert len(slurm.jobs()) == 1  # bob's allocation on the site
     seen = {who: json.loads(burst("team", "--json", home=homes[who], cwd=tmp_path, check=True).stdout) for who in homes}
-    assert sorted((c["owner"], c["name"]) for c in seen["alice"]) == [(names["alice"], "k8s"), (names["bob"], "k8s")]
+    assert sorted((c["owner"], c["name"], c["provider"]) for c in seen["alice"]) == [(names["alice"], "k8s", "local"),
+                                                                                    (names["bob"], "k8s", "slurm")]
     assert seen["bob"] == seen["alice"] or len(seen["bob"]) == 2
     assert seen["carol"] == []  # the other team's clusters do not exist for carol
     assert server.http("DELETE", f"/v1/clusters/{names['alice']}/k8s", tokens["carol"])[0] == 404
@@ -168,8 +180,11 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
         assert refused.returncode == 2 and "drop --port" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     costs = json.loads(burst("costs", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout)
     (line,) = [l for l in costs["lines"] if l["key"] == names["cern"]]
-    # 15 dollars of reserve (a checkpoint and a tear-down of both clusters) and 5 more to spend
-    budget = round(line["spent_usd"] + 15 + 5, 2)
+    # the reserve (a checkpoint and a tear-down of both clusters, at 10 cents a second) and 5 dollars more to spend
+    from burst.lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
+
+    reserve = sum(0.1 * (CHECKPOINT_RESERVE_S + teardown_seconds(provider)) for provider in ("local", "slurm"))
+    budget = round(line["spent_usd"] + reserve + 5, 2)
     server.admin("budget", names["cern"], "--usd", str(budget))
     wait_for(lambda: json.loads(burst("team", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout) == [], 180,
              "the team's clusters to be stopped")
@@ -177,13 +192,16 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     (line,) = [l for l in after["lines"] if l["key"] == names["cern"]]
     assert line["spent_usd"] <= budget and line["committed_usd"] == 0, (line, budget)
     log = server.log.read_text()
-    for who in ("alice", "bob"):
-        assert f"stopping {names[who]}'s cluster k8s (local): team {names['cern']}'s budget of ${budget:,.2f}" in log, log[-3000:]
+    for who, provider in (("alice", "local"), ("bob", "slurm")):
+        assert f"stopping {names[who]}'s cluster k8s ({provider}): team {names['cern']}'s budget of ${budget:,.2f}" in log, log[-3000:]
+    assert slurm.jobs() == []  # bob's allocation given back to the site
     assert query(tokens["alice"])[0] == 404  # her Prometheus went with her cluster
     (run_file,) = (server.data / "users").glob("*/runs/gan3d-*.json")
     alice_uid = server.http("GET", "/v1/me", tokens["alice"])[1]["uid"]
     assert run_file.parent.parent.name == alice_uid and f"-{alice_uid}" in run_file.stem  # her id in its directories on shared stores
-    stopped = json.loads((run_file.parents[1] / "clusters" / "k8s" / "storage" / "runs" / run_file.stem / "checkpoint" / "stopped.json").read_text())
+    from burst.runtime import storage
+
+    stopped = json.loads(storage.read_text(f"{bucket}/alice/runs/{run_file.stem}/checkpoint/stopped.json"))  # in the bucket
     assert stopped["reason"] == "request" and stopped["step"] % 5 == 0  # the workers agreed on a step and checkpointed it before the cluster went
     # nothing left to spend: the next up is refused, in one line, before anything starts
     refused = burst("up", "--provider", "local", "--name", "more", "--cpus", "1", "--policy", str(policy), home=homes["bob"], cwd=tmp_path)
