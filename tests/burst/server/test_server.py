@@ -214,7 +214,8 @@ def test_two_members_bring_up_k8s_in_the_site_s_one_namespace_through_the_server
     """The Kubernetes stand-ins (kubectl and helm as documented) behind the server: alice and bob
     both `burst up --provider kubernetes` (the default name, k8s) into the site's namespace through
     the server; each cluster's objects carry its own id, both are listed for the team with their
-    owners, carol's team sees neither, and either `down` leaves the other's objects."""
+    owners, carol's team sees neither, alice's `down` leaves bob's objects, and the team's budget,
+    spent, has the server take bob's cluster down."""
     server, tokens, homes, names = group
     fake = tmp_path / "kube"
     fake.mkdir()
@@ -241,7 +242,10 @@ def test_two_members_bring_up_k8s_in_the_site_s_one_namespace_through_the_server
     down = burst("down", "k8s", home=homes["alice"], cwd=tmp_path)
     assert down.returncode == 0, down.stderr
     assert kube_site.left_on(fake) == sorted(set(everything) - set(mine["alice"]))  # bob's six objects untouched
-    assert burst("down", "k8s", home=homes["bob"], cwd=tmp_path).returncode == 0
+    server.admin("budget", names["cern"], "--usd", "0")  # the team's money is gone: the server's guard takes bob's cluster down
+    wait_for(lambda: json.loads(burst("team", "--json", home=homes["bob"], cwd=tmp_path, check=True).stdout) == [], 120,
+             "bob's cluster to be stopped by the team's budget")
+    assert f"stopping {names['bob']}'s cluster k8s (kubernetes): team {names['cern']}'s budget" in server.log.read_text()
     assert kube_site.left_on(fake) == ["ray-system_deployment_kuberay-operator"]
 
 
