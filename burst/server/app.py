@@ -80,7 +80,7 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
     def stop_cluster(owner: str, name: str, member: User = Depends(user), session: Session = Depends(db)) -> dict:
         whose = stoppable(session, member, owner, name)
         session.close()
-        if not stop_as_member(verbs.home_of(data_dir, whose.uid), name, f"stopped by {member.name}"):
+        if not stop_as_member(verbs.home_of(data_dir, whose.uid), name, f"stopped by {member.name}", owner=owner):
             raise HTTPException(502, f"cluster {name!r} could not be taken down: see the server's log")
         return {"stopped": name, "owner": owner}
 

@@ -127,7 +127,7 @@ class TeamGuard:
     """The money's guard, and the runs' keeper, in the one server of a database that leads."""
 
     def __init__(self, sessions: sessionmaker, data_dir: Path, interval_s: float = 5.0,
-                 stopper: Optional[Callable[[Path, str, str], bool]] = None, leadership: Optional[Leadership] = None,
+                 stopper: Optional[Callable[..., bool]] = None, leadership: Optional[Leadership] = None,
                  keeper: Optional[RunKeeper] = None):
         self.sessions, self.data_dir, self.interval_s = sessions, data_dir, interval_s
         self.stopper = stopper or stop_as_member
@@ -202,13 +202,13 @@ class TeamGuard:
             cluster.stopped_by = reason[:200]
             db.commit()
             said.append(f"stopping {owner.name}'s cluster {cluster.name} ({cluster.provider}): {reason}")
-            threading.Thread(target=self._stop_one, args=(cluster.id, home_of(self.data_dir, owner.uid), cluster.name, reason),
+            threading.Thread(target=self._stop_one, args=(cluster.id, home_of(self.data_dir, owner.uid), cluster.name, reason, owner.name),
                              daemon=True).start()
         return said
 
-    def _stop_one(self, row_id: int, home: Path, name: str, reason: str) -> None:
+    def _stop_one(self, row_id: int, home: Path, name: str, reason: str, owner: str) -> None:
         """Stop one cluster; one that could not be stopped is unmarked, so that the next look tries again."""
-        if self.stopper(home, name, reason):
+        if self.stopper(home, name, reason, owner=owner):
             return
         with self.sessions() as db:
             row = db.get(Cluster, row_id)
@@ -217,11 +217,12 @@ class TeamGuard:
                 db.commit()
 
 
-def stop_as_member(home: Path, name: str, reason: str) -> bool:
-    """``burst.server.act stop`` as the member (their state directory), its words in the server's log; True when it is down."""
+def stop_as_member(home: Path, name: str, reason: str, owner: str = "") -> bool:
+    """``burst.server.act stop`` as the member (their state directory), its words in the server's log
+    under ``OWNER/NAME``; True when it is down."""
     proc = as_member(home, ["burst.server.act", "stop", name, reason])
     for line in (proc.stdout + proc.stderr).splitlines():
-        log.warning("%s: %s", name, line)
+        log.warning("%s: %s", f"{owner}/{name}" if owner else name, line)
     return proc.returncode == 0
 
 

@@ -169,7 +169,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
 
             def stop() -> None:
                 try:
-                    stop_as_member(verbs.home_of(data_dir, uid), name, f"stopped by {who[0].name} in the web view")
+                    stop_as_member(verbs.home_of(data_dir, uid), name, f"stopped by {who[0].name} in the web view", owner=owner)
                 finally:
                     stopping.pop(key, None)
 

@@ -351,8 +351,8 @@ def test_a_controller_whose_hold_broke_and_went_to_another_stops(database, tmp_p
         assert other.exec_driver_sql(f"select pg_try_advisory_lock({run_lock.key_of(taken_over)})").scalar()
         other.commit()
         assert procs[taken_over].stdout.readline().strip() == "lost" and procs[taken_over].wait(30) == 0
-        time.sleep(run_lock.CHECK_S * 2)  # the second has looked since: it took its free run back
-        assert procs[kept].poll() is None and backend_of(kept) is not None
+        wait_for(lambda: backend_of(kept) is not None, run_lock.CHECK_S * 3, "the second to take its free run back")
+        assert procs[kept].poll() is None
         with admin.connect() as c:
             assert not run_lock.free(c, kept)
         other.close()
