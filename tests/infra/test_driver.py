@@ -237,9 +237,11 @@ def script_cli(tmp_path: Path, name: str, then: str) -> BurstPulumiCommand:
     return cmd
 
 
-def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_path):
+def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_path, ctrl_c_raises):
     """A Ctrl-C can come while the operation's thread is starting, before Pulumi's process exists:
-    it is held and sent when the process starts, not lost to a `pulumi up` that runs on."""
+    it is held and sent when the process starts, not lost to a `pulumi up` that runs on.
+    (``ctrl_c_raises``: as under burst's CLI, the CLI starts with SIGINT's default action; a shell
+    started with it ignored, as a background test worker may be, could not trap it.)"""
     up = script_cli(tmp_path, "slow-pulumi", "sleep 10 & wait")
     assert up.interrupt() is False  # nothing to signal yet: held
     started = time.monotonic()
