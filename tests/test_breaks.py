@@ -18,7 +18,9 @@ def test_every_fast_break_is_caught_by_its_tests():
     proc = subprocess.run([sys.executable, "-m", "tests.breaks", "--fast", "--in-suite"], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=900)
     fast = [b for b in breaks.BREAKS if b.fast]
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()  # each break: its name, then where and its verdict; the missed ones first
+    missed = [f"{lines[i - 1]}\n{line}" for i, line in enumerate(lines) if i and ("MISSED" in line or "INVALID" in line)]
+    assert proc.returncode == 0, "\n".join(missed) + "\n" + proc.stdout[-3000:] + proc.stderr[-2000:]
     (summary,) = [line for line in proc.stdout.splitlines() if " not caught, of " in line]
     caught, _, rest = summary.partition(" caught, 0 not caught, of ")
     assert rest.startswith(f"{len(fast)} break(s)"), summary

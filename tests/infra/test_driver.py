@@ -250,7 +250,9 @@ def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_pat
     assert time.monotonic() - started < 6 and not up.interrupt_pending  # not the 10 s it sleeps
 
 
-def test_a_ctrl_c_held_after_the_operation_ended_does_not_cancel_the_refresh(tmp_path):
+def test_a_ctrl_c_held_after_the_operation_ended_does_not_cancel_the_refresh(tmp_path, ctrl_c_raises):
+    """(``ctrl_c_raises``: the CLI starts with SIGINT's default action, as under burst's CLI; started
+    with it ignored, a wrongly sent SIGINT would go unseen and this test could not fail.)"""
     refresh = script_cli(tmp_path, "quick-pulumi", "exit 0")
     assert refresh.interrupt() is False and refresh.interrupt_pending  # came as the operation ended
     refresh.forget_interrupt()  # what the driver does once the interrupted operation is over
