@@ -52,6 +52,7 @@ class Leadership:
         if self._connection is not None:
             try:
                 self._connection.exec_driver_sql("select 1")
+                self._connection.commit()  # never left idle in a transaction for the server's life
                 return True
             except Exception:  # noqa: BLE001 - the database went away: the lock with it; try to take it again
                 self._connection = None
@@ -64,6 +65,14 @@ class Leadership:
             return True
         connection.close()
         return False
+
+    def release(self) -> None:
+        """Let the lock go now (a server that stops): another server guards from its next look."""
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            finally:
+                self._connection = None
 
 
 class RunKeeper:
@@ -159,6 +168,8 @@ class TeamGuard:
                     log.warning(line)
             except Exception:  # noqa: BLE001 - a guard that died would leave every team unguarded: said, and looked again
                 log.exception("the team budget guard's look failed; trying again")
+        if self.leadership is not None:  # closed: another server guards from its next look (in this thread, which uses it)
+            self.leadership.release()
 
     def look(self, now: Optional[float] = None) -> list[str]:
         """One look at every team and member; returns what it did."""

@@ -34,10 +34,12 @@ def _engine(url: str):
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    # no pool: a connection closed is closed, and its lock released; libpq's keepalives find a dead database
-    return create_engine(url, poolclass=NullPool, connect_args={"keepalives": 1, "keepalives_idle": KEEPALIVE["idle"],
-                                                                 "keepalives_interval": KEEPALIVE["interval"],
-                                                                 "keepalives_count": KEEPALIVE["count"]})
+    # no pool: a connection closed is closed, and its lock released; libpq's keepalives find a dead database;
+    # autocommit: the connection never sits idle in a transaction for the run's days (a snapshot held open
+    # keeps VACUUM from cleaning up, and a site's idle_in_transaction_session_timeout would end the hold)
+    return create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT",
+                         connect_args={"keepalives": 1, "keepalives_idle": KEEPALIVE["idle"],
+                                       "keepalives_interval": KEEPALIVE["interval"], "keepalives_count": KEEPALIVE["count"]})
 
 
 class RunLock:
@@ -57,7 +59,6 @@ class RunLock:
             for name, value in KEEPALIVE.items():  # the database's side: a controller's machine that is gone frees the run
                 connection.exec_driver_sql(f"set tcp_keepalives_{name} = {int(value)}")
             got = bool(connection.exec_driver_sql(f"select pg_try_advisory_lock({self.key})").scalar())
-            connection.commit()
         except BaseException:
             connection.close()
             raise

@@ -317,6 +317,28 @@ def test_a_controller_leaves_a_run_another_server_s_controller_holds_in_the_data
         holder.kill()
 
 
+def test_the_guarding_server_s_lock_holds_no_transaction_open_between_looks(database):
+    """The guard's advisory lock lives on a connection the server keeps for its whole life; a look
+    (`select 1`) must not leave it idle in a transaction, which would keep VACUUM from cleaning up."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from burst.server.guard import GUARD_LOCK, Leadership
+
+    leadership = Leadership(create_engine(database, poolclass=NullPool))
+    admin = create_engine(database, poolclass=NullPool)
+    guard_lock = f"select pid from pg_locks where locktype = 'advisory' and objid = {GUARD_LOCK & 0xFFFFFFFF}"
+    with admin.connect() as c:  # another test's server may guard this database: wait for it to be gone (pg_locks is live)
+        wait_for(lambda: c.exec_driver_sql(guard_lock).scalar() is None, 30, "the database to have no guard")
+    try:
+        assert leadership.held() and leadership.held()  # taken, then looked at
+        with admin.connect() as c:
+            pid = c.exec_driver_sql(guard_lock).scalar()
+            assert c.exec_driver_sql(f"select state from pg_stat_activity where pid = {pid}").scalar() == "idle"
+    finally:
+        leadership.release()
+
+
 def test_a_controller_whose_hold_broke_and_went_to_another_stops(database, tmp_path):
     """The database dropped a controller's connection (restarted, or a network cut) and another
     server's controller took the run meanwhile: the first sees it at its next look and stops; one
@@ -353,6 +375,9 @@ def test_a_controller_whose_hold_broke_and_went_to_another_stops(database, tmp_p
         assert procs[taken_over].stdout.readline().strip() == "lost" and procs[taken_over].wait(30) == 0
         wait_for(lambda: backend_of(kept) is not None, run_lock.CHECK_S * 3, "the second to take its free run back")
         assert procs[kept].poll() is None
+        time.sleep(run_lock.CHECK_S + 1)  # a look at its hold since: between looks it holds no transaction open
+        with admin.connect() as c:  # (one left open for the run's days would keep VACUUM from cleaning up)
+            assert c.exec_driver_sql(f"select state from pg_stat_activity where pid = {backend_of(kept)}").scalar() == "idle"
         with admin.connect() as c:
             assert not run_lock.free(c, kept)
         other.close()
