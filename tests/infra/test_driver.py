@@ -253,7 +253,7 @@ def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_pat
 def test_a_ctrl_c_held_after_the_operation_ended_does_not_cancel_the_refresh(tmp_path, ctrl_c_raises):
     """(``ctrl_c_raises``: the CLI starts with SIGINT's default action, as under burst's CLI; started
     with it ignored, a wrongly sent SIGINT would go unseen and this test could not fail.)"""
-    refresh = script_cli(tmp_path, "quick-pulumi", "exit 0")
+    refresh = script_cli(tmp_path, "quick-pulumi", "sleep 2")  # long enough for a SIGINT sent at its start to land, under any load
     assert refresh.interrupt() is False and refresh.interrupt_pending  # came as the operation ended
     refresh.forget_interrupt()  # what the driver does once the interrupted operation is over
     assert refresh.run(["refresh"], str(tmp_path), {}).stdout.strip() == "ready"
