@@ -219,6 +219,13 @@ class Controller:
 
         handle = state.load(ClusterHandle, attempt.cluster)
         record = load_run(self.m.run_id)
+        if handle is None and attempt.own and attempt.cluster_id is None and attempt.submitted is None:
+            # the controller before this one died before the attempt's cluster was recorded, and a cluster is
+            # recorded before anything of it starts: nothing was made, nothing was spent; the attempt starts again
+            self.m.attempts.pop()
+            self.save()
+            self.say(f"attempt {attempt.number}: its controller stopped before cluster {attempt.cluster} was made; starting it again")
+            return None
         if handle is None:
             return self.lost(attempt, "its cluster record is gone (taken down)")
         if not attempt.owns(handle):  # taken down while no controller ran, and a cluster of that name brought up since

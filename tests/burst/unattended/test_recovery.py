@@ -136,3 +136,27 @@ def test_every_strategy_a_policy_may_name_is_one_named_strategy():
 
     names = set(typing.get_args(Recovery.model_fields["strategy"].annotation))
     assert names == set(recovery.STRATEGIES) and all(recovery.strategy(n).name == n for n in names)
+
+
+def test_an_attempt_whose_controller_died_before_its_cluster_was_recorded_starts_again_as_itself(home, tmp_path):
+    """A controller killed between "attempt 2: starting cluster c-2" and the cluster's record (written
+    before anything of it starts): the next controller finds no record and nothing made. The attempt
+    starts again under its own number and name, not as a lost attempt 2 and a third one."""
+    from burst.home import state
+    from burst.home.state import RunRecord
+    from burst.unattended.managed import load, moves, save
+
+    state.save(RunRecord(run_id="gan3d-1", workload="gan3d", cluster="c", provider="slurm", state="RUNNING", managed=True))
+    m = ManagedRun(run_id="gan3d-1", request={}, cluster="c", placement={"provider": "gcp", "gpus": 8},
+                   attempts=[Attempt(number=1, cluster="c", provider="slurm", ended=1.0, how="lost: cancelled"),
+                             Attempt(number=2, cluster="c-2")])
+    save(m)
+    controller.Controller(m).follow_attempt(m.attempts[-1])
+    kept = load("gan3d-1")
+    assert [(a.number, a.cluster, a.ended is not None) for a in kept.attempts] == [(1, "c", True)]  # attempt 2 is next again
+    assert moves("gan3d-1")[-1].endswith("attempt 2: its controller stopped before cluster c-2 was made; starting it again")
+    # a cluster that had been made (its id noted) and is gone since is lost, as before
+    m.attempts.append(Attempt(number=2, cluster="c-2", cluster_id="c-2-abc", cluster_created=2.0, submitted=3.0))
+    save(m)
+    controller.Controller(m).follow_attempt(m.attempts[-1])
+    assert load("gan3d-1").attempts[-1].how.startswith("lost") and "record is gone" in load("gan3d-1").attempts[-1].how
