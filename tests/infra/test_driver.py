@@ -226,11 +226,17 @@ def test_interrupt_sends_exactly_one_sigint_to_the_running_cli():
     assert cmd.interrupt() is False  # already finished: nothing sent
 
 
-def script_cli(tmp_path: Path, name: str, then: str) -> BurstPulumiCommand:
-    """The real command class with a shell script as its CLI: it says `ready`, then does ``then``;
-    a SIGINT makes it say `canceled` and exit 3."""
+def script_cli(tmp_path: Path, name: str, seconds: float) -> BurstPulumiCommand:
+    """The real command class with a script as its CLI: it says `ready`, then sleeps ``seconds`` and
+    exits 0; a SIGINT makes it say `canceled` and exit 3 (its handler is set, and SIGINT unblocked,
+    whatever it inherited: a test worker may have it ignored or blocked)."""
+    import sys
+
     script = tmp_path / name
-    script.write_text(f"#!/bin/sh\ntrap 'echo canceled; exit 3' INT\necho ready\n{then}\n")
+    script.write_text(f"#!{sys.executable}\nimport signal, sys, time\n"
+                      "signal.signal(signal.SIGINT, lambda *a: (print('canceled', flush=True), sys.exit(3)))\n"
+                      "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+                      f"print('ready', flush=True)\ntime.sleep({seconds})\n")
     script.chmod(0o755)
     cmd = BurstPulumiCommand.__new__(BurstPulumiCommand)
     cmd.command = str(script)
@@ -240,9 +246,10 @@ def script_cli(tmp_path: Path, name: str, then: str) -> BurstPulumiCommand:
 def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_path, ctrl_c_raises):
     """A Ctrl-C can come while the operation's thread is starting, before Pulumi's process exists:
     it is held and sent when the process starts, not lost to a `pulumi up` that runs on.
-    (``ctrl_c_raises``: as under burst's CLI, the CLI starts with SIGINT's default action; a shell
-    started with it ignored, as a background test worker may be, could not trap it.)"""
-    up = script_cli(tmp_path, "slow-pulumi", "sleep 10 & wait")
+    (``ctrl_c_raises``: as under burst's CLI, the CLI starts with SIGINT's default action; started
+    with it ignored, as under a background test worker, a SIGINT landing before its handler is set
+    would be lost.)"""
+    up = script_cli(tmp_path, "slow-pulumi", 10)
     assert up.interrupt() is False  # nothing to signal yet: held
     started = time.monotonic()
     with pytest.raises(auto.CommandError):
@@ -253,7 +260,7 @@ def test_a_ctrl_c_before_the_cli_started_cancels_it_as_soon_as_it_starts(tmp_pat
 def test_a_ctrl_c_held_after_the_operation_ended_does_not_cancel_the_refresh(tmp_path, ctrl_c_raises):
     """(``ctrl_c_raises``: the CLI starts with SIGINT's default action, as under burst's CLI; started
     with it ignored, a wrongly sent SIGINT would go unseen and this test could not fail.)"""
-    refresh = script_cli(tmp_path, "quick-pulumi", "sleep 2")  # long enough for a SIGINT sent at its start to land, under any load
+    refresh = script_cli(tmp_path, "quick-pulumi", 2)  # long enough for a SIGINT sent at its start to land, under any load
     assert refresh.interrupt() is False and refresh.interrupt_pending  # came as the operation ended
     refresh.forget_interrupt()  # what the driver does once the interrupted operation is over
     assert refresh.run(["refresh"], str(tmp_path), {}).stdout.strip() == "ready"
