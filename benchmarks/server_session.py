@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support import postgres  # noqa: E402
-from tests.support.burst_server import Server  # noqa: E402
+from tests.support.burst_server import Server, add_group  # noqa: E402
 
 
 def say(who: str, home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -43,18 +44,11 @@ def main() -> int:
     if why:
         print(why, file=sys.stderr)
         return 1
-    from burst.server import accounts, serve
 
     root = Path(tempfile.mkdtemp(prefix="burst-session-"))
     with postgres.running() as url:
         server = Server(root, url)
-        with serve.open_database(url)[1]() as db:
-            accounts.add_team(db, "cern", 1000)
-            accounts.add_team(db, "atlas")
-            tokens = {}
-            for who, team in (("alice", "cern"), ("bob", "cern"), ("carol", "atlas")):
-                accounts.add_user(db, who, team)
-                tokens[who] = accounts.new_token(db, who)
+        tokens = add_group(url, 1000)
         server.start()
         homes = {who: root / f"{who}-machine" for who in tokens}
         policy = root / "priced.yaml"
@@ -94,6 +88,7 @@ def main() -> int:
                 if any((member / "clusters").glob("*.json")):
                     subprocess.run([sys.executable, "-m", "burst.cli", "down", "--all"], env={**os.environ, "BURST_HOME": str(member)},
                                    capture_output=True, timeout=120)
+            shutil.rmtree(root, ignore_errors=True)
     return 0
 
 

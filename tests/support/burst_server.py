@@ -69,3 +69,20 @@ class Server:
             return exc.code, json.loads(exc.read() or b"{}")
         except (urllib.error.URLError, ConnectionError):
             return 0, {}
+
+
+def add_group(db_url: str, cern_budget_usd: float, names: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """Team cern (alice, bob; ``cern_budget_usd`` a month) and team atlas (carol) on the database, made
+    in one session (``names``: the accounts' names for each of those five, when not the words
+    themselves); each member's token, by who."""
+    from burst.server import accounts, serve
+
+    name = (names or {}).get
+    with serve.open_database(db_url)[1]() as db:
+        accounts.add_team(db, name("cern", "cern"), cern_budget_usd)
+        accounts.add_team(db, name("atlas", "atlas"))
+        tokens = {}
+        for who, team in (("alice", "cern"), ("bob", "cern"), ("carol", "atlas")):
+            accounts.add_user(db, name(who, who), name(team, team))
+            tokens[who] = accounts.new_token(db, name(who, who))
+    return tokens

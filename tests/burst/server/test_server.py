@@ -18,7 +18,7 @@ import pytest
 
 from burst.runtime.ray_head import free_port
 from tests.support import census, kube_site, postgres, slurm_site
-from tests.support.burst_server import Server
+from tests.support.burst_server import Server, add_group
 from tests.support.cli_runs import TRAIN, burst
 from tests.support.slurm_site import needs
 from tests.support.storage_servers import gcs_server, new_bucket  # noqa: F401 (a fixture)
@@ -36,19 +36,11 @@ def database():
 def group(database, tmp_path):
     """A server on the real PostgreSQL with team cern (alice, bob) and team atlas (carol), each member
     logged in from a state directory of their own (their own machine)."""
-    from burst.server import accounts, serve
-
     server = Server(tmp_path, database)
     suffix = str(free_port())  # one database for the module: names of this test's own
     names = {who: f"{who}{suffix}" for who in ("alice", "bob", "carol", "cern", "atlas")}
     # the accounts made here, in one session (`burst server admin` itself: the tests that change them, and test_server_cli.py)
-    with serve.open_database(database)[1]() as db:
-        accounts.add_team(db, names["cern"], 1000)
-        accounts.add_team(db, names["atlas"])
-        tokens = {}
-        for who, team in (("alice", "cern"), ("bob", "cern"), ("carol", "atlas")):
-            accounts.add_user(db, names[who], names[team])
-            tokens[who] = accounts.new_token(db, names[who])
+    tokens = add_group(database, 1000, names)
     server.start()
     homes = {}
     for who, token in tokens.items():

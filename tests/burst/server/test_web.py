@@ -16,7 +16,7 @@ import pytest
 from burst.home.state import RunRecord
 from tests.support import browser, census
 from tests.support.browser import shoot, text_of, wait_for
-from tests.support.burst_server import Server
+from tests.support.burst_server import Server, add_group
 from tests.support.cli_runs import TRAIN, burst
 from tests.support.slurm_site import needs
 
@@ -28,17 +28,11 @@ SHOTS = Path(os.environ["BURST_WEB_SCREENSHOTS"]) if os.environ.get("BURST_WEB_S
 def site(tmp_path):
     """A server (its own SQLite) with team cern (alice, bob) and team atlas (carol), each member logged
     in from a state directory of their own; their tokens, for the browser's sign-in."""
-    from burst.server import accounts, serve
+    from burst.server import serve
 
     server = Server(tmp_path)
     server.data.mkdir(mode=0o700)
-    with serve.open_database(serve.default_db(server.data))[1]() as db:
-        accounts.add_team(db, "cern", 50)
-        accounts.add_team(db, "atlas")
-        tokens = {}
-        for who, team in (("alice", "cern"), ("bob", "cern"), ("carol", "atlas")):
-            accounts.add_user(db, who, team)
-            tokens[who] = accounts.new_token(db, who)
+    tokens = add_group(serve.default_db(server.data), 50)
     server.start()
     homes = {}
     for who, token in tokens.items():
