@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
-from sqlalchemy.pool import NullPool
 
 from ..lifecycle.budget import CHECKPOINT_RESERVE_S, teardown_seconds
 from ..unattended import run_lock
@@ -51,16 +50,15 @@ class Leadership:
             return True
         if self._connection is not None:
             try:
-                self._connection.exec_driver_sql("select 1")
-                self._connection.commit()  # never left idle in a transaction for the server's life
+                self._connection.exec_driver_sql("select 1")  # autocommit: never left idle in a transaction
                 return True
             except Exception:  # noqa: BLE001 - the database went away: the lock with it; try to take it again
                 self._connection = None
-        if self._own is None:  # no pool: a closed connection is closed, and its lock released
-            self._own = create_engine(self.engine.url, poolclass=NullPool)
+        if self._own is None:  # as a run's lock: no pool, autocommit, keepalives (a dead server's machine frees it)
+            self._own = run_lock.lock_engine(self.engine.url.render_as_string(hide_password=False))
         connection = self._own.connect()
+        run_lock.keep_alive(connection)
         if connection.exec_driver_sql(f"select pg_try_advisory_lock({GUARD_LOCK})").scalar():
-            connection.commit()
             self._connection = connection
             return True
         connection.close()

@@ -30,7 +30,8 @@ def key_of(run_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"burst-run:{run_id}".encode(), digest_size=8).digest(), "big", signed=True)
 
 
-def _engine(url: str):
+def lock_engine(url: str):
+    """An engine whose connections hold advisory locks for days (a run's, the guarding server's)."""
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
@@ -42,12 +43,18 @@ def _engine(url: str):
                                        "keepalives_interval": KEEPALIVE["interval"], "keepalives_count": KEEPALIVE["count"]})
 
 
+def keep_alive(connection) -> None:
+    """The database's side of a holder's connection: a holder's machine that is gone frees its locks within ``DEAD_PEER_S``."""
+    for name, value in KEEPALIVE.items():
+        connection.exec_driver_sql(f"set tcp_keepalives_{name} = {int(value)}")
+
+
 class RunLock:
     """The hold of one controller on one run, on a database connection of its own."""
 
     def __init__(self, url: str, run_id: str):
         self.url, self.run_id, self.key = url, run_id, key_of(run_id)
-        self._engine = _engine(url)
+        self._engine = lock_engine(url)
         self._connection = None
         self._stop = threading.Event()
 
@@ -56,8 +63,7 @@ class RunLock:
         Raises what the database driver raises when it cannot be reached."""
         connection = self._engine.connect()
         try:
-            for name, value in KEEPALIVE.items():  # the database's side: a controller's machine that is gone frees the run
-                connection.exec_driver_sql(f"set tcp_keepalives_{name} = {int(value)}")
+            keep_alive(connection)
             got = bool(connection.exec_driver_sql(f"select pg_try_advisory_lock({self.key})").scalar())
         except BaseException:
             connection.close()
