@@ -62,6 +62,7 @@ class Preset:
     bn_momentum: float = 0.99  # Keras default, as in the reference
     power: float = PAPER_POWER  # D sees (and G makes) images as x ** power
     profile_weight: float = 0.0  # weight of the generator's transverse-profile matching term (0: the paper's losses only)
+    feature_weight: float = 0.0  # weight of the generator's shower-feature matching term (train.feature_mismatch)
     hit_channel: bool = False  # the discriminator also sees which cells are above the hit threshold (a soft step)
     # the training knobs a scan may vary (``tuned``); the paper's values by default
     learning_rate: float = LEARNING_RATE  # RMSprop, both networks
@@ -151,6 +152,7 @@ TUNABLE: dict[str, str] = {
     "label_flip": "fraction of real/fake labels flipped in the discriminator's updates (paper 0.05)",
     "noise_size": "Gaussian noise components of the latent vector (paper 254)",
     "profile_weight": "weight of the generator's transverse-profile term",
+    "feature_weight": "weight of the generator's shower-feature term (layer energies, barycentres, widths, hits)",
     "gen_filters": "filters of each generator block, a list as long as the preset's blocks",
     "disc_filters": "filters of each discriminator block, a list as long as the preset's blocks",
 }
@@ -167,7 +169,7 @@ def overrides_of(preset: Preset) -> dict:
     for knob, attr in (("gen_filters", "gen_blocks"), ("disc_filters", "disc_blocks")):
         if getattr(preset, attr) != getattr(base, attr):
             out[knob] = [b.filters for b in getattr(preset, attr)]
-    for knob in ("learning_rate", "label_flip", "noise_size", "profile_weight"):
+    for knob in ("learning_rate", "label_flip", "noise_size", "profile_weight", "feature_weight"):
         if getattr(preset, knob) != getattr(base, knob):
             out[knob] = getattr(preset, knob)
     return out

@@ -30,6 +30,7 @@ import tensorflow as tf
 import keras
 
 from ..common import precision as precisions
+from ..common.layout import keep_channels_last
 from ..common.loop import EpochLoop
 from .model import build_discriminator, build_generator
 from .presets import PAPER_POWER, Preset, overrides_of
@@ -63,6 +64,42 @@ def profile_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> 
     return (log_ratio(fx, rx) + log_ratio(fy, ry)) / 2
 
 
+def shower_features(images_pow: tf.Tensor, power: float) -> tf.Tensor:
+    """Per-shower features (B, z + 8), differentiable: the validation's high-level features
+    (``distances.high_level_features``), all in stored units: energy per layer, the total (the
+    batches share their energies, so it stands for E_sum/Ep), barycentres and widths along x, y
+    and z, and a soft count of the cells above the hit threshold."""
+    from .model import HIT_SOFTNESS, HIT_THRESHOLD_STORED
+
+    pow_image = images_pow[..., 0]
+    e = tf.pow(tf.nn.relu(pow_image), 1.0 / power)
+    total = tf.reduce_sum(e, axis=[1, 2, 3]) + 1e-6
+    cols = [tf.reduce_sum(e, axis=[1, 2]), total[:, None]]
+    for axes in ([2, 3], [1, 3], [1, 2]):
+        proj = tf.reduce_sum(e, axis=axes)
+        idx = tf.range(tf.shape(proj)[1], dtype=e.dtype)
+        m1 = tf.linalg.matvec(proj, idx) / total
+        m2 = tf.reduce_sum(proj * tf.square(idx[None, :] - m1[:, None]), axis=1) / total
+        cols += [m1[:, None], tf.sqrt(m2 + 1e-6)[:, None]]
+    hits = tf.reduce_sum(tf.sigmoid((pow_image - HIT_THRESHOLD_STORED ** power) / HIT_SOFTNESS), axis=[1, 2, 3])
+    cols.append(hits[:, None])
+    return tf.concat(cols, axis=1)
+
+
+def feature_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> tf.Tensor:
+    """How far the fake batch's shower features are from the real batch's, in the real batch's
+    standard deviations: the difference of the means plus the difference of the spreads, averaged
+    over the features. The two batches share their conditions, so their feature distributions
+    should agree; a classifier on these features is what tells GAN from Monte Carlo."""
+    fake = shower_features(fake_pow, power)
+    real = tf.stop_gradient(shower_features(real_pow, power))
+    real_mean, real_var = tf.nn.moments(real, axes=[0])
+    fake_mean, fake_var = tf.nn.moments(fake, axes=[0])
+    scale = tf.sqrt(real_var) + 1e-3 * tf.abs(real_mean) + 1e-6
+    spread_gap = tf.abs(tf.sqrt(fake_var + 1e-12) - tf.sqrt(real_var))
+    return tf.reduce_mean((tf.abs(fake_mean - real_mean) + spread_gap) / scale)
+
+
 def _per_example_losses(outputs, labels, y, ang, ecal) -> list[tf.Tensor]:
     """Unweighted per-example terms: BCE(real/fake), MAPE(Ep/100), MAE(angle), MAPE(ECAL sum)."""
     gen, aux, ang_pred, ecal_pred = (tf.reshape(o, [-1]) for o in outputs)
@@ -88,6 +125,7 @@ class GAN3DTrainer(EpochLoop):
                  precision: str = precisions.FLOAT32):
         self._init_run(preset, per_replica_batch, strategy, seed)
         self.precision = precisions.check(precision)
+        keep_channels_last()  # on a GPU too: the channels-last step is the faster one (workloads.common.layout)
         with self.strategy.scope(), precisions.building(precision):
             self.generator = build_generator(preset)
             self.discriminator = build_discriminator(preset)
@@ -138,6 +176,8 @@ class GAN3DTrainer(EpochLoop):
             total, terms = self._weighted_loss(_per_example_losses(outputs, ones, y, ang, ecal))
             if self.preset.profile_weight:  # a per-replica batch statistic: averaged over replicas like the rest
                 total += tf.nn.scale_regularization_loss(self.preset.profile_weight * profile_mismatch(fake, real, self.preset.power))
+            if self.preset.feature_weight:
+                total += tf.nn.scale_regularization_loss(self.preset.feature_weight * feature_mismatch(fake, real, self.preset.power))
             loss = precisions.scaled(self.g_opt, total, step)
         variables = self.generator.trainable_variables
         self.g_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
