@@ -93,11 +93,11 @@ def feature_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> 
     should agree; a classifier on these features is what tells GAN from Monte Carlo."""
     fake = shower_features(fake_pow, power)
     real = tf.stop_gradient(shower_features(real_pow, power))
-    real_mean, real_var = tf.nn.moments(real, axes=[0])
-    fake_mean, fake_var = tf.nn.moments(fake, axes=[0])
-    scale = tf.sqrt(real_var) + 1e-3 * tf.abs(real_mean) + 1e-6
-    spread_gap = tf.abs(tf.sqrt(fake_var + 1e-12) - tf.sqrt(real_var))
-    return tf.reduce_mean((tf.abs(fake_mean - real_mean) + spread_gap) / scale)
+    real_mean, fake_mean = tf.reduce_mean(real, axis=0), tf.reduce_mean(fake, axis=0)
+    real_std = tf.sqrt(tf.reduce_mean(tf.square(real - real_mean), axis=0))
+    fake_std = tf.sqrt(tf.reduce_mean(tf.square(fake - fake_mean), axis=0) + 1e-12)
+    scale = real_std + 1e-3 * tf.abs(real_mean) + 1e-6
+    return tf.reduce_mean((tf.abs(fake_mean - real_mean) + tf.abs(fake_std - real_std)) / scale)
 
 
 def _per_example_losses(outputs, labels, y, ang, ecal) -> list[tf.Tensor]:

@@ -327,3 +327,46 @@ def test_the_hit_channel_marks_cells_above_the_validation_threshold():
     plain = build_discriminator(SMALL)
     seeing = build_discriminator(dataclasses.replace(SMALL, hit_channel=True))
     assert plain.get_layer("d_conv0").kernel.shape[-2] == 1 and seeing.get_layer("d_conv0").kernel.shape[-2] == 2
+
+
+def test_the_feature_term_trains_on_what_the_validation_measures():
+    """The generator's feature term computes the validation's own high-level features (layer
+    energies, total, barycentres, widths; hits as a soft count), is zero for identical batches,
+    and its gradient moves a too-faint, too-narrow batch towards the real one."""
+    import tensorflow as tf
+
+    from workloads.gan3d.distances import high_level_features
+    from workloads.gan3d.synthetic import STORED_PER_GEV
+    from workloads.gan3d.train import feature_mismatch, shower_features
+    from workloads.gan3d.validate import HIT_THRESHOLD_GEV
+
+    rng = np.random.default_rng(1)
+
+    def showers(n):
+        out = rng.gamma(0.3, 0.02, (n, 17, 17, 25)) * np.exp(-((np.arange(17) - 8.0) ** 2))[None, :, None, None]
+        out[:, 8, 8] += rng.uniform(1.0, 3.0, (n, 25))
+        return out
+
+    stored = showers(6)
+    energy = np.full(6, 150.0)
+    power = SMALL.power
+    ours = shower_features(tf.constant((stored ** power)[..., None], tf.float32), power).numpy()
+    theirs = high_level_features(stored / STORED_PER_GEV, energy, HIT_THRESHOLD_GEV)
+    layers = stored.shape[-1]
+    np.testing.assert_allclose(ours[:, :layers] / STORED_PER_GEV, theirs[:, :layers], rtol=1e-4)  # energy per layer
+    np.testing.assert_allclose(ours[:, layers] / STORED_PER_GEV / energy, theirs[:, layers], rtol=1e-4)  # E_sum / Ep
+    np.testing.assert_allclose(ours[:, layers + 1:layers + 7:2], theirs[:, layers + 1:layers + 4], rtol=1e-4)  # barycentres x, y, z
+    np.testing.assert_allclose(ours[:, layers + 2:layers + 7:2], theirs[:, layers + 4:layers + 7], rtol=1e-3)  # widths x, y, z
+    np.testing.assert_allclose(ours[:, -1], theirs[:, -1], rtol=0.1)  # hits: a soft count near the threshold
+
+    real = tf.constant((stored ** power)[..., None], tf.float32)
+    assert float(feature_mismatch(real, real, power)) < 1e-6
+    faint = tf.Variable((0.5 * showers(6) ** power)[..., None].astype(np.float32))  # other showers, half as bright
+    with tf.GradientTape() as tape:
+        loss = feature_mismatch(faint, real, power)
+    assert float(loss) > 1.0
+    grad = tape.gradient(loss, faint)
+    stepped = faint - 1e-5 * grad / tf.reduce_max(tf.abs(grad))  # a small step down the gradient
+    assert float(feature_mismatch(stepped, real, power)) < float(loss)
+    energy = lambda images: float(tf.reduce_sum(tf.nn.relu(images) ** (1 / power)))  # noqa: E731
+    assert energy(stepped) > energy(faint)  # more energy, as the real batch has
