@@ -136,7 +136,6 @@ SMALL = Preset(
     # is now (continuous spot deposits): transverse worst factor on the seed-averaged profiles 1.85,
     # hits above 0.3 MeV -6.8 %; weight 1.0 gave 2.04 and -10.0 % (README, Physics).
     profile_weight=2.0,
-    feature_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
 
