@@ -230,6 +230,11 @@ HIT_THRESHOLD_STORED = HIT_THRESHOLD_GEV * STORED_PER_GEV  # the validation's 0.
 HIT_SOFTNESS = 0.004  # width of the soft step in power space: under x ** 0.5 a cell 10 % above the threshold reads 0.8
 
 
+def soft_hits(image_pow: tf.Tensor, power: float) -> tf.Tensor:
+    """Per cell, a soft 0/1 of "above the validation's hit threshold", from power-space values."""
+    return tf.sigmoid((image_pow - HIT_THRESHOLD_STORED ** power) / HIT_SOFTNESS)
+
+
 @keras.saving.register_keras_serializable(package="burst")
 class HitMap(layers.Layer):
     """Weightless: a soft 0/1 map of the cells above the hit threshold, for the discriminator's eyes.
@@ -243,7 +248,7 @@ class HitMap(layers.Layer):
         self.power = float(power)
 
     def call(self, inputs):
-        return tf.sigmoid((inputs - HIT_THRESHOLD_STORED ** self.power) / HIT_SOFTNESS)
+        return soft_hits(inputs, self.power)
 
     def get_config(self):
         return {**super().get_config(), "power": self.power}

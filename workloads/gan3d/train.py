@@ -32,7 +32,7 @@ import keras
 from ..common import precision as precisions
 from ..common.layout import keep_channels_last
 from ..common.loop import EpochLoop
-from .model import build_discriminator, build_generator
+from .model import build_discriminator, build_generator, soft_hits
 from .presets import PAPER_POWER, Preset, overrides_of
 
 CHECKPOINT_PREFIX = "gan3d"
@@ -69,8 +69,6 @@ def shower_features(images_pow: tf.Tensor, power: float) -> tf.Tensor:
     (``distances.high_level_features``), all in stored units: energy per layer, the total (the
     batches share their energies, so it stands for E_sum/Ep), barycentres and widths along x, y
     and z, and a soft count of the cells above the hit threshold."""
-    from .model import HIT_SOFTNESS, HIT_THRESHOLD_STORED
-
     pow_image = images_pow[..., 0]
     e = tf.pow(tf.nn.relu(pow_image), 1.0 / power)
     total = tf.reduce_sum(e, axis=[1, 2, 3]) + 1e-6
@@ -81,7 +79,7 @@ def shower_features(images_pow: tf.Tensor, power: float) -> tf.Tensor:
         m1 = tf.linalg.matvec(proj, idx) / total
         m2 = tf.reduce_sum(proj * tf.square(idx[None, :] - m1[:, None]), axis=1) / total
         cols += [m1[:, None], tf.sqrt(m2 + 1e-6)[:, None]]
-    hits = tf.reduce_sum(tf.sigmoid((pow_image - HIT_THRESHOLD_STORED ** power) / HIT_SOFTNESS), axis=[1, 2, 3])
+    hits = tf.reduce_sum(soft_hits(pow_image, power), axis=[1, 2, 3])
     cols.append(hits[:, None])
     return tf.concat(cols, axis=1)
 
