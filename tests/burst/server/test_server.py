@@ -489,7 +489,7 @@ def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, h
 
     wait_for(lambda: json.loads((member / "managed" / f"{run_id}.json").read_text())["phase"] == "finished", 400, "the run to finish")
     run = json.loads(run_file.read_text())
-    assert run["state"] == "SUCCEEDED", run
+    assert run["state"] == "SUCCEEDED", (run["state"], run.get("message"), managed_log.read_text()[-4000:])  # why, in full: the timeline
     assert [h["epoch"] for h in json.loads((Path(run["run_dir"]) / "history.json").read_text())] == [1, 2, 3, 4]  # every epoch once
     log = managed_log.read_text()
     assert log.count("controller restarted") == 2 and "following attempt 1" in log and "following attempt 2" in log, log

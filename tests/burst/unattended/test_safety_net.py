@@ -336,7 +336,11 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     # the cluster's scratch in a directory of this test's (short: Ray's dashboard makes a socket under
     # TMPDIR), where the test can see what the keeper's end of the cluster leaves
     job_tmp = tempfile.mkdtemp(prefix="kp", dir="/tmp")
-    env = {**os.environ, "TMPDIR": job_tmp, "BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": "40"}
+    # the workers' time to checkpoint on the notice: long enough for a slow, loaded machine, where the
+    # 54 s lease can end before the run's first step (40 s left a notice no worker had read yet; a stop
+    # notice is read at the first step too); it costs a fast machine nothing, its workers take it in seconds
+    notice_wait = 150
+    env = {**os.environ, "TMPDIR": job_tmp, "BURST_KEEPER_POLL_S": "1", "BURST_KEEPER_NOTICE_S": str(notice_wait)}
     # one core: the run trains until the lease ends, and that wait should not take the other test worker's core too
     proc = burst("run", "gan3d", "--provider", "local", "--name", "kp", "--cpus", "1", "--hours", "0.015", "--managed", "--detach",
                  "--epochs", "50", "--steps", "8", *TRAIN, home=home, env=env, timeout=300)
@@ -349,7 +353,7 @@ def test_a_cluster_whose_controller_sleeps_past_its_lease_ends_itself(tmp_path):
     try:
         assert handle["expires"] > time.time() and handle["outputs"]["keeper_pid"]
         # every 2 s: a look reads every process's open files (looks every 0.2 s cost this test 15 CPU-s)
-        wait_until(lambda: not cluster_processes(handle["cluster_id"], handle["temp_dir"]), handle["expires"] - time.time() + 120,
+        wait_until(lambda: not cluster_processes(handle["cluster_id"], handle["temp_dir"]), handle["expires"] - time.time() + notice_wait + 120,
                    "the cluster to end itself", poll=2.0)
         ended_at = time.time()
         assert psutil.Process(pid).status() == psutil.STATUS_STOPPED  # the controller slept through all of it
