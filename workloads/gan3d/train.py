@@ -64,15 +64,19 @@ def profile_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> 
     return (log_ratio(fx, rx) + log_ratio(fy, ry)) / 2
 
 
-def shower_features(images_pow: tf.Tensor, power: float) -> tf.Tensor:
+def shower_features(images_pow: tf.Tensor, power: float, energy: tf.Tensor | None = None) -> tf.Tensor:
     """Per-shower features (B, z + 8), differentiable: the validation's high-level features
-    (``distances.high_level_features``), all in stored units: energy per layer, the total (the
-    batches share their energies, so it stands for E_sum/Ep), barycentres and widths along x, y
-    and z, and a soft count of the cells above the hit threshold."""
+    (``distances.high_level_features``), all in stored units: energy per layer, the total,
+    barycentres and widths along x, y and z, and a soft count of the cells above the hit threshold.
+
+    ``energy``: each shower's primary energy (any unit, the same for both batches); the layer
+    energies and the total are then divided by it, so the total is the sampling fraction E_sum/Ep
+    the validation measures, and the layers the longitudinal profile per unit of energy."""
     pow_image = images_pow[..., 0]
     e = tf.pow(tf.nn.relu(pow_image), 1.0 / power)
     total = tf.reduce_sum(e, axis=[1, 2, 3]) + 1e-6
-    cols = [tf.reduce_sum(e, axis=[1, 2]), total[:, None]]
+    per = tf.ones_like(total) if energy is None else tf.cast(tf.reshape(energy, [-1]), e.dtype)
+    cols = [tf.reduce_sum(e, axis=[1, 2]) / per[:, None], (total / per)[:, None]]
     for axes in ([2, 3], [1, 3], [1, 2]):
         proj = tf.reduce_sum(e, axis=axes)
         idx = tf.range(tf.shape(proj)[1], dtype=e.dtype)
@@ -84,13 +88,18 @@ def shower_features(images_pow: tf.Tensor, power: float) -> tf.Tensor:
     return tf.concat(cols, axis=1)
 
 
-def feature_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float) -> tf.Tensor:
+def feature_mismatch(fake_pow: tf.Tensor, real_pow: tf.Tensor, power: float, energy: tf.Tensor | None = None) -> tf.Tensor:
     """How far the fake batch's shower features are from the real batch's, in the real batch's
     standard deviations: the difference of the means plus the difference of the spreads, averaged
     over the features. The two batches share their conditions, so their feature distributions
-    should agree; a classifier on these features is what tells GAN from Monte Carlo."""
-    fake = shower_features(fake_pow, power)
-    real = tf.stop_gradient(shower_features(real_pow, power))
+    should agree; a classifier on these features is what tells GAN from Monte Carlo.
+
+    With ``energy`` (the batch's primary energies) the energies are per unit of primary energy: in a
+    batch of mixed energies the spread of raw totals is mostly the spread of the energies, which
+    makes a few per cent off in the sampling fraction a small fraction of one standard deviation;
+    the spread of E_sum/Ep is the calorimeter's own, a few per cent."""
+    fake = shower_features(fake_pow, power, energy)
+    real = tf.stop_gradient(shower_features(real_pow, power, energy))
     real_mean, fake_mean = tf.reduce_mean(real, axis=0), tf.reduce_mean(fake, axis=0)
     real_std = tf.sqrt(tf.reduce_mean(tf.square(real - real_mean), axis=0))
     fake_std = tf.sqrt(tf.reduce_mean(tf.square(fake - fake_mean), axis=0) + 1e-12)
@@ -175,7 +184,7 @@ class GAN3DTrainer(EpochLoop):
             if self.preset.profile_weight:  # a per-replica batch statistic: averaged over replicas like the rest
                 total += tf.nn.scale_regularization_loss(self.preset.profile_weight * profile_mismatch(fake, real, self.preset.power))
             if self.preset.feature_weight:
-                total += tf.nn.scale_regularization_loss(self.preset.feature_weight * feature_mismatch(fake, real, self.preset.power))
+                total += tf.nn.scale_regularization_loss(self.preset.feature_weight * feature_mismatch(fake, real, self.preset.power, y))
             loss = precisions.scaled(self.g_opt, total, step)
         variables = self.generator.trainable_variables
         self.g_opt.apply_gradients(zip(tape.gradient(loss, variables), variables))

@@ -370,3 +370,39 @@ def test_the_feature_term_trains_on_what_the_validation_measures():
     assert float(feature_mismatch(stepped, real, power)) < float(loss)
     energy = lambda images: float(tf.reduce_sum(tf.nn.relu(images) ** (1 / power)))  # noqa: E731
     assert energy(stepped) > energy(faint)  # more energy, as the real batch has
+
+
+def test_the_feature_term_per_unit_of_energy_sees_a_sampling_fraction_a_few_per_cent_off_in_a_batch_of_mixed_energies():
+    """In a batch of 2 to 500 GeV showers the raw totals spread over two orders of magnitude, so a
+    generator 5 % short in every shower is a small fraction of a standard deviation; per unit of
+    primary energy (what the training step passes) the total is the validation's E_sum/Ep, and the
+    same 5 % is several of its standard deviations."""
+    import tensorflow as tf
+
+    from workloads.gan3d.distances import high_level_features
+    from workloads.gan3d.synthetic import STORED_PER_GEV
+    from workloads.gan3d.train import feature_mismatch, shower_features
+    from workloads.gan3d.validate import HIT_THRESHOLD_GEV
+
+    rng = np.random.default_rng(2)
+    energy = rng.uniform(2.0, 500.0, 32)
+    profile = np.exp(-((np.arange(17) - 8.0) ** 2))[None, :, None, None] * np.exp(-((np.arange(17) - 8.0) ** 2))[None, None, :, None]
+    stored = energy[:, None, None, None] * profile * rng.gamma(50.0, 1 / 50.0, (32, 1, 1, 25)) * 1e-3 * STORED_PER_GEV
+    power = SMALL.power
+    real = tf.constant((stored ** power)[..., None], tf.float32)
+    short = tf.constant(((0.95 * stored) ** power)[..., None], tf.float32)
+    ep = tf.constant(energy / 100.0, tf.float32)  # the step's y: Ep / 100
+
+    ours = shower_features(real, power, ep).numpy()
+    theirs = high_level_features(stored / STORED_PER_GEV, energy, HIT_THRESHOLD_GEV)
+    layers = stored.shape[-1]
+    np.testing.assert_allclose(ours[:, layers] / STORED_PER_GEV / 100.0, theirs[:, layers], rtol=1e-4)  # E_sum / Ep itself
+
+    def total_gap(per) -> float:  # how far the short batch's mean total is, in the real batch's standard deviations
+        r, s = shower_features(real, power, per).numpy()[:, layers], shower_features(short, power, per).numpy()[:, layers]
+        return float(abs(s.mean() - r.mean()) / r.std())
+
+    assert total_gap(None) < 0.2 and total_gap(ep) > 1.5, (total_gap(None), total_gap(ep))  # measured: 0.09 and 2.05
+    per_energy, raw = float(feature_mismatch(short, real, power, ep)), float(feature_mismatch(short, real, power))
+    assert per_energy > 3 * raw, (per_energy, raw)  # the whole term too (measured: 0.37 and 0.11)
+    assert float(feature_mismatch(real, real, power, ep)) < 1e-3  # zero but for the spreads' epsilon
