@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import census, slurm_site
+from tests.support.cli_runs import wait_until
 from tests.support.ray_auth import assert_refuses_strangers
 
 pytestmark = [pytest.mark.slow, slurm_site.needs(slurm_site.missing())]
@@ -165,10 +166,7 @@ def test_a_run_that_reaches_its_walltime_checkpoints_on_the_notice_and_loses_und
                              env={**site.env, "BURST_HOME": str(home)}, cwd=tmp_path)
     try:
         storage = home / "clusters" / "short" / "storage" / "ray-train"
-        deadline = time.time() + 400
-        while not list(storage.glob("*/checkpoint_*")) and train.poll() is None:
-            assert time.time() < deadline, "no checkpoint within 400 s of the run's start"
-            time.sleep(1)
+        wait_until(lambda: list(storage.glob("*/checkpoint_*")) or train.poll() is not None, 400, "the run's first checkpoint", poll=1.0)
         assert train.poll() is None, train.communicate()[1][-2000:]
         ran = _minutes(site.slurm("squeue", "-h", "-j", job, "-o", "%M").stdout.strip())
         site.slurm("scontrol", "update", f"JobId={job}", f"TimeLimit={ran + 2}")  # the end 1 to 2 minutes away
