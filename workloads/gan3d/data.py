@@ -355,3 +355,24 @@ def make_dataset_fn(spec: InputSpec, preset: Preset, per_replica_batch: int, ste
         return ds.with_options(options).prefetch(PREFETCH_BATCHES)
 
     return dataset_fn
+
+
+def reference_events(spec: InputSpec, preset: Preset, limit: int):
+    """The first ``limit`` training events (after the cut) as ``calibration.Reference``: their
+    primary energy, the angle the generator is conditioned on, and their summed energy (stored
+    units, the preset's grid), read from HDF5 or TFRecord files alike."""
+    from .calibration import Reference
+
+    if spec.kind == "hdf5":
+        b = load(spec.files, preset, limit)
+        return Reference(b.y.astype(np.float64) * 100.0, b.ang.astype(np.float64), b.ecal.astype(np.float64))
+    import tensorflow as tf
+
+    wanted = {"Y": tf.io.FixedLenFeature((), tf.float32), "ang": tf.io.FixedLenFeature((), tf.float32),
+              "ecal": tf.io.FixedLenFeature((), tf.float32)}
+    rows = [(float(f["Y"]), float(f["ang"]), float(f["ecal"]))
+            for f in tf.data.TFRecordDataset([str(p) for p in spec.files]).take(limit).map(lambda r: tf.io.parse_single_example(r, wanted))]
+    if not rows:
+        raise DataError(f"{spec.path}: no training events to calibrate the generator's energy response on")
+    y, ang, ecal = (np.asarray(c, np.float64) for c in zip(*rows))
+    return Reference(y * 100.0, ang, ecal)

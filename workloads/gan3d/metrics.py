@@ -13,6 +13,7 @@ GATE_METRICS = {
     "fpd": "Fréchet physics distance of the high-level features (0 = same distribution)",
     "kpd": "kernel physics distance of the high-level features (0 = same distribution)",
     "classifier_auc": "AUC of a classifier telling GAN from MC showers (0.5 = indistinguishable)",
+    "energy_scale_offset": "how far the generator's raw energy response was from MC's on training events: largest |calibration scale - 1| (0 = none needed)",
 }
 #: What a scan can minimise: the summary metrics cheap enough to compute after every epoch (the
 #: sample distances and the classifier are left to the best trial's full report).

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data, synthetic
+from . import calibration, data, synthetic
 from .presets import Preset, get_preset, tuned
 
 TEST_FRACTION = 0.1
@@ -64,6 +64,10 @@ def prepare_training(
     if resume_from is not None:
         trainer.restore(resume_from)
     spec = data.InputSpec.discover(train_files[0].parent, preset, files=train_files)
+    if preset.calibrate_energy:
+        own = spec if not (pod_hosts and pod_hosts > 1) else data.InputSpec(
+            spec.path, spec.kind, [f for f in spec.files if f.name in data.host_shards([g.name for g in spec.files], pod_hosts, 0)], spec.events)
+        trainer.reference = data.reference_events(own, preset, calibration.REFERENCE_EVENTS)  # host 0's own shards on a pod slice
     steps = steps_per_epoch or spec.events // trainer.global_batch
     if steps < 1:
         raise data.DataError(f"{spec.path}: {spec.events} events cannot fill one global batch of {trainer.global_batch}")
@@ -95,8 +99,11 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
     mc, energy, theta = held.mc, held.energy, held.theta
     gan = trainer.generate(energy, theta, seed=seed + 1)
     initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
-    info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), "precision": trainer.precision, **(extra or {})}
-    return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate)
+    calibrated = trainer.calibration
+    info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), "precision": trainer.precision,
+            "energy_calibration": calibrated.describe(), **(extra or {})}
+    return write_report(mc, gan, energy, theta, out_dir, initial_stored=initial, extra=info, gate=gate,
+                        model_facts={"energy_scale_offset": calibrated.offset})
 
 
 class HeldOut:

@@ -63,6 +63,7 @@ class Preset:
     power: float = PAPER_POWER  # D sees (and G makes) images as x ** power
     profile_weight: float = 0.0  # weight of the generator's transverse-profile matching term (0: the paper's losses only)
     feature_weight: float = 0.0  # weight of the generator's shower-feature matching term (train.feature_mismatch)
+    calibrate_energy: bool = True  # scale generated showers to MC's energy response on training events (calibration.py)
     hit_channel: bool = False  # the discriminator also sees which cells are above the hit threshold (a soft step)
     # the training knobs a scan may vary (``tuned``); the paper's values by default
     learning_rate: float = LEARNING_RATE  # RMSprop, both networks

@@ -32,6 +32,7 @@ import keras
 from ..common import precision as precisions
 from ..common.layout import keep_channels_last
 from ..common.loop import EpochLoop
+from . import calibration
 from .model import build_discriminator, build_generator, soft_hits
 from .presets import PAPER_POWER, Preset, overrides_of
 
@@ -39,6 +40,8 @@ CHECKPOINT_PREFIX = "gan3d"
 #: Bumped when the saved object graph changes. 2: the generator's first block is one
 #: UpsampledConv3D layer instead of UpSampling3D + Conv3D (same weights, one layer fewer).
 CHECKPOINT_FORMAT = 2
+#: Added to the run's seed for the noise of the showers the energy calibration is fitted on.
+CALIBRATION_NOISE = 7717
 
 
 PROFILE_FLOOR = 1e-5  # fraction of a batch's energy below which a cell's share is not told apart
@@ -151,6 +154,8 @@ class GAN3DTrainer(EpochLoop):
             dropout_seeds=seed_states,
         )
         self.history: list[dict] = []
+        self.reference: calibration.Reference | None = None  # training events the energy calibration is fitted on
+        self._calibration, self._calibrated_at = calibration.IDENTITY, 0
         self._init_loop(METRIC_NAMES)
         self._step = tf.function(self._distributed_step, autograph=False)  # as the loop's own step (EpochLoop)
 
@@ -214,11 +219,18 @@ class GAN3DTrainer(EpochLoop):
         the position inside the epoch when it is saved in the middle of one."""
         return self._write_checkpoint(directory, CHECKPOINT_PREFIX, {"preset": self.preset.name, "format": CHECKPOINT_FORMAT,
                                                                      "power": self.preset.power, "overrides": overrides_of(self.preset),
-                                                                     "precision": self.precision})
+                                                                     "precision": self.precision,
+                                                                     "calibration": self.calibration.as_dict()})
 
     def restore(self, directory: str | os.PathLike) -> int:
         """Restore everything ``save`` wrote; return the epoch to continue from."""
-        return self._read_checkpoint(directory, CHECKPOINT_PREFIX, overrides_of(self.preset), lambda meta: self._same_model(directory, meta))
+        meta = {}
+        epoch = self._read_checkpoint(directory, CHECKPOINT_PREFIX, overrides_of(self.preset),
+                                      lambda m: (self._same_model(directory, m), meta.update(m)))
+        # the fit made with these weights (none in a checkpoint older than the calibration)
+        self._calibration = calibration.EnergyCalibration.from_dict(meta.get("calibration")) if self.preset.calibrate_energy else calibration.IDENTITY
+        self._calibrated_at = int(self.step.numpy())
+        return epoch
 
     def _same_model(self, directory, meta: dict) -> None:
         """ValueError when the checkpoint holds another preset, format or power transform."""
@@ -233,9 +245,25 @@ class GAN3DTrainer(EpochLoop):
 
     # ------------------------------------------------------------------ inference
 
+    @property
+    def calibration(self) -> calibration.EnergyCalibration:
+        """The energy calibration of the weights as they are now: fitted again on the training
+        reference when a step has moved them since the last fit (``calibration``)."""
+        step = int(self.step.numpy())
+        if self.reference is not None and self.preset.calibrate_energy and step != self._calibrated_at:
+            ref = self.reference
+            made = generate_showers(self.generator, ref.energy_gev, ref.angle, power=self.preset.power, seed=self.seed + CALIBRATION_NOISE)
+            self._calibration = calibration.fit(ref.ecal, made.sum(axis=(1, 2, 3), dtype=np.float64), ref.energy_gev)
+            self._calibrated_at = step
+        return self._calibration
+
     def generate(self, energy_gev: np.ndarray, theta_rad: np.ndarray, batch: int = 256, seed: int = 1) -> np.ndarray:
-        """Showers in stored units (N, x, y, z) for the given conditions."""
-        return generate_showers(self.generator, energy_gev, theta_rad, power=self.preset.power, batch=batch, seed=seed)
+        """Showers in stored units (N, x, y, z) for the given conditions, with the generator's
+        energy calibration applied."""
+        showers = generate_showers(self.generator, energy_gev, theta_rad, power=self.preset.power, batch=batch, seed=seed)
+        if len(showers):
+            showers *= self.calibration.scale(energy_gev)[:, None, None, None]
+        return showers
 
 
 _SHOWERS_FNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -323,12 +323,15 @@ def verdict(metrics: dict, gate: dict[str, float] | None) -> dict:
 
 
 def evaluate(mc_stored: np.ndarray, gan_stored: np.ndarray, energy_gev: np.ndarray, theta_rad: np.ndarray,
-             gate: dict[str, float] | None = None, seed: int = 0) -> dict:
+             gate: dict[str, float] | None = None, seed: int = 0, model_facts: dict[str, float] | None = None) -> dict:
     """Every metric of the GAN against MC, the same against half of MC with the other half as the
-    noise floor, the sample distances, and the verdict (NaN or infinite cells fail it, counted and set to 0)."""
+    noise floor, the sample distances, and the verdict (NaN or infinite cells fail it, counted and set to 0).
+    ``model_facts``: summary metrics of the model itself rather than of its showers (the energy
+    calibration's offset), which a gate may bound too."""
     gan_stored, broken = finite_part(gan_stored)
     metrics = compare(mc_stored, gan_stored, energy_gev, theta_rad)
     metrics["summary"][BROKEN] = broken
+    metrics["summary"].update(model_facts or {})
     mc, gan = np.asarray(mc_stored, np.float64) / STORED_PER_GEV, np.asarray(gan_stored, np.float64) / STORED_PER_GEV
     metrics["summary"].update(sample_distances(mc, gan, energy_gev, energy_gev, seed))
     # mean profiles (GeV per cell), so runs can be compared or averaged without their showers
@@ -354,11 +357,12 @@ def write_report(
     title: str = "3DGAN physics validation",
     extra: dict | None = None,
     gate: dict[str, float] | None = None,
+    model_facts: dict[str, float] | None = None,
 ) -> dict:
     """Compute metrics, draw figures, write ``metrics.json`` and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    metrics = evaluate(mc_stored, gan_stored, energy_gev, theta_rad, gate)
+    metrics = evaluate(mc_stored, gan_stored, energy_gev, theta_rad, gate, model_facts=model_facts)
     gan_stored = finite_part(gan_stored)[0]
     if extra:
         metrics["run"] = extra  # the preset, the epochs and the precision the judged model was trained in
