@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import weakref
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -154,7 +155,8 @@ class GAN3DTrainer(EpochLoop):
             dropout_seeds=seed_states,
         )
         self.history: list[dict] = []
-        self.reference: calibration.Reference | None = None  # training events the energy calibration is fitted on
+        self._reference: calibration.Reference | None = None  # training events the energy calibration is fitted on
+        self._reference_loader: Callable[[], calibration.Reference] | None = None
         self._calibration, self._calibrated_at = calibration.IDENTITY, 0
         self._init_loop(METRIC_NAMES)
         self._step = tf.function(self._distributed_step, autograph=False)  # as the loop's own step (EpochLoop)
@@ -246,11 +248,25 @@ class GAN3DTrainer(EpochLoop):
     # ------------------------------------------------------------------ inference
 
     @property
+    def reference(self) -> calibration.Reference | None:
+        """The training events the energy calibration is fitted on, read when first needed: at
+        the first checkpoint, after the input pipeline has read (and judged) the same files."""
+        if self._reference is None and self._reference_loader is not None:
+            self._reference = self._reference_loader()
+        return self._reference
+
+    @reference.setter
+    def reference(self, events: calibration.Reference | Callable[[], calibration.Reference] | None) -> None:
+        """The events themselves, or a function that reads them (``pipeline.prepare_training``)."""
+        self._reference, self._reference_loader = (None, events) if callable(events) else (events, None)
+
+    @property
     def calibration(self) -> calibration.EnergyCalibration:
         """The energy calibration of the weights as they are now: fitted again on the training
         reference when a step has moved them since the last fit (``calibration``)."""
         step = int(self.step.numpy())
-        if self.reference is not None and self.preset.calibrate_energy and step != self._calibrated_at:
+        knows_reference = self._reference is not None or self._reference_loader is not None
+        if knows_reference and self.preset.calibrate_energy and step != self._calibrated_at:
             ref = self.reference
             made = generate_showers(self.generator, ref.energy_gev, ref.angle, power=self.preset.power, seed=self.seed + CALIBRATION_NOISE)
             self._calibration = calibration.fit(ref.ecal, made.sum(axis=(1, 2, 3), dtype=np.float64), ref.energy_gev)
