@@ -67,8 +67,8 @@ def prepare_training(
     if preset.calibrate_energy:
         own = spec if not (pod_hosts and pod_hosts > 1) else data.InputSpec(
             spec.path, spec.kind, [f for f in spec.files if f.name in data.host_shards([g.name for g in spec.files], pod_hosts, 0)], spec.events)
-        # host 0's own shards on a pod slice; read at the first checkpoint, after the input
-        # pipeline (whose one-line "bad input data" verdict a bad file gets there)
+        # host 0's own shards on a pod slice; read when training starts, inside the job's
+        # handling that gives a bad file its one-line "bad input data" verdict
         trainer.reference = lambda: data.reference_events(own, preset, calibration.REFERENCE_EVENTS)
     steps = steps_per_epoch or spec.events // trainer.global_batch
     if steps < 1:

@@ -247,10 +247,16 @@ class GAN3DTrainer(EpochLoop):
 
     # ------------------------------------------------------------------ inference
 
+    def fit(self, *args, **kwargs) -> list[dict]:
+        """``EpochLoop.fit``, the calibration's training events read first: where a bad file gets
+        the job's one-line verdict, and before a run on a remote store removes its local copies."""
+        self.reference  # noqa: B018  (read now)
+        return super().fit(*args, **kwargs)
+
     @property
     def reference(self) -> calibration.Reference | None:
-        """The training events the energy calibration is fitted on, read when first needed: at
-        the first checkpoint, after the input pipeline has read (and judged) the same files."""
+        """The training events the energy calibration is fitted on, read when first needed
+        (``fit`` reads them before its first step)."""
         if self._reference is None and self._reference_loader is not None:
             self._reference = self._reference_loader()
         return self._reference
