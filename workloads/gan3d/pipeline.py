@@ -64,21 +64,22 @@ def prepare_training(
     if resume_from is not None:
         trainer.restore(resume_from)
     spec = data.InputSpec.discover(train_files[0].parent, preset, files=train_files)
+    on_pod = bool(pod_hosts and pod_hosts > 1)
+    root = Path(train_files[0]).parent
+
+    def own_files(host: int) -> list[str]:
+        """The shards host ``host`` of the pod slice reads, by their path on its own disk."""
+        return [str(root / n) for n in data.host_shards([Path(f).name for f in train_files], pod_hosts, host)]
+
     if preset.calibrate_energy:
-        own = spec if not (pod_hosts and pod_hosts > 1) else data.InputSpec(
-            spec.path, spec.kind, [f for f in spec.files if f.name in data.host_shards([g.name for g in spec.files], pod_hosts, 0)], spec.events)
         # host 0's own shards on a pod slice; read when training starts, inside the job's
         # handling that gives a bad file its one-line "bad input data" verdict
+        own = data.InputSpec(spec.path, spec.kind, [Path(f) for f in own_files(0)], spec.events) if on_pod else spec
         trainer.reference = lambda: data.reference_events(own, preset, calibration.REFERENCE_EVENTS)
     steps = steps_per_epoch or spec.events // trainer.global_batch
     if steps < 1:
         raise data.DataError(f"{spec.path}: {spec.events} events cannot fill one global batch of {trainer.global_batch}")
-    pipeline_files = None
-    if pod_hosts and pod_hosts > 1:
-        names = [Path(f).name for f in train_files]
-        root = Path(train_files[0]).parent
-        pipeline_files = lambda pid: [str(root / n) for n in data.host_shards(names, pod_hosts, pid)]  # noqa: E731
-    return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed, pipeline_files=pipeline_files), steps
+    return trainer, data.make_dataset_fn(spec, preset, trainer.per_replica_batch, steps, seed=seed, pipeline_files=own_files if on_pod else None), steps
 
 
 def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name: str | None = None, events: int = 500, seed: int = 0,

@@ -245,7 +245,7 @@ class GAN3DTrainer(EpochLoop):
             raise ValueError(f"checkpoint {directory} was trained on images ** {meta.get('power', PAPER_POWER)}; preset "
                              f"{self.preset.name!r} now trains on ** {self.preset.power}; retrain, or read it with the burst version that wrote it")
 
-    # ------------------------------------------------------------------ inference
+    # ------------------------------------------------------------------ the energy calibration
 
     def fit(self, *args, **kwargs) -> list[dict]:
         """``EpochLoop.fit``, the calibration's training events read first: where a bad file gets
@@ -278,6 +278,8 @@ class GAN3DTrainer(EpochLoop):
             self._calibration = calibration.fit(ref.ecal, made.sum(axis=(1, 2, 3), dtype=np.float64), ref.energy_gev)
             self._calibrated_at = step
         return self._calibration
+
+    # ------------------------------------------------------------------ inference
 
     def generate(self, energy_gev: np.ndarray, theta_rad: np.ndarray, batch: int = 256, seed: int = 1) -> np.ndarray:
         """Showers in stored units (N, x, y, z) for the given conditions, with the generator's

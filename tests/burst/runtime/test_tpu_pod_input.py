@@ -108,8 +108,10 @@ try:
             crossed = "read"
         except tf.errors.NotFoundError:
             crossed = "not found"
+        # the energy calibration's training events: host 0's own shards, from host 0's disk
+        reference = sorted(round(float(v) / 100.0, 5) for v in trainer.reference.energy_gev)
         Path(final_dir).mkdir(parents=True, exist_ok=True)
-        (Path(final_dir) / "read.json").write_text(json.dumps({"read": read, "steps": steps, "events": trainer.global_batch,
+        (Path(final_dir) / "read.json").write_text(json.dumps({"read": read, "reference": reference, "steps": steps, "events": trainer.global_batch,
                                                                "host0_disk": mine, "crossed": crossed, "TPU_NAME": os.environ.get("TPU_NAME")}))
         return final_dir
 
@@ -187,5 +189,7 @@ def test_every_host_of_a_pod_slice_reads_its_own_shards_from_its_own_disk(gcs_se
     for host in (0, 1):
         read = client["read"][str(host)]
         assert len(read) == 3 * 4 and set(read) <= set(by_shard[names[host]]), (host, read)
+    # the calibration's reference is every event of host 0's shard, read on host 0
+    assert client["reference"] == sorted(by_shard[names[0]]), client["reference"]
     # and the disks are private: host 1 cannot read a shard only host 0 holds
     assert client["crossed"] == "not found"
