@@ -142,9 +142,9 @@ SMALL = Preset(
     # showers are calibrated to MC's energy response on training events (calibrate_energy,
     # calibration.py). Seeds 0-2, 6 epochs (benchmarks/physics_spread.py, 2-core EPYC): sampling
     # fraction within 1.8 % on every seed, hits within 12.5 %, FPD 0.16 against 1.0 without the
-    # term; the classifier AUC 0.966. Measured side by side in one process (2 threads, oneDNN on)
-    # the term's step costs no time: 53.5 samples/s with it, 51.7 without; a whole default run is
-    # 5 % longer than before the term and the calibration (docs/workloads/physics.md).
+    # term; the classifier AUC 0.966. The term's step costs 1.2 % (2 threads, oneDNN on, separate
+    # processes taking turns: 49.4 samples/s with it, 50.0 without); a whole default run is 5 %
+    # longer than before the term and the calibration (docs/workloads/physics.md).
     feature_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
