@@ -148,6 +148,15 @@ def snapshot() -> set[tuple[int, float]]:
     return found
 
 
+def started_since(before: set[tuple[int, float]], cmdline: list[str]) -> list[psutil.Process]:
+    """This process's group's processes started after ``before`` whose command line is ``cmdline``
+    (a stand-in a test left asking): another worker's, or anything else on the machine, are not
+    a test's to wait for or kill. Without a group, the machine's."""
+    in_group = members()
+    return [p for p in psutil.process_iter(["cmdline", "create_time"]) if p.info["cmdline"] == cmdline
+            and (p.pid, p.info["create_time"]) not in before and (in_group is None or p.pid in in_group)]
+
+
 def _exempt(proc: psutil.Process, roots: set[int]) -> bool:
     try:
         return proc.pid in roots or any(a.pid in roots for a in proc.parents())

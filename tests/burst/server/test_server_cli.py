@@ -196,18 +196,6 @@ def test_a_member_names_no_directory_of_the_server_as_a_store_in_a_flag_or_a_pol
 HANGING_SSH = ["sleep", "299.5"]  # the hanging login host's stand-in, by a command line no other test's uses
 
 
-def _stand_ins_asking(before) -> list:
-    """The hanging ssh stand-ins started since ``before`` by this test's own processes (another
-    worker's, or anything else on the machine, are not ours to wait for or kill)."""
-    import psutil
-
-    from tests.support import census
-
-    ours = census.members()
-    return [p for p in psutil.process_iter(["cmdline", "create_time"]) if p.info["cmdline"] == HANGING_SSH
-            and (p.pid, p.info["create_time"]) not in before and (ours is None or p.pid in ours)]
-
-
 def test_a_server_that_dies_while_it_runs_a_verb_is_one_line_saying_what_runs_on_and_answers_once_started_again(tmp_path, monkeypatch):
     """A forwarded verb that takes a while (`burst status` asking a Slurm site whose login host
     takes the ssh and never answers: up to its 10 s wait) and the server SIGKILLed meanwhile: the
@@ -247,7 +235,7 @@ def test_a_server_that_dies_while_it_runs_a_verb_is_one_line_saying_what_runs_on
         asked = subprocess.Popen([sys.executable, "-m", "burst.cli", "status"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  env={**os.environ, "BURST_HOME": str(home)}, cwd=tmp_path)
         deadline = time.time() + 30
-        while not _stand_ins_asking(before):  # the server asks the site
+        while not census.started_since(before, HANGING_SSH):  # the server asks the site
             assert time.time() < deadline and asked.poll() is None, "the server never asked the site"
             time.sleep(0.2)
         os.killpg(server.proc.pid, signal.SIGKILL)
@@ -261,5 +249,5 @@ def test_a_server_that_dies_while_it_runs_a_verb_is_one_line_saying_what_runs_on
         assert [c["name"] for c in json.loads(again.stdout)["clusters"]] == ["lab"]  # unreachable, and said so after its wait
     finally:
         server.stop()
-        for proc in _stand_ins_asking(before):  # the ssh stand-ins the verbs left asking
+        for proc in census.started_since(before, HANGING_SSH):  # the ssh stand-ins the verbs left asking
             proc.kill()

@@ -71,11 +71,8 @@ def test_status_answers_with_a_login_host_that_hangs_and_revives_a_dead_watcher_
     # its next look (every 5 s, after a question to a head that does not answer) finds the record gone;
     # 30 s was too short once in CI with both cores busy (its Python start alone takes seconds there)
     wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 90, "the watcher to end")
-    ours = census.members()  # this test process's own (another worker's stand-ins are not ours to kill)
-    for p in psutil.process_iter(["cmdline", "create_time"]):  # the ssh stand-ins status left behind
-        if p.info["cmdline"] and p.info["cmdline"][:2] == ["sleep", "300"] and (p.pid, p.info["create_time"]) not in before \
-                and (ours is None or p.pid in ours):
-            p.kill()
+    for p in census.started_since(before, ["sleep", "300"]):  # the ssh stand-ins status left behind (this test's own)
+        p.kill()
 
 
 class _Unreachable:
