@@ -100,8 +100,8 @@ def validate(trainer_or_dir, test_files: list[Path], out_dir: Path, preset_name:
     preset = trainer.preset
     held = HeldOut(test_files, preset, events, seed)
     mc, energy, theta = held.mc, held.energy, held.theta
-    gan = trainer.generate(energy, theta, seed=seed + 1)
-    initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, theta, power=preset.power, seed=seed + 1)
+    gan = trainer.generate(energy, held.angle, seed=seed + 1)
+    initial = generate_showers(make_trainer(preset, None, seed=trainer.seed).generator, energy, held.angle, power=preset.power, seed=seed + 1)
     calibrated = trainer.calibration
     info = {"preset": preset.name, "epochs_trained": int(trainer.epoch.numpy()), "precision": trainer.precision,
             "energy_calibration": calibrated.describe(), **(extra or {})}
@@ -124,13 +124,16 @@ class HeldOut:
         raw = data.load_raw(files, limit=events)
         self.mc = rebin(raw["ECAL"], preset.rebin)
         self.energy = raw["energy"].astype(np.float64)
+        # the true angle picks the report's angle bins; the generator is asked for the angle it
+        # was trained on (``data.conditioning_angle``)
         self.theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
+        self.angle = data.conditioning_angle(raw, self.mc, preset).astype(np.float64)
         self.seed = seed
 
     def summary(self, trainer) -> dict[str, float]:
         from .validate import EPOCH_METRICS, compare
 
-        gan = trainer.generate(self.energy, self.theta, seed=self.seed + 1)
+        gan = trainer.generate(self.energy, self.angle, seed=self.seed + 1)
         with np.errstate(all="ignore"):
             got = compare(self.mc, gan, self.energy, self.theta)["summary"]
         return {k: round(float(got[k]), 6) if np.isfinite(got[k]) else self.WORST for k in EPOCH_METRICS}
