@@ -74,7 +74,7 @@ def prepare_training(
     if preset.calibrate_energy:
         # host 0's own shards on a pod slice; read when training starts, inside the job's
         # handling that gives a bad file its one-line "bad input data" verdict
-        own = data.InputSpec(spec.path, spec.kind, [Path(f) for f in own_files(0)], spec.events) if on_pod else spec
+        own = data.InputSpec.discover(spec.path, preset, files=[Path(f) for f in own_files(0)]) if on_pod else spec
         trainer.reference = lambda: data.reference_events(own, preset, calibration.REFERENCE_EVENTS)
     steps = steps_per_epoch or spec.events // trainer.global_batch
     if steps < 1:
