@@ -244,7 +244,7 @@ BREAKS = [
           ("tests/workloads/gan3d/test_train.py::test_the_feature_term_per_unit_of_energy_sees_a_sampling_fraction_a_few_per_cent_off_in_a_batch_of_mixed_energies",),
           "the generator's feature term compares raw energies: a sampling fraction 5 % off is a tenth of a standard deviation"),
     Break("held-out-showers-asked-for-the-true-angle", "workloads/gan3d/pipeline.py",
-          (("        self.angle = data.conditioning_angle(raw, self.mc, preset).astype(np.float64)\n",
+          (("        self.angle = data.conditioning_angle(raw.get(\"mtheta\"), self.mc, preset).astype(np.float64)\n",
             "        self.angle = self.theta\n"),),
           ("tests/workloads/gan3d/test_validate.py::test_the_report_and_the_epoch_summary_generate_with_the_training_angle",),
           "the report asks the generator for the true angle, where training labels events with the measured one", fast=True),

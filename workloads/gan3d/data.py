@@ -93,21 +93,22 @@ def preprocess(raw: dict[str, np.ndarray], preset: Preset) -> Batch:
     return Batch(
         x=np.power(image, preset.power, dtype=np.float32),
         y=(raw["energy"][keep] / 100.0).astype(np.float32),
-        ang=conditioning_angle({k: v[keep] for k, v in raw.items() if k == "mtheta"}, image, preset),
+        ang=conditioning_angle(raw["mtheta"][keep] if "mtheta" in raw else None, image, preset),
         ecal=ecal,
     )
 
 
-def conditioning_angle(raw: dict[str, np.ndarray], image: np.ndarray, preset: Preset) -> np.ndarray:
+def conditioning_angle(mtheta: np.ndarray | None, image: np.ndarray, preset: Preset) -> np.ndarray:
     """The angle the generator is conditioned on (radians, float32): the files' measured ``mtheta``
-    on the full grid, else the angle measured on ``image``, the preset's summed grid.
+    (one per event of ``image``, or None) on the full grid, else the angle measured on ``image``,
+    the preset's summed grid.
 
     Training labels its events with it, so showers generated for held-out events must be asked for
     with it too, never with the true ``theta``: on the small preset's grid the measured angle spans
     1.44 to 1.70 rad where the true one spans 1.06 to 2.09, and a generator asked for the true angle
     is asked for angles it never saw."""
-    if preset.rebin == (1, 1) and "mtheta" in raw:
-        return np.asarray(raw["mtheta"], np.float32)
+    if preset.rebin == (1, 1) and mtheta is not None:
+        return np.asarray(mtheta, np.float32)
     return measured_angle(image).astype(np.float32)
 
 

@@ -127,7 +127,7 @@ class HeldOut:
         # the true angle picks the report's angle bins; the generator is asked for the angle it
         # was trained on (``data.conditioning_angle``)
         self.theta = (raw["theta"] if "theta" in raw else raw["mtheta"]).astype(np.float64)
-        self.angle = data.conditioning_angle(raw, self.mc, preset).astype(np.float64)
+        self.angle = data.conditioning_angle(raw.get("mtheta"), self.mc, preset).astype(np.float64)
         self.seed = seed
 
     def summary(self, trainer) -> dict[str, float]:

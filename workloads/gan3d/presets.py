@@ -141,10 +141,11 @@ SMALL = Preset(
     # (train.feature_mismatch: layer energies, E_sum/Ep, barycentres, widths, hits), and its
     # showers are calibrated to MC's energy response on training events (calibrate_energy,
     # calibration.py). Seeds 0-2, 6 epochs (benchmarks/physics_spread.py, 2-core EPYC): sampling
-    # fraction within 1.8 % on every seed, hits within 12.5 %, FPD 0.08 to 0.15 against 0.9 to 1.0 without the
-    # term; the classifier AUC 0.959 (showers asked for with the measured angle). The term's step costs 1.2 % (2 threads, oneDNN on, separate
-    # processes taking turns: 49.4 samples/s with it, 50.0 without); a whole default run is 5 %
-    # longer than before the term and the calibration (docs/workloads/physics.md).
+    # fraction within 1.4 % on every seed, hits within 12.5 %, FPD 0.08 to 0.15 against 0.9 to 1.0
+    # without the term; the classifier AUC 0.959 (showers asked for with the measured angle). The
+    # term's step costs 1.2 % (2 threads, oneDNN on, separate processes taking turns: 49.4 samples/s
+    # with it, 50.0 without); a whole default run is 5 % longer than before the term and the
+    # calibration, all of it in the epochs (docs/workloads/physics.md).
     feature_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
