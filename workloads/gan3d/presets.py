@@ -65,6 +65,7 @@ class Preset:
     feature_weight: float = 0.0  # weight of the generator's shower-feature matching term (train.feature_mismatch)
     calibrate_energy: bool = True  # scale generated showers to MC's energy response on training events (calibration.py)
     hit_channel: bool = False  # the discriminator also sees which cells are above the hit threshold (a soft step)
+    angle_gain: float = 1.0  # the generator reads the angle as π/2 + (θ − π/2) × angle_gain (model.AngleGain)
     # the training knobs a scan may vary (``tuned``); the paper's values by default
     learning_rate: float = LEARNING_RATE  # RMSprop, both networks
     loss_weights: tuple[float, float, float, float] = LOSS_WEIGHTS
@@ -138,14 +139,15 @@ SMALL = Preset(
     # hits above 0.3 MeV -6.8 %; weight 1.0 gave 2.04 and -10.0 % (README, Physics).
     profile_weight=2.0,
     # The generator also matches the real batch's shower features per unit of primary energy
-    # (train.feature_mismatch: layer energies, E_sum/Ep, barycentres, widths, hits), and its
-    # showers are calibrated to MC's energy response on training events (calibrate_energy,
-    # calibration.py). Seeds 0-2, 6 epochs (benchmarks/physics_spread.py, 2-core EPYC): sampling
-    # fraction within 1.4 % on every seed, hits within 12.5 %, FPD 0.08 to 0.15 against 0.9 to 1.0
-    # without the term; the classifier AUC 0.959 (showers asked for with the measured angle). The
-    # term's step costs 1.2 % (2 threads, oneDNN on, separate processes taking turns: 49.4 samples/s
-    # with it, 50.0 without); a whole default run is 5 % longer than before the term and the
-    # calibration, all of it in the epochs (docs/workloads/physics.md).
+    # (train.feature_distance: layer energies, E_sum/Ep, barycentres, widths, hits; their means,
+    # spreads and correlations), and its showers are calibrated to MC's energy response on training
+    # events (calibrate_energy, calibration.py). Seeds 0-2, 6 epochs (benchmarks/physics_spread.py,
+    # 2-core EPYC): sampling fraction within 1.2 % on every seed, hits within 8.8 %, FPD 0.06 to
+    # 0.08 against 0.9 to 1.0 without the term, classifier AUC 0.942 on the seeds' mean (0.959
+    # with the means and spreads alone). The term's step costs 1.2 % (2 threads, oneDNN on,
+    # separate processes taking turns: 49.4 samples/s with it, 50.0 without); a whole default run is
+    # 5 % longer than before the term and the calibration, all of it in the epochs
+    # (docs/workloads/physics.md).
     feature_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
 )
@@ -164,6 +166,7 @@ TUNABLE: dict[str, str] = {
     "noise_size": "Gaussian noise components of the latent vector (paper 254)",
     "profile_weight": "weight of the generator's transverse-profile term",
     "feature_weight": "weight of the generator's shower-feature term (layer energies, barycentres, widths, hits)",
+    "angle_gain": "how much the generator widens the angle it reads about 90° (model.AngleGain)",
     "gen_filters": "filters of each generator block, a list as long as the preset's blocks",
     "disc_filters": "filters of each discriminator block, a list as long as the preset's blocks",
 }
@@ -180,7 +183,7 @@ def overrides_of(preset: Preset) -> dict:
     for knob, attr in (("gen_filters", "gen_blocks"), ("disc_filters", "disc_blocks")):
         if getattr(preset, attr) != getattr(base, attr):
             out[knob] = [b.filters for b in getattr(preset, attr)]
-    for knob in ("learning_rate", "label_flip", "noise_size", "profile_weight", "feature_weight"):
+    for knob in ("learning_rate", "label_flip", "noise_size", "profile_weight", "feature_weight", "angle_gain"):
         if getattr(preset, knob) != getattr(base, knob):
             out[knob] = getattr(preset, knob)
     return out
@@ -214,8 +217,8 @@ def tuned(preset: Preset, overrides: dict | None) -> Preset:
         else:
             if knob == "label_flip" and not 0 <= float(value) < 0.5:
                 raise ValueError(f"label_flip is a fraction in [0, 0.5), got {value}")
-            if knob == "learning_rate" and not float(value) > 0:
-                raise ValueError(f"learning_rate must be above 0, got {value}")
+            if knob in ("learning_rate", "angle_gain") and not float(value) > 0:
+                raise ValueError(f"{knob} must be above 0, got {value}")
             if float(value) < 0:
                 raise ValueError(f"{knob} must not be negative, got {value}")
             changes[knob] = float(value)

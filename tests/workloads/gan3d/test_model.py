@@ -102,3 +102,28 @@ def test_no_seed_starts_with_a_dead_generator():
         assert not np.all(generator.get_layer("g_out").get_weights()[0] <= 0), seed
         showers = generate_showers(generator, np.full(8, 150.0), np.radians(np.full(8, 90.0)), power=SMALL.power)
         assert (showers.sum(axis=(1, 2, 3)) > 0).all(), seed
+
+
+def test_a_scan_can_widen_the_narrow_angle_the_small_generator_reads(tiny_h5):
+    """On the small preset's grid the conditioning angle spreads 0.05 rad, a twentieth of the
+    noise beside it. The ``angle_gain`` knob widens it about 90° inside the generator, so training,
+    generation and the report all feed the plain angle; off (1) in both presets, as measured."""
+    from workloads.gan3d.data import conditioning_angle, load_raw
+    from workloads.gan3d.features import rebin
+    from workloads.gan3d.model import build_generator
+    from workloads.gan3d.presets import tuned
+
+    raw = load_raw(tiny_h5)
+    spread = conditioning_angle(raw["mtheta"], rebin(raw["ECAL"], SMALL.rebin), SMALL).std()
+    assert spread < 0.1 and 0.5 < spread * 20 < 2.0  # what a gain of 20 is for: a spread like the noise's
+
+    widened = tuned(SMALL, {"angle_gain": 20.0})
+    generator = build_generator(widened)
+    latent = np.zeros((3, widened.latent_size), np.float32)
+    latent[:, 0], latent[:, 1], latent[:, 2:] = 1.5, [np.pi / 2, 1.5, 1.7], 0.3
+    read = generator.get_layer("angle_gain")(latent).numpy()
+    np.testing.assert_allclose(read[:, 1], np.pi / 2 + (latent[:, 1] - np.pi / 2) * 20.0, rtol=1e-5)
+    others = [0, *range(2, widened.latent_size)]
+    np.testing.assert_array_equal(read[:, others], latent[:, others])
+    assert SMALL.angle_gain == PAPER.angle_gain == 1
+    assert "angle_gain" not in [layer.name for layer in build_generator(SMALL).layers]  # the authors' graph when off

@@ -290,6 +290,22 @@ def test_restore_refuses_a_checkpoint_trained_on_another_power(spec, tmp_path):
         _trainer().restore(tmp_path / "c")
 
 
+def test_restore_refuses_a_checkpoint_that_read_the_angle_with_another_gain(spec, tmp_path):
+    """A generator trained reading the angle widened would be asked for angles twenty times too
+    close to 90° by one that reads it plain, and the other way round: the restore says so."""
+    from workloads.gan3d.presets import tuned
+    from workloads.gan3d.train import GAN3DTrainer
+
+    widened = tuned(SMALL, {"angle_gain": 20.0})
+    meta_file = GAN3DTrainer(widened, BATCH).save(tmp_path / "c") / "history.json"
+    meta = json.loads(meta_file.read_text())
+    assert meta["angle_gain"] == 20.0
+    del meta["angle_gain"]  # what burst wrote before the gain: every generator read the plain angle
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"with gain 1.0; preset 'small' now reads it with gain 20.0"):
+        GAN3DTrainer(widened, BATCH).restore(tmp_path / "c")
+
+
 def test_the_profile_term_is_zero_for_matching_batches_and_grows_with_wider_tails():
     import tensorflow as tf
 
@@ -406,3 +422,30 @@ def test_the_feature_term_per_unit_of_energy_sees_a_sampling_fraction_a_few_per_
     per_energy, raw = float(feature_mismatch(short, real, power, ep)), float(feature_mismatch(short, real, power))
     assert per_energy > 3 * raw, (per_energy, raw)  # the whole term too (measured: 0.37 and 0.11)
     assert float(feature_mismatch(real, real, power, ep)) < 1e-3  # zero but for the spreads' epsilon
+
+
+def test_the_feature_term_sees_layers_that_rise_and_fall_together_less_than_the_real_ones():
+    """A batch whose every feature has the real batch's values, shuffled feature by feature across
+    showers, has the real means and spreads but none of their correlations (a shower deep in one
+    layer is deep in the next): the term must see it, and its gradient must bring them back."""
+    import tensorflow as tf
+
+    from workloads.gan3d.train import feature_distance
+
+    rng = np.random.default_rng(3)
+    depth = rng.normal(size=(32, 1))  # one shared cause per shower, as a late start moves every layer
+    real = tf.constant(np.concatenate([depth + 0.3 * rng.normal(size=(32, 25)), rng.normal(size=(32, 8))], axis=1), tf.float32)
+    shuffled = np.stack([rng.permutation(column) for column in real.numpy().T], axis=1)
+    np.testing.assert_allclose(shuffled.mean(0), real.numpy().mean(0), atol=1e-5)
+    np.testing.assert_allclose(shuffled.std(0), real.numpy().std(0), rtol=1e-5)
+    assert float(feature_distance(real, real)) < 1e-5
+    fake = tf.Variable(shuffled)
+    apart = float(feature_distance(fake, real))
+    assert apart > 0.3, apart
+    for _ in range(100):  # plain gradient descent on the term alone (its gradients are small: a mean over 33 × 33)
+        with tf.GradientTape() as tape:
+            distance = feature_distance(fake, real)
+        fake.assign_sub(20.0 * tape.gradient(distance, fake))
+    assert float(feature_distance(fake, real)) < apart / 2, (float(feature_distance(fake, real)), apart)
+    layer_corr = lambda x: float(np.mean(np.corrcoef(np.asarray(x)[:, :25].T)[np.triu_indices(25, 1)]))  # noqa: E731
+    assert layer_corr(real) > 0.8 and layer_corr(shuffled) < 0.1 and layer_corr(fake) > 0.5, (layer_corr(shuffled), layer_corr(fake))

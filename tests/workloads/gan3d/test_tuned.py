@@ -12,10 +12,11 @@ from workloads.gan3d.presets import SMALL, overrides_of, tuned
 
 
 def test_knobs_change_the_preset_and_are_recovered_from_it():
-    knobs = {"learning_rate": 3e-4, "loss_weight_angle": 10.0, "gen_filters": [8, 6], "noise_size": 30, "label_flip": 0.0}
+    knobs = {"learning_rate": 3e-4, "loss_weight_angle": 10.0, "gen_filters": [8, 6], "noise_size": 30, "label_flip": 0.0,
+             "angle_gain": 3.0}
     preset = tuned(SMALL, knobs)
     assert preset.name == "small" and preset.loss_weights == (3.0, 0.1, 10.0, 0.1)
-    assert [b.filters for b in preset.gen_blocks] == [8, 6] and preset.latent_size == 32
+    assert [b.filters for b in preset.gen_blocks] == [8, 6] and preset.latent_size == 32 and preset.angle_gain == 3.0
     assert overrides_of(preset) == knobs
     assert tuned(SMALL, {}) is SMALL and overrides_of(SMALL) == {}
 
@@ -25,6 +26,7 @@ def test_knobs_change_the_preset_and_are_recovered_from_it():
     ({"disc_filters": [4, 4]}, "disc_filters of preset 'small' is 3 positive widths"),
     ({"label_flip": 0.5}, "label_flip is a fraction in [0, 0.5), got 0.5"),
     ({"learning_rate": 0.0}, "learning_rate must be above 0, got 0.0"),
+    ({"angle_gain": 0}, "angle_gain must be above 0, got 0"),
 ])
 def test_bad_knobs_are_refused_by_name(knobs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
