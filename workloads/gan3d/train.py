@@ -116,8 +116,8 @@ def feature_distance(fake: tf.Tensor, real: tf.Tensor) -> tf.Tensor:
     real_mean, fake_mean = tf.reduce_mean(real, axis=0), tf.reduce_mean(fake, axis=0)
     real_std = tf.sqrt(tf.reduce_mean(tf.square(real - real_mean), axis=0))
     fake_std = tf.sqrt(tf.reduce_mean(tf.square(fake - fake_mean), axis=0) + 1e-12)
-    scale = real_std + 1e-3 * tf.abs(real_mean) + 1e-6  # floored: a feature may not vary in the real batch
-    fake_scale = fake_std + 1e-3 * tf.abs(real_mean) + 1e-6
+    floor = 1e-3 * tf.abs(real_mean)  # (+ 1e-6): a feature may not vary in the real batch
+    scale, fake_scale = real_std + floor + 1e-6, fake_std + floor + 1e-6
     marginals = tf.reduce_mean((tf.abs(fake_mean - real_mean) + tf.abs(fake_std - real_std)) / scale)
     return marginals + tf.reduce_mean(tf.abs(_correlations(fake, fake_mean, fake_scale) - _correlations(real, real_mean, scale)))
 
