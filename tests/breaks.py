@@ -8,8 +8,8 @@ once per break, it applies the break in a fresh copy, runs the named tests from 
 points every subprocess, Ray's included, at the copy) and prints whether they caught it. Nothing in
 the working tree is touched. ``--fast`` takes only the entries whose tests start no cluster and
 train nothing, two at a time (``tests/test_breaks.py`` runs them in the suite with ``--in-suite``,
-which skips the unbroken copy since the suite runs those tests itself: 96 s on the 2-core AVX2 EPYC,
-167 s one at a time). An entry whose tests all skip here (Azurite absent, say) is not caught; with ``--in-suite`` it
+which skips the unbroken copy since the suite runs those tests itself: 170 s for 81 entries on the
+2-core AVX2 EPYC; each entry's pytest forks from a process that imported the libraries once). An entry whose tests all skip here (Azurite absent, say) is not caught; with ``--in-suite`` it
 is said and does not fail the run, as the suite skipped those tests too (CI installs what they need). The others start
 real Ray clusters and a Slurm site: about 25 minutes, run weekly and before a release on an
 otherwise idle machine (Ray processes a break leaves behind are killed afterwards).
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import census
+from tests.support import census, forked_pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -706,6 +706,34 @@ def _shadowed(copy: Path, env: dict) -> str:
     return _shadowing[0]
 
 
+_forks: list = []  # the multiprocessing context whose forkserver starts the fast breaks' pytests (``forking``)
+
+
+def forking() -> None:
+    """From now on, run each break's pytest forked from a forkserver that has imported pytest and the
+    libraries once (``tests/support/forked_pytest.py``), not as a new ``python -m pytest``."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(forked_pytest.PRELOAD))
+    _forks.append(context)
+
+
+def _pytest(copy: Path, args: list[str], env: dict) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS`` in ``copy``: forked from the forkserver where ``forking`` was called, else a new Python."""
+    if not _forks:
+        return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=copy, env=env, capture_output=True, text=True)
+    output = copy / ".pytest-output"
+    child = _forks[0].Process(target=forked_pytest.run_in_copy, args=(str(copy), args, str(output)))
+    child.start()
+    child.join()
+    said = output.read_text(errors="replace") if output.is_file() else ""
+    answer = Path(f"{output}.code")
+    if not answer.is_file():  # the child never reached pytest's answer: its exit code says nothing about the tests
+        return subprocess.CompletedProcess(args, 100 + (child.exitcode or 0) % 100, said + f"\nthe forked pytest never answered (exit {child.exitcode})", "")
+    return subprocess.CompletedProcess(args, int(answer.read_text()), said, "")
+
+
 def _run_tests(copy: Path, tests: tuple[str, ...], ray_too: bool = True) -> tuple[subprocess.CompletedProcess, float, str | None]:
     """The tests from ``copy`` (its packages first on the path); (result, seconds, why not run)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -714,8 +742,7 @@ def _run_tests(copy: Path, tests: tuple[str, ...], ray_too: bool = True) -> tupl
     before = census.snapshot()
     start = time.monotonic()
     # pytest's tmp paths inside the copy: a leftover that names one (a hook a break left waiting) is killed with the copy's
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(copy / ".pytest-tmp"), *plugins_for(copy, tests), *tests],
-                          cwd=copy, env=env, capture_output=True, text=True)
+    proc = _pytest(copy, ["-q", "-x", "-p", "no:cacheprovider", "--basetemp", str(copy / ".pytest-tmp"), *plugins_for(copy, tests), *tests], env)
     took = time.monotonic() - start
     _kill_leftovers(before, copy, ray_too)
     return proc, took, None
@@ -784,6 +811,8 @@ def main(args: list[str]) -> int:
         print(f"unknown break(s): {', '.join(sorted(unknown))}; known: {', '.join(b.name for b in BREAKS)}")
         return 2
     chosen = [b for b in BREAKS if (not names or b.name in names) and (b.fast or not fast)]
+    if all(b.fast for b in chosen):  # no cluster: their pytests fork from one that imported the libraries once
+        forking()
     baseline = {b.tests: None for b in chosen} if in_suite else unbroken(chosen)
 
     def verdict_of(item: Break) -> tuple[str, float]:

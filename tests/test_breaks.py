@@ -53,3 +53,28 @@ def test_a_break_follows_its_code_and_its_test_when_they_move(tmp_path):
     assert breaks.tests_now(moved, tmp_path) == ("tests/burst/lifecycle/test_budget.py::test_stops",)
     (tmp_path / "burst" / "copy.py").write_text("def g():\n    return guard.stop()\n")  # the text twice in the tree: no guess
     assert breaks.locate(moved, tmp_path) is None
+
+
+def test_a_fast_break_s_forked_pytest_runs_the_copy_s_code_and_says_what_it_saw():
+    """The fast breaks' pytests fork from a process that imported the libraries once: the copy's
+    code must be what runs (a harmless edit is MISSED, the real break caught), and a child that
+    dies before pytest answers (here: multiprocessing cannot re-read a ``<stdin>`` main) is never
+    counted as caught."""
+    script = (
+        "from tests import breaks\n"
+        "breaks.forking()\n"
+        "real = next(b for b in breaks.BREAKS if b.name == 'journal-end-forgotten')\n"
+        "target = breaks.ROOT / real.file\n"
+        "first = next(line for line in target.read_text().splitlines() if line.startswith('\"\"\"'))\n"
+        "harmless = breaks.Break('harmless', real.file, ((first, first + '  # harmless'),), real.tests, 'nothing', fast=True)\n"
+        "print(breaks.check(harmless)[0]); print(breaks.check(real)[0])\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    said = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    lines = said.stdout.splitlines()
+    assert said.returncode == 0 and len(lines) == 2, said.stdout + said.stderr[-2000:]
+    assert lines[0] == "MISSED: the tests passed with the break in place"
+    assert lines[1].startswith("caught: FAILED tests/burst/server/test_money.py::")
+    dead = subprocess.run([sys.executable, "-"], input=script.replace("harmless)[0]); ", "real)[0]); #"), cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert dead.stdout.splitlines()[0].startswith("not run:") and "never answered" in dead.stdout, dead.stdout + dead.stderr[-2000:]
