@@ -1,6 +1,6 @@
 """Synthetic Monte Carlo made once per node and copied into each run's storage.
 
-Generating the default 3,000 events takes half a minute on a 2-core machine, and every new
+Generating the default 3,000 events takes 25 s on a 2-core machine (two files at a time), and every new
 cluster (``burst run`` starts one per run) has a new storage directory. The job keeps one copy per
 node in its private scratch root (``scratch``: ``<tmp>/burst-<uid>/synthetic``), named after the
 dataset and a fingerprint of the workload's code, so that a changed generator makes new events

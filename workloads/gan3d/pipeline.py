@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,10 @@ def prepare_synthetic(root: Path, n_events: int, seed: int = 0, energy_range=(10
     if marker.exists() or any(root.glob("*/*.h5")):
         raise FileExistsError(f"{root} holds a different synthetic dataset; remove it or choose another directory")
     per_file = 1000
-    synthetic.write_dataset(train_dir, n_events, seed=seed, events_per_file=per_file, energy_range=energy_range)
-    synthetic.write_dataset(test_dir, n_test, seed=seed + 7919, events_per_file=per_file, energy_range=energy_range)
+    files = (synthetic.dataset_files(train_dir, n_events, seed=seed, events_per_file=per_file, energy_range=energy_range)
+             + synthetic.dataset_files(test_dir, n_test, seed=seed + 7919, events_per_file=per_file, energy_range=energy_range))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    synthetic.write_files(files, processes=cores)  # the training and held-out files side by side
     marker.write_text(json.dumps(wanted))
     return train_dir, test_dir
 

@@ -84,6 +84,24 @@ def test_never_overwrites_silently(tmp_path):
     assert (tmp_path / synthetic.file_name((100, 200), 0)).read_bytes() != before
 
 
+def test_files_written_side_by_side_are_the_files_written_one_after_the_other(tmp_path):
+    """The first run writes its training and held-out files two processes at a time: each file
+    draws from its own seed, so the dataset is byte for byte the one a single process writes."""
+    one = synthetic.write_dataset(tmp_path / "one", 25, seed=3, events_per_file=10)
+    two = synthetic.write_dataset(tmp_path / "two", 25, seed=3, events_per_file=10, processes=2)
+    assert [p.name for p in one] == [p.name for p in two] == [synthetic.file_name((100, 200), i) for i in range(3)]
+    assert [p.read_bytes() for p in one] == [p.read_bytes() for p in two]
+
+
+def test_a_file_that_cannot_be_written_beside_others_is_named(tmp_path):
+    (tmp_path / "blocked").write_text("a file where the directory should be")
+    files = (synthetic.dataset_files(tmp_path / "fine", 4, seed=0, events_per_file=2)
+             + synthetic.dataset_files(tmp_path / "blocked" / "sub", 2, seed=1, events_per_file=2))
+    with pytest.raises(RuntimeError, match=r"could not write synthetic events: Ele_VarAngleMeas_100_200_000\.h5: .*(NotADirectory|FileExists)"):
+        synthetic.write_files(files, processes=2)
+    assert sorted(p.name for p in (tmp_path / "fine").glob("*.h5")) == [synthetic.file_name((100, 200), i) for i in range(2)]
+
+
 def test_bad_ranges_are_rejected():
     with pytest.raises(ValueError, match="energy range"):
         synthetic.generate_events(2, seed=0, energy_range=(200, 100))
