@@ -146,7 +146,8 @@ SMALL = Preset(
     # 0.08 against 0.9 to 1.0 without the term, classifier AUC 0.942 on the seeds' mean (0.959
     # with the means and spreads alone). The term's step costs 1.2 % (2 threads, oneDNN on,
     # separate processes taking turns: 49.4 samples/s with it, 50.0 without); a whole default run is
-    # 5 % longer than before the term and the calibration, all of it in the epochs
+    # 5 % longer than before the term and the calibration, all of it in the epochs; with the first
+    # run's synthetic events written one file per core (c242a66), no longer than before
     # (docs/workloads/physics.md).
     feature_weight=2.0,
     notes="paper structure on 3×3-summed transverse cells (17×17×25), finer dense grid, fewer filters",
