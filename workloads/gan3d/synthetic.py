@@ -332,17 +332,23 @@ def write_files(files: list[PlannedFile], processes: int = 1) -> list[Path]:
     pending = sorted(files, key=lambda f: -f.events)  # the largest first
     running: list[tuple[PlannedFile, subprocess.Popen]] = []
     failed: list[str] = []
-    while pending or running:
-        while pending and len(running) < processes:
-            f = pending.pop(0)
-            spec = {"path": str(f.path), "events": f.events, "seed": f.seed, "energy_range": list(f.energy_range),
-                    "theta_range_deg": list(f.theta_range_deg)}
-            running.append((f, subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], env=env,
-                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
-        f, proc = running.pop(0)
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            failed.append(f"{f.path.name}: {(err.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
+    try:
+        while pending or running:
+            while pending and len(running) < processes:
+                f = pending.pop(0)
+                spec = {"path": str(f.path), "events": f.events, "seed": f.seed, "energy_range": list(f.energy_range),
+                        "theta_range_deg": list(f.theta_range_deg)}
+                running.append((f, subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)], env=env,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+            f, proc = running[0]
+            _, err = proc.communicate()
+            running.pop(0)
+            if proc.returncode != 0:
+                failed.append(f"{f.path.name}: {(err.strip().splitlines() or ['exit ' + str(proc.returncode)])[-1]}")
+    finally:  # interrupted (a cancelled job, Ctrl-C): no writer goes on alone
+        for _, proc in running:
+            proc.kill()
+            proc.wait()
     if failed:
         raise RuntimeError("could not write synthetic events: " + "; ".join(failed))
     return [f.path for f in files]

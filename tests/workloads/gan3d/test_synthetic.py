@@ -1,5 +1,11 @@
+import signal
+import subprocess
+import sys
+import time
+
 import h5py
 import numpy as np
+import psutil
 import pytest
 
 from workloads.gan3d import synthetic
@@ -100,6 +106,25 @@ def test_a_file_that_cannot_be_written_beside_others_is_named(tmp_path):
     with pytest.raises(RuntimeError, match=r"could not write synthetic events: Ele_VarAngleMeas_100_200_000\.h5: .*(NotADirectory|FileExists)"):
         synthetic.write_files(files, processes=2)
     assert sorted(p.name for p in (tmp_path / "fine").glob("*.h5")) == [synthetic.file_name((100, 200), i) for i in range(2)]
+
+
+def test_an_interrupted_dataset_leaves_no_writer_running(tmp_path):
+    """Ctrl-C (or a cancelled job) while the files are written side by side: the writers stop with
+    the caller, none goes on writing into a directory a retry will use."""
+    script = ("import sys; from pathlib import Path; from workloads.gan3d import synthetic; "
+              "synthetic.write_dataset(Path(sys.argv[1]), 800, seed=0, events_per_file=400, processes=2)")
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    writers: list = []
+    while len(writers) < 2 and time.monotonic() < deadline and parent.poll() is None:
+        writers = psutil.Process(parent.pid).children()
+        time.sleep(0.1)
+    assert len(writers) == 2, "the two writers never started"
+    parent.send_signal(signal.SIGINT)  # to the caller alone, not its process group
+    assert parent.wait(timeout=60) != 0 and "KeyboardInterrupt" in parent.stderr.read()
+    _, alive = psutil.wait_procs(writers, timeout=10)
+    assert alive == []
+    assert list((tmp_path / "data").glob("*.h5")) == []
 
 
 def test_bad_ranges_are_rejected():
