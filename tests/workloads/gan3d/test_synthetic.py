@@ -113,7 +113,10 @@ def test_an_interrupted_dataset_leaves_no_writer_running(tmp_path):
     the caller, none goes on writing into a directory a retry will use."""
     script = ("import sys; from pathlib import Path; from workloads.gan3d import synthetic; "
               "synthetic.write_dataset(Path(sys.argv[1]), 800, seed=0, events_per_file=400, processes=2)")
-    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal's Ctrl-C delivers it: a suite started in the background (CI's) ignores
+    # SIGINT, and a child inherits that, so the caller is given the default back
+    parent = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "data")], stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     writers: list = []
     while len(writers) < 2 and time.monotonic() < deadline and parent.poll() is None:
