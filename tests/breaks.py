@@ -732,7 +732,7 @@ def _pytest(copy: Path, args: list[str], env: dict) -> subprocess.CompletedProce
     if not _forks:
         return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=copy, env=env, capture_output=True, text=True)
     output = copy / ".pytest-output"
-    child = _forks[0].Process(target=forked_pytest.run_in_copy, args=(str(copy), args, str(output)))
+    child = _forks[0].Process(target=forked_pytest.run_in_copy, args=(str(copy), args, str(output), env))
     child.start()
     child.join()
     said = output.read_text(errors="replace") if output.is_file() else ""

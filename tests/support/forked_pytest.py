@@ -29,8 +29,9 @@ SHADOWED = 97  # the exit code of a child whose imports did not come from the co
 BROKE = 98  # the exit code of a child that failed before pytest could answer
 
 
-def run_in_copy(copy: str, args: list[str], output: str) -> None:
-    """Run ``pytest ARGS`` from ``copy`` as ``cd COPY && PYTHONPATH=COPY python -m pytest ARGS`` would,
+def run_in_copy(copy: str, args: list[str], output: str, env: dict) -> None:
+    """Run ``pytest ARGS`` from ``copy`` as ``cd COPY && env ENV python -m pytest ARGS`` would (``ENV`` puts
+    the copy on ``PYTHONPATH``),
     its stdout and stderr to ``output`` and pytest's exit code to ``OUTPUT.code``: a child that
     failed before pytest answered (in multiprocessing's own start, say) exits 1 too, and must not
     be read as its tests failing."""
@@ -42,11 +43,11 @@ def run_in_copy(copy: str, args: list[str], output: str) -> None:
     try:
         for name in [m for m in sys.modules if m.split(".")[0] in TREE_PACKAGES]:
             del sys.modules[name]
-        here = {"", os.getcwd(), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
-        sys.path[:] = [copy] + [p for p in sys.path if os.path.abspath(p or ".") not in {os.path.abspath(h or ".") for h in here}]
+        tree = {os.path.abspath(p) for p in ("", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))}
+        sys.path[:] = [copy] + [p for p in sys.path if os.path.abspath(p) not in tree]
         os.chdir(copy)
-        os.environ["PYTHONPATH"] = copy  # every subprocess the tests start (Ray's included) takes the copy too
-        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        os.environ.clear()
+        os.environ.update(env)  # every subprocess the tests start (Ray's included) takes the copy too
         import burst
         import workloads
 
