@@ -430,7 +430,8 @@ def test_a_managed_run_on_the_slurm_site_outlives_its_servers_killed_while_it_tr
     her machine asleep (SIGSTOP) from the run's start to its end. The first server dies with the
     run's controller while the job trains: the second, which never stopped, finds the run's lock in
     the database free and takes the run over; its controller follows the same attempt (the job
-    trains on, no epoch again). The site then cancels the allocation; the controller sees the loss
+    trains on, no epoch again; its worker is held still while the servers change hands, so that
+    epochs are left for the move). The site then cancels the allocation; the controller sees the loss
     and starts moving the run to the servers' machine, and the second server dies with the
     controller while the new cluster starts. The first, started again, revives the controller,
     which takes over the cluster that came up without its starter and resumes the run there from
