@@ -467,6 +467,7 @@ def _train_worker_of(member: Path, cluster: str) -> psutil.Process:
     from burst.runtime.ray_head import cluster_processes
 
     handle = json.loads((member / "clusters" / f"{cluster}.json").read_text())
+
     def title(proc: psutil.Process) -> str:
         try:
             return " ".join(proc.cmdline())
