@@ -508,8 +508,8 @@ def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, h
 
     wait_for(lambda: epochs_done() >= 1, 300, "an epoch on the site")
     assert said not in second.log.read_text()  # while the run's controller lived, the second server left it alone
-    # The job's training worker is held still (SIGSTOP) while the servers change hands: a revival takes 20 s or more (the
-    # keeper leaves a record written in the last 15 s alone), which is five epochs of this run, and the site's cancel
+    # The job's training worker is held still (SIGSTOP) while the servers change hands: a revival takes 10 s or more (the
+    # keeper leaves a record written in the last 15 s alone), three epochs or more of this run, and the site's cancel
     # below must leave epochs to train on the new target (a job cancelled in its final validation resumes with none).
     worker = _train_worker_of(member, "mv")
     worker.suspend()
