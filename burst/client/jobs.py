@@ -16,6 +16,7 @@ from ..errors import BurstError
 from ..home.records import write_text_atomic
 from ..home.state import ClusterHandle, RunRecord
 from ..runtime.ray_head import auth_headers
+from .jobs_rest import JobsAPI
 
 from ..runtime.job import EVENT_LINE, FIXED_NODES, DoneEvent, EpochEvent, FailedEvent, JobEvent, RunFiles, StartEvent, StepEvent, StoppedEvent, UsageEvent, event_key, parse_event, parse_events
 
@@ -40,17 +41,16 @@ class JobRuntime:
     nodes_drain: bool = True
 
 
-def client(handle: ClusterHandle):
-    """The Jobs API of the handle's own cluster. A handle without a dashboard address is refused:
-    Ray's client, given none, finds a cluster by itself (``RAY_ADDRESS``, or the newest Ray started
-    on this machine), and burst would list, stop or submit jobs on a cluster it never named."""
-    from ray.job_submission import JobSubmissionClient
-
+def client(handle: ClusterHandle) -> JobsAPI:
+    """The Jobs API of the handle's own cluster (read without importing Ray: ``jobs_rest``). A
+    handle without a dashboard address is refused: Ray's client, given none, finds a cluster by
+    itself (``RAY_ADDRESS``, or the newest Ray started on this machine), and burst would list, stop
+    or submit jobs on a cluster it never named."""
     if not handle.dashboard_url:
         raise BurstError(f"cluster {handle.name!r} has no Ray dashboard address (state {handle.state}); "
                          f"`burst status` shows it, `burst down {handle.name}` forgets it", exit_code=1)
     try:
-        return JobSubmissionClient(handle.dashboard_url, headers=auth_headers(handle))
+        return JobsAPI(handle.dashboard_url, headers=auth_headers(handle))
     except (ConnectionError, RuntimeError) as exc:
         raise BurstError(f"cannot reach the Ray cluster {handle.name!r} at {handle.dashboard_url} ({exc}); check `burst status`", exit_code=1) from None
 
