@@ -39,9 +39,7 @@ class JobSummary:
 
     submission_id: Optional[str]
     status: str
-    start_time: Optional[int] = None
     end_time: Optional[int] = None
-    message: str = ""
 
 
 def token_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -98,13 +96,18 @@ class JobsAPI:
     def _refused(response) -> RuntimeError:
         return RuntimeError(f"Request failed with status code {response.status_code}: {response.text}.")
 
+    def _answer(self, method: str, endpoint: str) -> Any:
+        """The head's JSON answer; any status but 200 refused in Ray's words."""
+        response = self._request(method, endpoint)
+        if response.status_code != 200:
+            raise self._refused(response)
+        return response.json()
+
     def _check_connection(self) -> None:
         """``GET /api/version``, as Ray's client asks it before anything else."""
-        import requests
-
         try:
             response = self._request("GET", "/api/version")
-        except requests.RequestException:
+        except self._requests.RequestException:
             raise ConnectionError(f"Failed to connect to Ray at address: {self.address}.") from None
         if response.status_code == 404:
             raise RuntimeError("Version check returned 404. Jobs API is not supported on the Ray cluster. "
@@ -114,10 +117,7 @@ class JobsAPI:
 
     def get_job_info(self, job_id: str) -> dict[str, Any]:
         """The job's details as the head gives them (``GET /api/jobs/{id}``)."""
-        response = self._request("GET", f"/api/jobs/{job_id}")
-        if response.status_code != 200:
-            raise self._refused(response)
-        return response.json()
+        return self._answer("GET", f"/api/jobs/{job_id}")
 
     def get_job_status(self, job_id: str) -> str:
         """PENDING, RUNNING, STOPPED, SUCCEEDED or FAILED."""
@@ -125,25 +125,16 @@ class JobsAPI:
 
     def get_job_logs(self, job_id: str) -> str:
         """Everything the job's driver has printed so far (``GET /api/jobs/{id}/logs``)."""
-        response = self._request("GET", f"/api/jobs/{job_id}/logs")
-        if response.status_code != 200:
-            raise self._refused(response)
-        return response.json()["logs"]
+        return self._answer("GET", f"/api/jobs/{job_id}/logs")["logs"]
 
     def stop_job(self, job_id: str) -> bool:
         """Ask the job to stop (``POST /api/jobs/{id}/stop``); True when it was running."""
-        response = self._request("POST", f"/api/jobs/{job_id}/stop")
-        if response.status_code != 200:
-            raise self._refused(response)
-        return bool(response.json()["stopped"])
+        return bool(self._answer("POST", f"/api/jobs/{job_id}/stop")["stopped"])
 
     def list_jobs(self) -> list[JobSummary]:
         """Every job the head knows, running or ended (``GET /api/jobs/``)."""
-        response = self._request("GET", "/api/jobs/")
-        if response.status_code != 200:
-            raise self._refused(response)
-        return [JobSummary(submission_id=j.get("submission_id"), status=str(j["status"]), start_time=j.get("start_time"),
-                           end_time=j.get("end_time"), message=j.get("message") or "") for j in response.json()]
+        return [JobSummary(submission_id=j.get("submission_id"), status=str(j["status"]), end_time=j.get("end_time"))
+                for j in self._answer("GET", "/api/jobs/")]
 
     def submit_job(self, **job) -> str:
         """Ray's own ``submit_job`` (it uploads a runtime env's local directories), through a
