@@ -279,13 +279,14 @@ scan = ScanConfig(job=JobConfig(run_id="scan", storage=str(root), epochs=4), spa
 def trial(config):
     # a stand-in for the Ray Train run: reports like it, and stops itself like its workers when asked.
     # Its epochs take time, as a real run's minutes do: ASHA's answer to one epoch's result (a stop
-    # request on the store) is there before the next epoch begins, even on a loaded machine (1.5 s
-    # was not always enough beside the suite's end-to-end runs: every trial ran out). A trial asked
-    # to stop ends at once, as a real run's workers do at their next check.
+    # request on the store) is there before the next epoch begins, even on a loaded machine (1.5 s,
+    # then 4 s, were not always enough beside the suite's end-to-end runs: every trial ran out). A
+    # trial asked to stop ends at once, as a real run's workers do at their next check; after the
+    # last epoch nothing is asked (ASHA's trials end there on their own), so nothing is waited for.
     stop = RunFiles(str(root), f"scan-{tune.get_context().get_trial_id()}").stop_request
     for epoch in range(1, 5):
         tune.report({"epoch": epoch, "optimisation_metric": abs(config["learning_rate"] - 1e-3) * 1e3 + 1 / epoch})
-        deadline = time.monotonic() + 4.0
+        deadline = time.monotonic() + (10.0 if epoch < 4 else 0.0)
         while time.monotonic() < deadline:
             if storage.exists(stop):
                 return
