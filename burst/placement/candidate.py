@@ -21,7 +21,7 @@ class Candidate:
     accelerator: str
     count: int
     preemptible: bool
-    estimate: est_mod.Estimate
+    estimate: Optional[est_mod.Estimate]  # None until the filters that read no price have kept it
     layout: Optional[Layout] = None
     reasons: list[str] = field(default_factory=list)
     feasible: bool = True

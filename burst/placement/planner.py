@@ -1,32 +1,29 @@
 """Placement: every candidate target, estimated, checked against the policy, ranked; the choice.
 
-Candidates outside the policy's scope (provider, region, accelerator, preemptible preference,
-GPU cap) are not generated at all and only counted; candidates inside the scope that miss the
-deadline or the budget are kept, infeasible, with the reason, so ``burst plan`` can show the
-nearest miss when nothing fits.
+Candidates a filter refuses (``filters.FILTERS``: the request's flags, the policy's scope, the price
+cap) are dropped and only counted; candidates inside the scope that miss the deadline or the budget
+are kept, infeasible, with the reason, so ``burst plan`` can show the nearest miss when nothing
+fits. Pinning a target (``pin``) is the same plan with the provider's filter on.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from . import estimate as est_mod
 from . import names
 from ..values import command_values
 from .. import targets
 from ..errors import BurstError
 from ..values.placement import Offer, Placement
 from .candidate import Candidate
-from .layout import resolve
-from .reasons import BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
-from .request import PlacementRequest
+from .reasons import BLOCKING, BUDGET_OR_DEADLINE, DEADLINE, Code, Reason, code_of, having
+from .request import HOW_TO_BUILD, PlacementRequest
 from .scan import ScanShape
-from .policy import Policy
+from .policy import LocalMachine, Policy
 from .profile import Profile
 from .sources import SOURCES, Asked
-from .sources.site import estimate as site_estimate
 
 
 @dataclass
@@ -41,6 +38,7 @@ class Plan:
     budget_usd: Optional[float]
     max_kgco2e: Optional[float] = None
     scan: Optional[str] = None  # the scan's shape and ASHA assumption, when the plan is for one
+    refusal: Optional[str] = None  # a pinned provider none of whose candidates a filter kept: the filter's words
 
     def to_dict(self) -> dict:
         return {"choice": self.choice.to_dict() if self.choice else None,
@@ -61,29 +59,16 @@ def _epochs(policy: Policy, profile: Profile, asked: Optional[int]) -> int:
 def candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest = PlacementRequest()) -> tuple[list[Candidate], dict[str, int]]:
     """Every target the policy (and the command line's narrowing, ``ask``) allows, with its estimate.
 
-    ``ask.nodes`` keeps only layouts spanning that many nodes (this machine is one). ``ask.scan``:
-    the candidates hold a hyper-parameter scan's trials side by side (``gpus`` is then theirs).
-    ``ask.avoid``: targets a managed run lost a cluster on, as ``provider`` or ``provider:region``.
-    ``ask.max_price_per_hour``: no cluster dearer than that."""
-    out, excluded = _candidates(policy, profile, offers, ask)
-    for why, keep in (("lost a cluster there", lambda c: c.provider not in ask.avoid and f"{c.provider}:{c.region}" not in ask.avoid),
-                      ("over --max-price-per-hour", lambda c: over_price(c.estimate.hourly_usd, ask) is None)):
-        kept = [c for c in out if keep(c)]
-        if len(kept) < len(out):
-            excluded[why] = excluded.get(why, 0) + len(out) - len(kept)
-        out = kept
-    return out, excluded
+    What each request field and policy rule keeps is one filter of ``filters.FILTERS``: a pinned
+    ``ask.provider`` is one more of them, so pinned and planned read every flag the same."""
+    out, asked = _candidates(policy, profile, offers, ask)
+    return out, asked.excluded
 
 
-def over_price(hourly_usd: float, ask: PlacementRequest) -> Optional[str]:
-    """Why a cluster of ``hourly_usd`` is over the request's price cap, or None."""
-    cap = ask.max_price_per_hour
-    return None if cap is None or hourly_usd <= cap else f"${hourly_usd:,.2f}/h is over --max-price-per-hour {cap:g}"
-
-
-def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest) -> tuple[list[Candidate], dict[str, int]]:
-    """What every kind of target can run for ``ask`` (``sources``), after what applies to all of
-    them: the scan's GPUs, known accelerator names, the providers and spot choices the policy allows."""
+def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRequest) -> tuple[list[Candidate], Asked]:
+    """What every kind of target can run for ``ask`` (``sources``, through the filters), after what
+    applies to all of them: the scan's GPUs, known accelerator names, the providers and spot choices
+    the policy allows; then the filters that read the estimate."""
     gpus, scan = ask.gpus, ask.scan
     cpu_scan = scan is not None and scan.gpus_per_trial is None and gpus is None
     if scan is not None:
@@ -98,17 +83,15 @@ def _candidates(policy: Policy, profile: Profile, offers: list[Offer], ask: Plac
         raise BurstError(f"provider {ask.provider!r} is not allowed by the policy (providers: {', '.join(policy.providers)})")
     providers = [p for p in policy.providers if ask.provider is None or p == ask.provider]
     spot_choices = {"never": [False], "prefer": [True, False], "only": [True]}[policy.preemptible]
-    if ask.preemptible is not None:
-        if ask.preemptible not in spot_choices:
-            raise BurstError(f"--{'preemptible' if ask.preemptible else 'on-demand'} conflicts with the policy's preemptible: {policy.preemptible}")
-        spot_choices = [ask.preemptible]
+    if ask.preemptible is not None and ask.preemptible not in spot_choices:
+        raise BurstError(f"--{'preemptible' if ask.preemptible else 'on-demand'} conflicts with the policy's preemptible: {policy.preemptible}")
     asked = Asked(policy, profile, offers, ask, _epochs(policy, profile, ask.epochs), ask.batch_per_replica or profile.default_batch(),
                   gpus, scan, cpu_scan, spot_choices)
     kinds = {p: targets.get(p).kind for p in providers}
     out: list[Candidate] = []
     for kind, source in SOURCES.items():  # this machine, the site, the clouds
         out += source(asked, [p for p in providers if kinds[p] == kind])
-    return out, asked.excluded
+    return [c for c in out if asked.admits(c, "price")], asked
 
 
 def _check(c: Candidate, deadline_h: Optional[float], budget: Optional[float], max_kg: Optional[float] = None) -> None:
@@ -173,7 +156,8 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRe
     """Rank every candidate by the objective under the constraints and pick one."""
     deadline_h = policy.deadline_hours()
     budget = policy.budget_usd
-    cands, excluded = candidates(policy, profile, offers, ask)
+    cands, asked = _candidates(policy, profile, offers, ask)
+    excluded = asked.excluded
     epochs = _epochs(policy, profile, ask.epochs)
     for c in cands:
         _check(c, deadline_h, budget, policy.max_kgco2e)
@@ -233,7 +217,9 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRe
             nearest = min(cands, key=lambda c: (c.violation, objective(c)))
             why = (why + "; " if why else "") + f"nothing is feasible; nearest: {nearest.provider} {nearest.accelerator} x{nearest.count} ({'; '.join(nearest.reasons[:1])})"
         else:
-            why = (why + "; " if why else "") + "no candidate is allowed by the policy" + (f" (excluded: {', '.join(f'{k} {v}' for k, v in excluded.items())})" if excluded else "")
+            why = (why + "; " if why else "") + "no candidate is allowed by the policy and the flags" + (
+                f": {asked.refusal(ask.provider)}" if ask.provider is not None else "") + (
+                f" (excluded: {', '.join(f'{k} {v}' for k, v in excluded.items())})" if excluded else "")
     else:
         obj = {"min_cost": "cheapest", "min_time": "fastest", "min_carbon": "lowest-emission"}[policy.objective]
         if not why:
@@ -249,7 +235,8 @@ def plan(policy: Policy, profile: Profile, offers: list[Offer], ask: PlacementRe
         why += f"; {len(slow)} slower option(s) left out by max_slowdown {policy.max_slowdown:g}"
     scan = ask.scan
     return Plan(cands, choice, nearest, why, excluded, epochs, deadline_h, budget, policy.max_kgco2e,
-                scan=scan.note(epochs) if scan is not None else None)
+                scan=scan.note(epochs) if scan is not None else None,
+                refusal=asked.refusal(ask.provider) if ask.provider is not None and not cands else None)
 
 
 # --------------------------------------------------------------------------- the hand-off to a target
@@ -271,38 +258,47 @@ def choose(policy: Policy, profile: Profile, offers: list[Offer], ask: Placement
     return from_candidate(p.choice, policy)
 
 
-def scope_problem(policy: Policy, provider: str, region: Optional[str], accelerator: str, count: int, preemptible: bool) -> Optional[str]:
-    """Why the policy forbids this exact choice (data residency, caps, preemptible preference), or None.
-
-    ``region`` is a cloud region (None for an on-prem site, which region patterns do not cover)."""
-    if provider not in policy.providers:
-        return f"provider {provider} is not allowed by the policy (providers: {', '.join(policy.providers)})"
-    if region is not None and not policy.region_allowed(region):
-        return f"region {region} is not allowed by the policy (regions: {', '.join(policy.regions)})"
-    if not policy.accelerator_allowed(accelerator):
-        return f"accelerator {accelerator} is not allowed by the policy (accelerators: {', '.join(policy.accelerators or [])})"
-    if count > policy.max_gpus:
-        return f"{count} {accelerator} is over the policy's max_gpus {policy.max_gpus}"
-    if preemptible and policy.preemptible == "never":
-        return "the policy says preemptible: never; use --on-demand or another policy"
-    if not preemptible and policy.preemptible == "only":
-        return "the policy says preemptible: only; use --preemptible or another policy"
-    return None
-
-
 def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: PlacementRequest) -> Placement:
-    """The placement on ``ask.provider`` that the command line's flags fix, under the policy's guard rails.
+    """The placement on ``ask.provider``: the plan restricted to that target, every other flag read
+    as the plan reads it (``filters.FILTERS``), then built as the how-to-build flags say.
 
-    Flags left out are filled by the plan narrowed to what the flags fix. A choice the policy forbids
-    is refused with the rule it breaks; one that merely misses the deadline or budget goes ahead,
-    with a note (the budget guard still stops the run before the budget is spent).
-    """
-    provider, gpus, accelerator, preemptible, region = ask.provider, ask.gpus, ask.accelerator, ask.preemptible, ask.region
-    cpus, storage, epochs, nodes, partition = ask.cpus, ask.storage, ask.epochs, ask.nodes, ask.partition
-    batch_per_replica = ask.batch_per_replica
+    A pin no candidate survives is refused with the words of the filter that refused it; one whose
+    best candidate merely misses the deadline or budget goes ahead, with a note (the budget guard
+    still stops the run before the budget is spent)."""
+    provider = ask.provider
     if provider is None:
         raise BurstError("pinning a placement needs a provider")
     target = targets.get(provider)
+    _builds_there(target, ask, policy)
+    if policy is None:  # this machine with no policy: nothing asked burst to price its time
+        policy = Policy(providers=[provider], local=LocalMachine(usd_per_hour=0.0))
+    p = plan(policy, profile, offers, ask.but(**{name: None for name in HOW_TO_BUILD}))
+    if p.refusal is not None:
+        raise BurstError(p.refusal)
+    notes: tuple[str, ...] = ()
+    chosen = p.choice
+    if chosen is None:
+        goes = [c for c in p.candidates if not set(map(code_of, c.reasons)) & (BLOCKING - BUDGET_OR_DEADLINE)]
+        if not goes:
+            raise BurstError(f"--provider {provider}: {p.why}")
+        chosen = min(goes, key=lambda c: c.violation)
+        notes = tuple(having(chosen.reasons, BUDGET_OR_DEADLINE))
+    placement = from_candidate(chosen, policy, notes)
+    if target.kind == "local":
+        return dataclasses.replace(placement, count=ask.cpus or placement.count, gpus=ask.gpus, storage=ask.storage)
+    if target.kind == "onprem":
+        site = placement.site
+        if ask.partition is not None:
+            site = site.model_copy(update={"partition": command_values.slurm_name(ask.partition, "--partition")})
+        if ask.context is not None or ask.namespace is not None:
+            site = site.model_copy(update={k: v for k, v in (("context", ask.context), ("namespace", ask.namespace)) if v is not None})
+        return dataclasses.replace(placement, site=site)
+    return placement
+
+
+def _builds_there(target, ask: PlacementRequest, policy: Optional[Policy]) -> None:
+    """One line when a how-to-build flag (or the policy) does not fit the pinned target."""
+    provider, storage = ask.provider, ask.storage
     if (ask.context is not None or ask.namespace is not None) and not target.takes_context:
         raise BurstError(f"--context and --namespace choose where in a Kubernetes cluster burst did not create; {provider} is not one")
     if storage is not None and not target.takes_storage:
@@ -312,16 +308,12 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
             raise BurstError(f"--storage {storage}: a {provider} cluster's store is a bucket of its cloud "
                              f"({' or '.join(s + '://' for s in target.store_schemes)})")
     if target.kind == "local":
-        for flag, value in (("--accelerator", accelerator), ("--region", region), ("--preemptible", preemptible or None)):
-            if value is not None:
-                raise BurstError(f"{flag} does not apply to --provider {provider} (this machine)")
-        hourly = policy.local.hourly_usd() if policy is not None else 0.0
-        return Placement(provider, "this machine", "cpu", cpus or os.cpu_count() or 1, False, hourly, gpus=gpus, storage=storage)
+        return
     if policy is None:
         raise BurstError(f"--provider {provider} needs a policy; pass --policy FILE")
-    if (nodes is not None or partition is not None) and not target.is_scheduler:
-        raise BurstError(f"--nodes and --partition apply to on-prem schedulers; {provider} places its own nodes")
-    if cpus is not None:
+    if ask.partition is not None and not target.is_scheduler:
+        raise BurstError(f"--partition applies to on-prem schedulers; {provider} places its own nodes")
+    if ask.cpus is not None:
         raise BurstError(f"--cpus applies to --provider local; {provider} clusters have the CPUs of their nodes")
     if target.kind == "onprem":
         site = policy.onprem
@@ -330,39 +322,3 @@ def pin(policy: Optional[Policy], profile: Profile, offers: list[Offer], ask: Pl
         if not target.serves(site):
             raise BurstError(f"the policy's on-prem site {site.name} runs jobs with {site.scheduler}, not {provider}; "
                              f"set onprem.scheduler: {provider} in the policy, or use --provider {site.scheduler}")
-        if partition is not None:
-            site = site.model_copy(update={"partition": command_values.slurm_name(partition, "--partition")})
-        if ask.context is not None or ask.namespace is not None:
-            site = site.model_copy(update={k: v for k, v in (("context", ask.context), ("namespace", ask.namespace)) if v is not None})
-        if preemptible:
-            raise BurstError(f"--preemptible does not apply to the on-prem site {site.name}")
-        if accelerator is not None and accelerator != site.accelerator:
-            raise BurstError(f"the on-prem site {site.name} has {site.accelerator}, not {accelerator}")
-        count = gpus or site.gpus
-        if count > site.gpus:
-            raise BurstError(f"--gpus {count}: the on-prem site {site.name} offers {site.gpus} GPUs to one run")
-        if region is not None and region != site.name:
-            raise BurstError(f"the on-prem site is {site.name}, not {region}")
-        problem = scope_problem(policy, provider, None, site.accelerator, count, False)
-        if problem:
-            raise BurstError(problem)
-        e = site_estimate(provider, count, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, live=ask.live)
-        return Placement(provider, site.name, site.accelerator, count, False, e.hourly_usd, gpus=count, site=site,
-                         estimate=e, nodes=nodes or (est_mod.onprem_nodes(profile, policy, count) if target.is_scheduler else None))
-    if accelerator is None:
-        return choose(policy, profile, offers, ask.narrowing().but(provider=provider))
-    shape = dict(region=region, max_gpus_per_zone=policy.max_gpus_per_zone, gpus_per_node=ask.gpus_per_node)
-    lay = resolve(offers, provider, accelerator, gpus, preemptible=preemptible, **shape)
-    spot = policy.preemptible != "never" and lay.has_spot if preemptible is None else preemptible
-    if not spot and not lay.has_on_demand:
-        lay = resolve(offers, provider, accelerator, gpus, preemptible=False, **shape)
-    if spot and not lay.has_spot:
-        raise BurstError(f"{lay.describe()} in {lay.region} has no spot/preemptible offer; use --on-demand")
-    problem = scope_problem(policy, provider, lay.region, lay.accelerator, lay.count, spot) or over_price(lay.hourly_usd(spot), ask)
-    if problem:
-        raise BurstError(problem)
-    c = Candidate("cloud", provider, lay.region, lay.accelerator, lay.count, spot,
-                  est_mod.cloud(lay, spot, profile, policy, _epochs(policy, profile, epochs), batch=batch_per_replica, staged_on=ask.staged_on),
-                  layout=lay)
-    _check(c, policy.deadline_hours(), policy.budget_usd, policy.max_kgco2e)
-    return from_candidate(c, policy, notes=tuple(having(c.reasons, BUDGET_OR_DEADLINE)) if not c.feasible else ())

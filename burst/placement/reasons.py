@@ -20,6 +20,12 @@ class Code(str, Enum):
     TOO_SLOW = "too_slow"
     PREEMPTIONS_OUTPACE = "preemptions_outpace"
     DATA_TOO_SMALL = "data_too_small"  # the layout's global batch cannot be filled (enough times) from the events
+    # a request's or policy's filter (``filters.FILTERS``) left the candidate out
+    OTHER_TARGET = "other_target"  # not what a flag asks for (provider, region, accelerator, capacity, count, node shape)
+    TOO_LITTLE_MEMORY = "too_little_memory"
+    LOST_THERE = "lost_there"
+    NOT_IN_POLICY = "not_in_policy"
+    OVER_PRICE_CAP = "over_price_cap"
     NOTE = "note"  # information only (queue wait, expected preemption loss, price quality, speed basis, a scan's shape)
 
 

@@ -7,7 +7,7 @@ its boundary, and the Python API's verbs (``up``, ``check``, ``render``, ``run``
 there it travels whole: ``api``, the planner, the scan and the managed run's controller derive
 new ones with ``but``, ``narrowing`` and ``elsewhere`` and never rebuild one field by field. A new
 placement option is therefore one field here, one flag line in ``cli/placement_options.py`` and one
-filter where the plan applies it; a field narrows the plan and follows a managed run to its next
+filter in ``filters.FILTERS``, which the plan applies pinned or not; a field narrows the plan and follows a managed run to its next
 target unless it is named in ``HOW_TO_BUILD`` or ``TARGET_BOUND`` below. ``checked`` turns a bad
 value into one line naming its flag.
 """

@@ -31,7 +31,7 @@ def burst(*args, home, cwd=None, timeout=60):
         (["up", "--provider", "gcp", "--accelerator", "V100", "--gpus", "256", "--region", "us-central1", "--dry-run"], "over the policy's max_gpus 128"),
         (["up", "--provider", "gcp", "--accelerator", "V100", "--gpus", "8", "--region", "us-central1", "--preemptible", "--policy",
           "policies/deadline.yaml", "--dry-run"], "preemptible: never"),
-        (["up", "--provider", "gcp", "--accelerator", "B200", "--gpus", "8", "--region", "us-central1", "--dry-run"], "has no accelerator 'B200'"),
+        (["up", "--provider", "gcp", "--accelerator", "B200", "--gpus", "8", "--region", "us-central1", "--dry-run"], "unknown accelerator 'B200'; known: A100-40GB"),
         (["up", "--provider", "gcp", "--accelerator", "V100", "--gpus", "0"], "--gpus must be a positive"),
         (["up", "--provider", "local", "--dry-run"], "--dry-run renders cloud stacks"),
         (["run", "nope"], "unknown workload 'nope'"),
