@@ -26,7 +26,10 @@ COLUMNS = ("provider", "region", "zone", "instance_type", "accelerator", "accele
 PLACEHOLDER_PRICES = (700.0,)  # SkyPilot's TPU_V6E_MAX_PRICE stands for "no price"
 # Upper bounds no real row comes near (the largest TPU pod slice is a few $10,000 an hour): a value
 # past one is a slipped digit or a unit mix-up, not a price.
-LIMITS = {"price_od": 1e6, "price_spot": 1e6, "accelerator_count": 100_000, "vcpus": 100_000, "memory_gib": 1e7}
+LIMITS = {"price_od": 1e6, "price_spot": 1e6, "accelerator_count": 100_000, "vcpus": 100_000, "memory_gib": 1e7,
+          "accelerator_memory_gb": 10_000}
+#: columns a catalog may leave out (one written before they were added): empty is unknown
+OPTIONAL_COLUMNS = ("accelerator_memory_gb",)
 
 
 
@@ -86,6 +89,7 @@ def _row(raw: dict, path: Path, lineno: int, clouds: tuple[str, ...]) -> Offer:
         accelerator=raw["accelerator"], accelerator_count=count,
         vcpus=_number(raw["vcpus"], where, "vcpus", int, required=False),
         memory_gib=_number(raw["memory_gib"], where, "memory_gib", required=False),
+        accelerator_memory_gb=_number(raw.get("accelerator_memory_gb") or "", where, "accelerator_memory_gb", required=False),
         price_od=od, price_spot=spot, unit=raw["unit"], quality=raw["quality"] or "catalog",
         source=raw["source"], fetched_at=raw["fetched_at"], note=raw.get("note") or "", line=lineno,
         zones=zones or ((raw["zone"],) if raw["zone"] else ()), on_demand=not known.is_spot_only(raw["instance_type"]),

@@ -38,6 +38,7 @@ class Offer:
     note: str = ""
     line: int = 0
     zones: tuple[str, ...] = ()  # zones of the region offering the accelerator (provider facts)
+    accelerator_memory_gb: Optional[float] = None  # one GPU's (one TPU chip's) memory, as its maker gives it; None: unknown
     on_demand: bool = True  # False: sold as spot/flex-start only (provider facts)
 
     @property
