@@ -41,8 +41,9 @@ OPTIONS: dict[str, Any] = {
     "epochs": Annotated[Optional[int], typer.Option(help="epochs the plan estimates (default: the policy's, then the workload profile's)")],
     "events": Annotated[Optional[int], typer.Option(help="training events the plan estimates (default: the workload profile's dataset)")],
     "max_price_per_hour": Annotated[Optional[float], typer.Option(help="no cluster dearer than this many USD an hour (a managed run's moves keep to it too)")],
+    "min_gpu_memory": Annotated[Optional[float], typer.Option(help="no accelerator with less memory than this many GB (the catalog's accelerator_memory_gb)")],
 }
-COMMON = ("provider", "gpus", "accelerator", "gpus_per_node", "preemptible", "region", "nodes", "max_price_per_hour")
+COMMON = ("provider", "gpus", "accelerator", "gpus_per_node", "preemptible", "region", "nodes", "max_price_per_hour", "min_gpu_memory")
 
 
 def takes_placement(*extra: str) -> Callable[[Callable], Callable]:

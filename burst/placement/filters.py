@@ -50,6 +50,19 @@ def _listed(values) -> str:
     return ", ".join(str(v) for v in sorted(set(values), key=lambda v: (str(type(v)), v)))
 
 
+def gpu_memory_gb(c: "Candidate", asked: "Asked") -> Optional[float]:
+    """The memory of one of the candidate's accelerators, by the catalog (the smallest its name
+    has there, so a site's V100 is never taken for the larger one); None where it says nothing."""
+    if c.target == "local":
+        return None
+    if c.layout is not None:
+        figures = [p.offer.accelerator_memory_gb for p in c.layout.pools]
+    else:
+        figures = [o.accelerator_memory_gb for o in asked.offers
+                   if o.accelerator == c.accelerator and (c.target != "cloud" or o.provider == c.provider)]
+    return None if not figures or None in figures else min(figures)
+
+
 def _gpus_kept(c: "Candidate", asked: "Asked") -> bool:
     if c.target == "local":  # this machine trains on its CPUs; pinned, --gpus offers its own GPUs to Ray
         return asked.cpu_scan or asked.ask.provider == c.provider
@@ -96,6 +109,15 @@ def _avoided(c: "Candidate", asked: "Asked") -> bool:
 def over_price(hourly_usd: float, cap: Optional[float]) -> Optional[str]:
     """Why a cluster of ``hourly_usd`` is over the price cap, or None."""
     return None if cap is None or hourly_usd <= cap else f"${hourly_usd:,.2f}/h is over --max-price-per-hour {cap:g}"
+
+
+def _memory_said(asked: "Asked", refused: list["Candidate"]) -> str:
+    want = asked.ask.min_gpu_memory
+    known = sorted({m for c in refused if (m := gpu_memory_gb(c, asked)) is not None})
+    c = refused[0]
+    if not known:
+        return f"--min-gpu-memory {want:g}: the GPU memory of {_place(c)}'s {c.accelerator} is unknown (the catalog has no figure)"
+    return f"--min-gpu-memory {want:g}: {c.accelerator} on {_place(c)} has {_listed(f'{m:g}' for m in known)} GB"
 
 
 def _spot_said(asked: "Asked", refused: list["Candidate"]) -> str:
@@ -160,6 +182,9 @@ FILTERS: tuple[Filter, ...] = (
            lambda a: a.ask.region is not None, lambda c, a: c.region == a.ask.region, _region_said),
     Filter("preemptible", "shape", Code.OTHER_TARGET, "other capacity (spot or on-demand)",
            lambda a: a.ask.preemptible is not None, lambda c, a: c.preemptible == a.ask.preemptible, _spot_said),
+    Filter("min_gpu_memory", "shape", Code.TOO_LITTLE_MEMORY, "under --min-gpu-memory",
+           lambda a: a.ask.min_gpu_memory is not None,
+           lambda c, a: (m := gpu_memory_gb(c, a)) is not None and m >= a.ask.min_gpu_memory, _memory_said),
     Filter("avoid", "shape", Code.LOST_THERE, "lost a cluster there",
            lambda a: bool(a.ask.avoid), lambda c, a: not _avoided(c, a),
            lambda a, r: f"a managed run already lost a cluster on {r[0].provider} ({', '.join(a.ask.avoid)})"),

@@ -58,6 +58,7 @@ class PlacementRequest:
     staged_on: tuple[tuple[str, float], ...] = ()  # (store, staged at) of stores already holding the run's dataset (``burst.home.staged``)
     live: bool = True                       # ask a scheduler for its queue now (False: the policy's figure; a dry run asks nothing)
     max_price_per_hour: Optional[float] = None  # no target dearer than this many dollars an hour (the cluster's price)
+    min_gpu_memory: Optional[float] = None  # no accelerator with less memory than this many GB (the catalog's figure)
 
     def __post_init__(self) -> None:
         # lists from JSON (a managed run's recorded flags) or a caller: hashable tuples, as the fields say
@@ -75,6 +76,8 @@ class PlacementRequest:
                 raise BurstError(f"{flag} must be a positive whole number, got {value}")
         if self.max_price_per_hour is not None and not 0 < self.max_price_per_hour < 1e7:  # also NaN
             raise BurstError(f"--max-price-per-hour must be a number of dollars above 0, got {self.max_price_per_hour}")
+        if self.min_gpu_memory is not None and not 0 < self.min_gpu_memory < 1e4:  # also NaN
+            raise BurstError(f"--min-gpu-memory must be a number of GB above 0, got {self.min_gpu_memory}")
         if self.provider is not None:
             targets.check_provider(self.provider)
         command_values.kube_context(self.context, "--context")

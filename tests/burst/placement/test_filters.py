@@ -54,6 +54,14 @@ def per_node_of(p: Placement) -> Optional[int]:
     return SITE["gpus_per_node"] if p.provider in ("ray", "slurm", "kubernetes") else None
 
 
+def memory_of(p: Placement) -> Optional[float]:
+    """One accelerator's memory by the catalog's rows: the layout's nodes, or every row of the site's accelerator."""
+    if p.layout is not None:
+        return min(pool.offer.accelerator_memory_gb for pool in p.layout.pools)
+    rows = [o.accelerator_memory_gb for o in OFFERS if o.accelerator == p.accelerator]
+    return min(rows) if rows else None
+
+
 @dataclass
 class Case:
     """A value for one field that the unrestricted choice ``base`` does not satisfy (None: the
@@ -104,6 +112,9 @@ def case_for(field: str, kind: str, base: Placement, seen: list[Placement]) -> C
     if field == "avoid":
         value = (f"{kind}:{base.region}",) if cloud else (kind,)
         return Case(value, lambda p: p.provider not in value and f"{p.provider}:{p.region}" not in value, "lost a cluster")
+    if field == "min_gpu_memory":
+        value = (memory_of(base) or 8.0) + 1
+        return Case(value, lambda p: (memory_of(p) or 0) >= value, "--min-gpu-memory")
     raise AssertionError(f"no case for the placement field {field!r}: give it one here, and a filter in burst/placement/filters.py")
 
 
@@ -161,3 +172,19 @@ def test_a_pin_that_misses_only_the_budget_goes_ahead_with_a_note():
     assert any("over budget" in note for note in placed.notes)
     with pytest.raises(BurstError, match="no feasible target"):
         planner.choose(pol, PROFILE, OFFERS, PlacementRequest(accelerator="V100", gpus=8))  # planned: nothing to choose
+
+
+def test_gpu_memory_narrows_a_plan_and_refuses_a_pin_that_cannot_have_it():
+    """The issue's case: a pinned 16 GB T4 asked for 60 GB is refused, naming the flag, as it is
+    planned; planned, only accelerators with 60 GB or more remain, by the catalog's column."""
+    from typer.testing import CliRunner
+
+    from burst.cli import app
+
+    pinned = CliRunner().invoke(app, ["up", "--dry-run", "--provider", "gcp", "--accelerator", "T4", "--gpus", "1", "--min-gpu-memory", "60"])
+    assert pinned.exit_code == 2 and "--min-gpu-memory 60: T4 on gcp has 16 GB" in pinned.output, pinned.output
+    plan = planner.plan(policy.parse("providers: [gcp, azure, gcp-tpu]\n"), PROFILE, OFFERS, PlacementRequest(min_gpu_memory=60))
+    kept = {(c.accelerator if not c.accelerator.startswith("tpu-") else c.accelerator.rsplit("-", 1)[0]) for c in plan.candidates}
+    assert kept == {"A100-80GB", "H100", "tpu-v5p"} and plan.excluded["under --min-gpu-memory"] > 0
+    bad = CliRunner().invoke(app, ["plan", "--min-gpu-memory", "-1"])
+    assert bad.exit_code == 2 and "--min-gpu-memory must be a number of GB above 0" in bad.output
