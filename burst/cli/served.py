@@ -140,7 +140,9 @@ def _monitor(server, login, words: list[str]) -> int:
 
 def check_paths(group, ctx) -> None:
     """In a process a server runs for a member: every path option must be a file that member sent,
-    and ``--data`` a store URI (a directory here is the server's)."""
+    ``--data`` and ``--storage`` a store URI (a directory here is the server's), and no ``--bundle``
+    (a directory a site's job installs from). Their policy has been read by the server already,
+    refused where it says what only the site's admins may (``burst.server.site_policy``)."""
     uploads = os.environ.get(SERVED_UPLOADS)
     words = ctx.meta.get(WORDS) or []
     if not uploads or not words:
@@ -156,8 +158,9 @@ def check_paths(group, ctx) -> None:
             if allowed not in Path(value).resolve().parents:
                 raise BurstError(f"{option} {value}: through a burst server, {option} takes a file sent with the command; "
                                  "the server's own files are not yours to read")
-            if option == "--policy":
-                _check_policy_stores(Path(value))
+        elif option == "--bundle":
+            raise BurstError("--bundle: through a burst server, what a site's nodes install from is the admins' word; "
+                             "leave --bundle out (an admin sets the site in `burst server admin policy`)")
         elif option == "--storage":
             value = inline if inline is not None else next(rest, "")
             if not _in_a_store(value):
@@ -167,23 +170,6 @@ def check_paths(group, ctx) -> None:
             value = inline if inline is not None else next(rest, "")
             if not _in_a_store(value):
                 raise BurstError(f"--data {value}: through a burst server, a dataset is a store URI (gs://, abfs://), not a server directory")
-
-
-def _check_policy_stores(policy: Path) -> None:
-    """A policy sent through a server names no directory of the server's as a store (``stores.named``:
-    a bucket URI only; the member's own directory is what ``local`` means there)."""
-    import yaml
-
-    try:
-        document = yaml.safe_load(policy.read_text())
-    except (OSError, yaml.YAMLError):
-        return  # not a policy: the command says so when it loads it
-    stores = document.get("stores") if isinstance(document, dict) else None
-    named = stores.get("named") if isinstance(stores, dict) else None
-    for where, uri in (named or {}).items() if isinstance(named, dict) else ():
-        if not _in_a_store(str(uri)):
-            raise BurstError(f"policy stores.named.{where}: {uri}: through a burst server, a named store is a bucket URI (gs://, abfs://), "
-                             "not a directory of the server's; leave `local` out to use your own directory there")
 
 
 def _in_a_store(value: str) -> bool:

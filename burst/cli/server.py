@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -108,6 +109,22 @@ def admin_budget(team: str, usd: Annotated[Optional[float], typer.Option("--usd"
     with _sessions(data, db)() as session:
         accounts.set_budget(session, team, usd, user)
     console.print(f"{'user ' + user if user else 'team ' + team}: " + (f"${usd:,.2f} a month" if usd is not None else "no budget"))
+
+
+@admin_app.command("policy")
+def admin_policy(file: Annotated[Optional[Path], typer.Argument(help="the site's policy YAML (omit: print the one in force)")] = None,
+                 data: DataDir = DEFAULT_DATA) -> None:
+    """Set the site's policy: the on-prem site, prices, stores and limits every member's verb is
+    planned under (a member's own policy only narrows it)."""
+    from ..server import site_policy
+
+    data = data.expanduser()
+    if file is None:
+        written = site_policy.path(data)
+        sys.stdout.write(written.read_text() if written.is_file() else "# no site policy written: burst's packaged default is in force\n")
+        return
+    site_policy.write(data, file)
+    console.print(f"site policy: {file} is in force for every member's verb from now on ({site_policy.path(data)})")
 
 
 @admin_app.command("import")

@@ -17,14 +17,13 @@ holds each to it on every kind of target, pinned and planned.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Any, Callable, Optional
 
 from . import names
+from .candidate import Candidate
 from .reasons import Code
 
-if TYPE_CHECKING:
-    from .candidate import Candidate
-    from .sources.asked import Asked
+Asked = Any  # ``sources.asked.Asked``, which applies this table (an import of it would be a circle)
 
 #: the request fields that change what a candidate is estimated at, not which candidates there are
 ESTIMATE = ("workload", "batch_per_replica", "epochs", "events", "scan", "staged_on", "live")
@@ -37,12 +36,12 @@ class Filter:
     stage: str                                    # shape | layout | price: what it reads of a candidate
     code: Code
     excluded: str                                 # what ``burst plan`` counts the candidates it drops under
-    applies: Callable[["Asked"], bool]            # whether the request (or policy) asks anything of it
-    keeps: Callable[["Candidate", "Asked"], bool]
-    says: Callable[["Asked", list["Candidate"]], str]  # why it refused these candidates (one provider's), one line
+    applies: Callable[[Asked], bool]            # whether the request (or policy) asks anything of it
+    keeps: Callable[[Candidate, Asked], bool]
+    says: Callable[[Asked, list[Candidate]], str]  # why it refused these candidates (one provider's), one line
 
 
-def _place(c: "Candidate") -> str:
+def _place(c: Candidate) -> str:
     return {"local": "this machine", "onprem": f"the on-prem site {c.region}"}.get(c.target, c.provider)
 
 
@@ -50,7 +49,7 @@ def _listed(values) -> str:
     return ", ".join(str(v) for v in sorted(set(values), key=lambda v: (str(type(v)), v)))
 
 
-def gpu_memory_gb(c: "Candidate", asked: "Asked") -> Optional[float]:
+def gpu_memory_gb(c: Candidate, asked: Asked) -> Optional[float]:
     """The memory of one of the candidate's accelerators, by the catalog (the smallest its name
     has there, so a site's V100 is never taken for the larger one); None where it says nothing."""
     if c.target == "local":
@@ -63,34 +62,34 @@ def gpu_memory_gb(c: "Candidate", asked: "Asked") -> Optional[float]:
     return None if not figures or None in figures else min(figures)
 
 
-def _gpus_kept(c: "Candidate", asked: "Asked") -> bool:
+def _gpus_kept(c: Candidate, asked: Asked) -> bool:
     if c.target == "local":  # this machine trains on its CPUs; pinned, --gpus offers its own GPUs to Ray
         return asked.cpu_scan or asked.ask.provider == c.provider
     return c.count == asked.gpus
 
 
-def _gpus_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _gpus_said(asked: Asked, refused: list[Candidate]) -> str:
     c = refused[0]
     if c.target == "local":
         return f"--gpus {asked.gpus}: this machine trains on its CPUs; pin --provider {c.provider} to offer its GPUs to Ray"
     return f"--gpus {asked.gpus}: {_place(c)} offers {_listed(f'{x.accelerator} x{x.count}' for x in refused)}"
 
 
-def _per_node(c: "Candidate") -> Optional[int]:
+def _per_node(c: Candidate) -> Optional[int]:
     if c.target == "cloud" and (c.layout is None or not c.layout.is_tpu):
         sizes = {p.offer.accelerator_count for p in c.layout.pools} if c.layout is not None else set()
         return sizes.pop() if len(sizes) == 1 else None
     return None
 
 
-def _per_node_kept(c: "Candidate", asked: "Asked") -> bool:
+def _per_node_kept(c: Candidate, asked: Asked) -> bool:
     want = asked.ask.gpus_per_node
     if c.target == "onprem":
         return asked.policy.onprem.gpus_per_node == want
     return _per_node(c) == want
 
 
-def _per_node_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _per_node_said(asked: Asked, refused: list[Candidate]) -> str:
     c, want = refused[0], asked.ask.gpus_per_node
     if c.target == "local":
         return f"--gpus-per-node {want} does not apply to --provider {c.provider} (this machine)"
@@ -101,7 +100,7 @@ def _per_node_said(asked: "Asked", refused: list["Candidate"]) -> str:
     return f"--gpus-per-node {want}: {c.accelerator} on {c.provider} comes in nodes of {_listed(n for x in refused if (n := _per_node(x)))} GPUs"
 
 
-def _avoided(c: "Candidate", asked: "Asked") -> bool:
+def _avoided(c: Candidate, asked: Asked) -> bool:
     avoid = asked.ask.avoid
     return c.provider in avoid or f"{c.provider}:{c.region}" in avoid
 
@@ -111,7 +110,7 @@ def over_price(hourly_usd: float, cap: Optional[float]) -> Optional[str]:
     return None if cap is None or hourly_usd <= cap else f"${hourly_usd:,.2f}/h is over --max-price-per-hour {cap:g}"
 
 
-def _memory_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _memory_said(asked: Asked, refused: list[Candidate]) -> str:
     want = asked.ask.min_gpu_memory
     known = sorted({m for c in refused if (m := gpu_memory_gb(c, asked)) is not None})
     c = refused[0]
@@ -120,7 +119,7 @@ def _memory_said(asked: "Asked", refused: list["Candidate"]) -> str:
     return f"--min-gpu-memory {want:g}: {c.accelerator} on {_place(c)} has {_listed(f'{m:g}' for m in known)} GB"
 
 
-def _spot_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _spot_said(asked: Asked, refused: list[Candidate]) -> str:
     c, spot = refused[0], asked.ask.preemptible
     if c.target != "cloud":
         where = f"--provider {c.provider} (this machine)" if c.target == "local" else _place(c)
@@ -129,7 +128,7 @@ def _spot_said(asked: "Asked", refused: list["Candidate"]) -> str:
             else f"--on-demand: {c.accelerator} x{c.count} on {c.provider} is sold as spot only; use --preemptible")
 
 
-def _region_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _region_said(asked: Asked, refused: list[Candidate]) -> str:
     c, region = refused[0], asked.ask.region
     if c.target == "local":
         return f"--region does not apply to --provider {c.provider} (this machine)"
@@ -138,7 +137,7 @@ def _region_said(asked: "Asked", refused: list["Candidate"]) -> str:
     return f"--region {region}: {c.accelerator} on {c.provider} is offered in {_listed(x.region for x in refused)}, not in {region}"
 
 
-def _accelerator_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _accelerator_said(asked: Asked, refused: list[Candidate]) -> str:
     c, acc = refused[0], asked.ask.accelerator
     if c.target == "local":
         return f"--accelerator does not apply to --provider {c.provider} (this machine)"
@@ -147,22 +146,22 @@ def _accelerator_said(asked: "Asked", refused: list["Candidate"]) -> str:
     return f"--accelerator {acc}: provider {c.provider} has no accelerator {acc!r}; it has: {_listed(x.accelerator for x in refused)}"
 
 
-def _nodes_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _nodes_said(asked: Asked, refused: list[Candidate]) -> str:
     c = refused[0]
     if c.target == "local":
         return f"--nodes {asked.ask.nodes}: this machine is one node"
     return f"--nodes {asked.ask.nodes}: {_place(c)} lays these out over {_listed(x.nodes for x in refused)} node(s)"
 
 
-def _policy_region_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _policy_region_said(asked: Asked, refused: list[Candidate]) -> str:
     return f"region {refused[0].region} is not allowed by the policy (regions: {', '.join(asked.policy.regions)})"
 
 
-def _policy_accelerator_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _policy_accelerator_said(asked: Asked, refused: list[Candidate]) -> str:
     return f"accelerator {refused[0].accelerator} is not allowed by the policy (accelerators: {', '.join(asked.policy.accelerators or [])})"
 
 
-def _price_said(asked: "Asked", refused: list["Candidate"]) -> str:
+def _price_said(asked: Asked, refused: list[Candidate]) -> str:
     cheapest = min(refused, key=lambda c: c.estimate.hourly_usd)
     return f"the cheapest {cheapest.provider} option, {cheapest.layout_text}, {over_price(cheapest.estimate.hourly_usd, asked.ask.max_price_per_hour)}"
 

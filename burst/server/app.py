@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import BurstError
 from ..values.served import FORWARDED, PROMETHEUS_READS, split_option
-from . import accounts, ledger, money, verbs, views, web
+from . import accounts, ledger, money, site_policy, verbs, views, web
 from .database import Cluster, User
 from .guard import stop_as_member
 
@@ -68,9 +68,14 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
         session.close()  # a verb may last hours: no connection held meanwhile
         try:  # in FastAPI's thread pool: one thread per verb under way
             rc, out, err = views.run_verb(sessions, data_dir, member, verb, call.args, call.files)
-        except BurstError as exc:  # a bad upload reference: the caller's words
-            raise HTTPException(400, str(exc)) from None
+        except BurstError as exc:  # refused before anything ran (a bad upload reference, a policy that says what only admins may): as the command line says it
+            return {"rc": 2, "stdout": "", "stderr": f"error: {exc}\n"}
         return {"rc": rc, "stdout": out, "stderr": err}
+
+    @app.get("/v1/site-policy")
+    def site(member: User = Depends(user)) -> dict:
+        """The site's policy every verb is planned under (its admins'), and what a member's own may set."""
+        return {"policy": site_policy.site_document(data_dir), "yours_may_set": list(site_policy.ALLOWED)}
 
     @app.get("/v1/clusters")
     def clusters(member: User = Depends(user), session: Session = Depends(db)) -> list[dict]:

@@ -22,11 +22,11 @@ import yaml
 
 from ..errors import BurstError
 from ..home.state import OWNER
-from ..placement.policy import DEFAULT_POLICY
 from ..unattended import run_lock
+from . import site_policy
 from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value, split_option
 
-TAKES_POLICY = ("plan", "up", "run", "tune")
+TAKES_POLICY = ("plan", "up", "run", "tune")  # planned under the site's policy whether or not the member sends one
 TAKES_BUDGET = ("train", "run", "tune")
 VERB_TIMEOUT_S = 6 * 3600
 
@@ -55,25 +55,25 @@ def with_uploads(home: Path, args: list[str], files: list[str]) -> tuple[list[st
     return out, uploads
 
 
-def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float], cluster_spent_usd: float = 0.0) -> list[str]:
-    """The words with the team's money left as the budget: the policy's ``budget_usd`` (the plan
-    drops what costs more, a cluster's guard stops at it) and a run's ``--budget`` no higher than
-    what is left (``cluster_spent_usd``: what the run's cluster has cost already, which its guard
-    counts too)."""
-    if left_usd is None or verb not in MONEY_VERBS:
-        return args
+def held_to(verb: str, args: list[str], uploads: Path, left_usd: Optional[float], site: dict, cluster_spent_usd: float = 0.0) -> list[str]:
+    """The words under the site's policy (``site``: the admins' document, ``site_policy``), narrowed
+    by the member's own where they sent one, with the team's money left as the budget: the
+    policy's ``budget_usd`` (the plan drops what costs more, a cluster's guard stops at it) and a
+    run's ``--budget`` no higher than what is left (``cluster_spent_usd``: what the run's cluster
+    has cost already, which its guard counts too). A member policy that says what only the admins
+    may, or one that is not a file they sent, is refused (``BurstError``) before anything runs."""
     out = list(args)
-    if verb in TAKES_POLICY:
-        given = option_value(out, "--policy")
-        policy = yaml.safe_load(Path(given).read_text() if given else DEFAULT_POLICY.read_text())
-        if not isinstance(policy, dict):
-            return out  # not a policy: the command line says so
-        budget = policy.get("budget_usd")
-        policy["budget_usd"] = round(min(left_usd, budget) if isinstance(budget, (int, float)) else left_usd, 2)
-        narrowed = uploads / "policy-held-to-team-budget.yaml"
+    given = option_value(out, "--policy")
+    if verb in TAKES_POLICY or given is not None:
+        member = site_policy.read_member_policy(given, uploads) if given is not None else None
+        policy = site_policy.narrowed(site, member)
+        if left_usd is not None and verb in MONEY_VERBS:
+            budget = policy.get("budget_usd")
+            policy["budget_usd"] = round(min(left_usd, budget) if isinstance(budget, (int, float)) else left_usd, 2)
+        narrowed = uploads / "policy-of-the-site.yaml"
         narrowed.write_text(yaml.safe_dump(policy, sort_keys=False))
         out = _replace_value(out, "--policy", str(narrowed))
-    if verb in TAKES_BUDGET:
+    if left_usd is not None and verb in TAKES_BUDGET:
         given = option_value(out, "--budget")
         cap = left_usd + cluster_spent_usd
         try:

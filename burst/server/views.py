@@ -5,6 +5,7 @@ team's runs, and a verb run as them with the team's money as its budget."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,10 +14,11 @@ from typing import Optional, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from ..errors import BurstError
 from ..home.records import Damaged, read_record
 from ..home.state import NAME_RULE, ClusterHandle, RunRecord
 from ..values.served import MONEY_VERBS
-from . import ledger, money, verbs
+from . import ledger, money, site_policy, verbs
 from .database import Cluster, Team, User
 
 M = TypeVar("M", RunRecord, ClusterHandle)
@@ -72,25 +74,40 @@ def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, ar
     held to the money they may still spend; ``BurstError`` for an upload reference that is wrong."""
     home = verbs.home_of(data_dir, member.uid)
     args, uploads = verbs.with_uploads(home, args, files)
-    if verb in MONEY_VERBS:
-        with sessions() as session:
-            ledger.sync(session, member, home)
-            left, whose = left_usd(session, member)
-            if left is not None and left <= 0:
-                return 3, "", f"nothing left to spend ({whose}): ask an admin to raise the budget, or wait for next month\n"
-            spent_on_cluster = 0.0
-            if left is not None and verb == "train":
-                named = verbs.cluster_named(args)
-                now = time.time()
-                start, end = money.month_bounds(money.month_of(now))
-                spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(
-                    select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
-            args = verbs.held_to(verb, args, uploads, left, spent_on_cluster)
+    try:
+        args = _held(sessions, data_dir, member, home, verb, args, uploads)
+    except BurstError:
+        shutil.rmtree(uploads, ignore_errors=True)  # refused before anything ran: nothing of it stays
+        raise
+    if isinstance(args, tuple):  # nothing left to spend: the refusal
+        shutil.rmtree(uploads, ignore_errors=True)
+        return args
     # no connection held while the verb runs (it may last hours); in the caller's thread
     rc, out, err = verbs.run(home, uploads, verb, args, member.uid)
     with sessions() as after:
         ledger.sync(after, after.get(User, member.id), home)
     return rc, out, err
+
+
+def _held(sessions: sessionmaker, data_dir: Path, member: User, home: Path, verb: str, args: list[str], uploads: Path):
+    """The verb's words under the site's policy and the member's money (``verbs.held_to``), or the
+    answer that refuses it (a tuple) when nothing is left to spend."""
+    site = site_policy.site_document(data_dir)
+    if verb not in MONEY_VERBS:
+        return verbs.held_to(verb, args, uploads, None, site)
+    with sessions() as session:
+        ledger.sync(session, member, home)
+        left, whose = left_usd(session, member)
+        if left is not None and left <= 0:
+            return 3, "", f"nothing left to spend ({whose}): ask an admin to raise the budget, or wait for next month\n"
+        spent_on_cluster = 0.0
+        if left is not None and verb == "train":
+            named = verbs.cluster_named(args)
+            now = time.time()
+            start, end = money.month_bounds(money.month_of(now))
+            spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(
+                select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
+        return verbs.held_to(verb, args, uploads, left, site, spent_on_cluster)
 
 
 def open_clusters(session: Session, member: User, data_dir: Path) -> list[dict]:
