@@ -113,9 +113,10 @@ def admin_budget(team: str, usd: Annotated[Optional[float], typer.Option("--usd"
 
 @admin_app.command("policy")
 def admin_policy(file: Annotated[Optional[Path], typer.Argument(help="the site's policy YAML (omit: print the one in force)")] = None,
-                 data: DataDir = DEFAULT_DATA) -> None:
+                 data: DataDir = DEFAULT_DATA, db: DbUrl = None) -> None:
     """Set the site's policy: the on-prem site, prices, stores and limits every member's verb is
-    planned under (a member's own policy only narrows it)."""
+    planned under (a member's own policy only narrows it). It is kept in DATA, which the servers of
+    one group share (``--db`` is taken, as by every admin command, and not needed)."""
     from ..server import site_policy
 
     data = data.expanduser()

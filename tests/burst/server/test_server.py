@@ -109,9 +109,12 @@ def test_a_member_reads_no_file_of_the_server_through_a_verb(group, tmp_path):
     here = burst("train", "gan3d", f"--data=file://{tmp_path}", home=homes["alice"], cwd=tmp_path)
     assert here.returncode != 0 and "cannot read: stage it on a store first" in here.stderr
     assert server.http("POST", "/v1/verbs/pack", tokens["alice"], {"args": []})[0] == 404
-    # a policy travels with the command: the plan is made under it, on the server
-    policy = tmp_path / "eu.yaml"
-    policy.write_text("providers: [local]\nlocal: {usd_per_hour: 0.01}\n")
+    # the site's policy is the admins'; a member's travels with the command and narrows it: the plan is made under both, on the server
+    site = tmp_path / "site.yaml"
+    site.write_text("providers: [local, gcp]\nlocal: {usd_per_hour: 0.01}\n")
+    server.admin("policy", str(site))
+    policy = tmp_path / "mine.yaml"
+    policy.write_text("providers: [local]\n")
     planned = burst("plan", "--policy", str(policy), "--json", home=homes["alice"], cwd=tmp_path)
     assert planned.returncode == 0, planned.stdout[-2000:] + planned.stderr
     plan = json.loads(planned.stdout)
@@ -134,9 +137,10 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     before = census.snapshot()
     policy = slurm.policy(tmp_path / "priced.yaml")
     policy.write_text(policy.read_text().replace("usd_per_gpu_hour: 0.5", "usd_per_gpu_hour: 360") + "local: {usd_per_hour: 360}\n")
+    server.admin("policy", str(policy))  # the site and its prices are the admins' word
     # 10 cents a second a cluster; both call their cluster k8s, each from their own machine
     for who, where in (("alice", ["--provider", "local", "--cpus", "2", "--storage", f"{bucket}/alice"]), ("bob", ["--provider", "slurm"])):
-        up = burst("up", *where, "--name", "k8s", "--hours", "1", "--policy", str(policy), home=homes[who], cwd=tmp_path)
+        up = burst("up", *where, "--name", "k8s", "--hours", "1", home=homes[who], cwd=tmp_path)
         assert up.returncode == 0, up.stderr
         assert f"cluster k8s ({where[1]}) started" in up.stderr, up.stderr
     assert len(slurm.jobs()) == 1  # bob's allocation on the site
@@ -196,7 +200,7 @@ def test_two_teams_share_a_server_and_one_team_s_budget_stops_both_members_with_
     stopped = json.loads(storage.read_text(f"{bucket}/alice/runs/{run_file.stem}/checkpoint/stopped.json"))  # in the bucket
     assert stopped["reason"] == "request" and stopped["step"] % 5 == 0  # the workers agreed on a step and checkpointed it before the cluster went
     # nothing left to spend: the next up is refused, in one line, before anything starts
-    refused = burst("up", "--provider", "local", "--name", "more", "--cpus", "1", "--policy", str(policy), home=homes["bob"], cwd=tmp_path)
+    refused = burst("up", "--provider", "local", "--name", "more", "--cpus", "1", home=homes["bob"], cwd=tmp_path)
     assert refused.returncode == 3 and "nothing left to spend" in refused.stderr, refused.stderr
     assert not list((server.data / "users").glob("*/clusters/more.json"))
     census.assert_none_left(before)
@@ -217,9 +221,10 @@ def test_two_members_bring_up_k8s_in_the_site_s_one_namespace_through_the_server
     server.start(env=kube_site.env(fake))  # the server's machine has kubectl and helm on its PATH
     site = tmp_path / "site.yaml"
     site.write_text(kube_site.SITE % "")
+    server.admin("policy", str(site))  # the site is the admins' word
     ids = {}
     for who in ("alice", "bob"):
-        up = burst("up", "--provider", "kubernetes", "--policy", str(site), "--gpus", "4", "--json", home=homes[who], cwd=tmp_path)
+        up = burst("up", "--provider", "kubernetes", "--gpus", "4", "--json", home=homes[who], cwd=tmp_path)
         assert up.returncode == 0, up.stderr
         handle = json.loads(up.stdout)
         assert handle["name"] == "k8s"
@@ -251,7 +256,8 @@ def test_of_two_servers_on_one_database_one_guards_the_money_and_the_other_takes
         assert "the team budget guard runs in this server" in first.log.read_text()
         policy = tmp_path / "priced.yaml"
         policy.write_text("providers: [local]\nlocal: {usd_per_hour: 360}\n")
-        up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "1", "--policy", str(policy), home=homes["bob"], cwd=tmp_path)
+        first.admin("policy", str(policy))
+        up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "1", home=homes["bob"], cwd=tmp_path)
         assert up.returncode == 0, up.stderr
         os.killpg(first.proc.pid, signal.SIGKILL)  # the guarding server dies at once: its database connection, and lock, with it
         first.proc.wait()
@@ -481,9 +487,9 @@ def _train_worker_of(member: Path, cluster: str) -> psutil.Process:
 
 def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, homes: dict, names: dict, tmp_path: Path) -> None:
     before = census.snapshot()
-    policy = slurm.policy(tmp_path / "site.yaml")
+    server.admin("policy", str(slurm.policy(tmp_path / "site.yaml")))  # the site is the admins' word
     # alice's CLI waits for the run's end through the first server, and her machine sleeps (SIGSTOP) through all of it
-    cli = subprocess.Popen([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "mv", "--policy", str(policy),
+    cli = subprocess.Popen([sys.executable, "-m", "burst.cli", "run", "gan3d", "--provider", "slurm", "--name", "mv",
                             "--hours", "1", "--managed", "--epochs", str(EPOCHS), "--steps", "8", "--checkpoint-every", "3", *TRAIN],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "BURST_HOME": str(homes["alice"])},
                            cwd=tmp_path)

@@ -182,7 +182,7 @@ def test_a_member_names_no_directory_of_the_server_as_a_store_in_a_flag_or_a_pol
         burst("login", server.url, "--token-file", str(tmp_path / "alice.token"), home=home, cwd=tmp_path, check=True)
         policy = tmp_path / "p.yaml"
         policy.write_text(f"stores:\n  named:\n    local: {server.data}\n")
-        for args, said in ((("plan", "--policy", str(policy)), "policy stores.named.local:"),
+        for args, said in ((("plan", "--policy", str(policy)), "policy field stores: through a burst server"),
                            (("up", "--provider", "local", "--storage", str(server.data)), f"--storage {server.data}: through a burst server"),
                            (("up", "--provider", "local", "--storage", f"file://{server.data}"), "not a directory of the server's")):
             refused = burst(*args, home=home, cwd=tmp_path)

@@ -1,0 +1,150 @@
+"""A member of a group, read as an attacker would be, against a real server on a real PostgreSQL
+with two teams: what a site is, costs or may reach is the admins' word (``burst server admin
+policy``), never a member's file. Each attempt is refused in one line, through the command line and
+the raw API; nothing is read, contacted, written or started."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from burst.runtime.ray_head import free_port
+from tests.support import postgres
+from tests.support.burst_server import Server, add_group
+from tests.support.cli_runs import burst
+from tests.support.slurm_site import needs
+
+pytestmark = needs(postgres.missing())
+
+
+@pytest.fixture(scope="module")
+def database():
+    with postgres.running() as url:
+        yield url
+
+
+@pytest.fixture
+def group(database, tmp_path):
+    server = Server(tmp_path, database)
+    suffix = str(free_port())
+    names = {who: f"{who}{suffix}" for who in ("alice", "bob", "carol", "cern", "atlas")}
+    tokens = add_group(database, 1000, names)
+    site = tmp_path / "site.yaml"  # the admins': a Ray site at its own address, priced; this machine priced too
+    site.write_text("providers: [local, ray, gcp]\nbudget_usd: 500\nmax_gpus: 16\nregions: ['europe-*']\n"
+                    "local: {usd_per_hour: 2}\n"
+                    "onprem: {name: lab, accelerator: V100, gpus: 8, usd_per_gpu_hour: 1.5, ray_address: 'http://127.0.0.1:1'}\n")
+    server.admin("policy", str(site))
+    server.start()
+    home = tmp_path / "alice-machine"
+    (tmp_path / "alice.token").write_text(tokens["alice"])
+    burst("login", server.url, "--token-file", str(tmp_path / "alice.token"), home=home, cwd=tmp_path, check=True)
+    try:
+        yield server, tokens, home
+    finally:
+        server.stop()
+
+
+class Listener:
+    """A port on the member's own host, to see whether the server's side ever connects to it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port, self.heard, self.running = self.sock.getsockname()[1], [], True
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while self.running:
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                continue
+            connection.settimeout(2)
+            try:
+                self.heard.append(connection.recv(65536))
+            except OSError:
+                self.heard.append(b"")
+            connection.close()
+
+    def close(self):
+        self.running = False
+        self.thread.join(timeout=2)
+        self.sock.close()
+
+
+def _one_line(stderr: str) -> str:
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    return stderr.strip()
+
+
+def test_a_member_s_policy_cannot_say_what_a_site_is_costs_or_reaches(group, tmp_path):
+    server, tokens, home = group
+    secret = server.data / "server.env"  # what a server's environment file holds: the database URL and its password
+    secret.write_text("BURST_SERVER_DB=postgresql+psycopg://burst:hunter2@db/burst\n")
+    listener = Listener()
+    attacks = {
+        "a site at my host with the server's file as its token": (
+            f"onprem: {{accelerator: V100, gpus: 8, ray_address: 'http://127.0.0.1:{listener.port}', token_file: {secret}}}\n",
+            "policy field onprem: through a burst server the site, its prices and its stores are the admins' word"),
+        "this machine for free": ("local: {usd_per_hour: 0}\n", "policy field local:"),
+        "a store in the server's own directory": (f"stores: {{named: {{local: {server.data}}}}}\n", "policy field stores:"),
+        "free egress": ("data: {location: onprem, egress_usd_per_gb: 0}\n", "policy field data.egress_usd_per_gb:"),
+        "spot estimates of my own": ("preemption_rate_per_hour: {gcp: 0}\n", "policy field preemption_rate_per_hour:"),
+        "a bigger budget than the site's": ("budget_usd: 5000\n", "policy field budget_usd: 5000 is over the site's 500"),
+        "a provider the site does not offer": ("providers: [local, azure]\n", "policy field providers: azure not allowed by the site's policy"),
+        "regions the site does not allow": ("regions: ['us-*']\n", "policy field regions: us-* not allowed by the site's policy"),
+        "more GPUs than the site's cap": ("max_gpus: 64\n", "policy field max_gpus: 64 is over the site's 16"),
+        "moves to a provider the site does not offer": ("recovery: {allow_providers: [azure]}\n",
+                                                        "policy field recovery.allow_providers: azure not allowed"),
+    }
+    try:
+        for what, (text, said) in attacks.items():
+            policy = tmp_path / "attack.yaml"
+            policy.write_text(text)
+            for verb in (("plan",), ("up", "--provider", "ray", "--name", "mine"), ("run", "gan3d", "--provider", "ray", "--detach")):
+                refused = burst(*verb, "--policy", str(policy), home=home, cwd=tmp_path)
+                assert refused.returncode == 2 and said in _one_line(refused.stderr), (what, verb, refused.stderr)
+            status, answer = server.http("POST", "/v1/verbs/plan", tokens["alice"], {"args": ["--policy", "@upload:0"], "files": [text]})
+            assert status == 200 and answer["rc"] == 2 and said in answer["stderr"], (what, answer)
+        time.sleep(1)  # anything that would connect has had its chance
+        assert listener.heard == []
+    finally:
+        listener.close()
+    # a narrowing is what a member's policy is for: planned under the site's, within it
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("providers: [local, ray]\nbudget_usd: 100\nobjective: min_time\n")
+    planned = json.loads(burst("plan", "--policy", str(mine), "--json", home=home, cwd=tmp_path, check=True).stdout)
+    assert planned["budget_usd"] == 100 and {c["provider"] for c in planned["candidates"]} <= {"local", "ray"}
+    prices = {c["provider"]: c["hourly_usd"] for c in planned["candidates"]}
+    assert prices["local"] == 2 and min(c["hourly_usd"] for c in planned["candidates"] if c["provider"] == "ray") == 1.5  # the admins' prices
+    shown = server.http("GET", "/v1/site-policy", tokens["bob"])
+    assert shown[0] == 200 and shown[1]["policy"]["onprem"]["name"] == "lab" and "budget_usd" in shown[1]["yours_may_set"]
+    assert not list(server.data.glob("users/*/clusters/*.json")) and not list(server.data.glob("users/*/uploads/*"))
+    assert "hunter2" not in json.dumps(shown)
+
+
+def test_a_member_s_paths_are_checked_before_the_server_reads_them(group, tmp_path):
+    server, tokens, home = group
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "install.sh").write_text("touch " + str(tmp_path / "ran") + "\n")
+    for args, said in ((["--policy", "/dev/zero"], "--policy /dev/zero: through a burst server, --policy takes a file sent with the command"),
+                       (["--policy", str(server.data / "site-policy.yaml")], "the server's own files are not yours to read"),
+                       (["--policy=/etc/passwd"], "--policy /etc/passwd: through a burst server"),
+                       (["--provider", "ray", "--bundle", str(bundle)], "--bundle: through a burst server, what a site's nodes install from is the admins' word")):
+        started = time.monotonic()
+        status, answer = server.http("POST", "/v1/verbs/up", tokens["alice"], {"args": args, "files": []})
+        assert status == 200 and answer["rc"] == 2 and said in answer["stderr"], (args, answer)
+        assert time.monotonic() - started < 30  # /dev/zero is never read
+    # a policy the member sent, but larger than any policy, is refused before it is parsed
+    status, answer = server.http("POST", "/v1/verbs/plan", tokens["alice"], {"args": ["--policy", "@upload:0"], "files": ["#" * 300_000]})
+    assert status == 200 and answer["rc"] == 2 and "is not a policy (at most 256 KiB)" in answer["stderr"], answer
+    assert not (tmp_path / "ran").exists() and not list(server.data.glob("users/*/clusters/*.json"))
+    assert not list(server.data.glob("users/*/uploads/*"))
