@@ -195,6 +195,8 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
     placement, pol = _placement(ask, policy, report)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
+    if state.load(ClusterHandle, name) is None:
+        _within_reserved(placement, hours)
     handle, created = target.up(name, placement, _lease(hours, wait, idle_minutes), report)
     if created:  # what the runs on it are held to: the policy's budget, and the plan's prediction to compare against
         kept = {"budget_usd": budget.run_budget(None, policy=pol),
@@ -207,6 +209,22 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
 
         handle = watcher.watch_cluster(handle, idle_minutes, report)  # a lease alone is watched on clouds only
     return UpResult(handle=handle, created_now=created, seconds=round(time.perf_counter() - started, 2))
+
+
+def _within_reserved(placement, hours: Optional[float]) -> None:
+    """Through a burst server, a new cluster's lease commits its price for its hours: no more than
+    the team's money the server reserved for this verb (``SERVED_COMMIT_USD``), said before anything is made."""
+    import os
+
+    from .values.served import SERVED_COMMIT_USD
+
+    reserved = os.environ.get(SERVED_COMMIT_USD)
+    if reserved is None or hours is None:
+        return
+    commits = placement.hourly_usd * hours
+    if commits > float(reserved):
+        raise BurstError(f"--hours {hours:g} at ${placement.hourly_usd:,.2f}/h commits ${commits:,.2f}, and your team has "
+                         f"${float(reserved):,.2f} left to commit: ask for fewer --hours, or an admin for more budget", exit_code=3)
 
 
 def prediction(placement, workload: str) -> dict:

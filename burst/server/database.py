@@ -86,6 +86,19 @@ class Cluster(Base):
     stopped_by: Mapped[Optional[str]] = mapped_column(String(200), nullable=True)
 
 
+class Reservation(Base):
+    """Money a verb under way may commit (``up``, ``run``, ``tune``: a cluster and its lease), held
+    against its team's and member's month from before the verb starts until the member's journal
+    shows a cluster it made (whose lease is then what is committed) or the verb ends; ``holder``:
+    the server process that took it (``host:pid``), whose death frees it."""
+    __tablename__ = "reservations"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    usd: Mapped[float] = mapped_column(Float)
+    created: Mapped[float] = mapped_column(Float)
+    holder: Mapped[str] = mapped_column(String(120))
+
+
 def engine_for(url: str) -> Engine:
     """An engine on ``url`` (``postgresql+psycopg://...`` or ``sqlite:///path``), refused in one line
     when the driver or the database cannot be reached."""

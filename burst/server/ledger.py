@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..home.state import JOURNAL
-from .database import Cluster, User
+from .database import Cluster, Reservation, User
 
 
 def clusters_in(journal: Path) -> dict[str, dict]:
@@ -39,7 +40,20 @@ def clusters_in(journal: Path) -> dict[str, dict]:
 
 
 def sync(db: Session, user: User, home: Path) -> list[Cluster]:
-    """Bring the database's rows of ``user``'s clusters up to their journal; returns their open ones."""
+    """Bring the database's rows of ``user``'s clusters up to their journal; returns their open ones.
+    Two requests (or two servers) syncing one member at once both see a new cluster: the one that
+    adds its row second finds it there and reads again."""
+    for attempt in range(3):
+        try:
+            return _sync(db, user, home)
+        except IntegrityError:
+            db.rollback()
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _sync(db: Session, user: User, home: Path) -> list[Cluster]:
     journal = clusters_in(home / JOURNAL)
     rows = {row.cluster_id: row for row in db.scalars(select(Cluster).where(Cluster.user_id == user.id))}
     for key, seen in journal.items():
@@ -50,6 +64,9 @@ def sync(db: Session, user: User, home: Path) -> list[Cluster]:
             rows[key] = row
         if row.ended is None:  # an end the server decided (a stop for the budget) is kept; the journal's closes the rest
             row.hourly_usd, row.expires, row.region, row.ended = seen["hourly_usd"], seen["expires"], seen["region"], seen["ended"]
+    for held in db.scalars(select(Reservation).where(Reservation.user_id == user.id)):
+        if any(row.created > held.created for row in rows.values()):  # made after the server reserved (one clock: the server's machine)
+            db.delete(held)  # the verb's cluster is in the journal: its lease is what it commits from now on
     db.commit()
     return [row for row in rows.values() if row.ended is None]
 

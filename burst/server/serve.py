@@ -16,7 +16,8 @@ from ..errors import BurstError
 from . import database
 from ..unattended import run_lock
 from .guard import Leadership, RunKeeper, TeamGuard, revive_members
-from .verbs import UPLOADS_KEPT_DAYS, sweep_uploads
+from .verbs import UPLOADS_KEPT_DAYS, VERB_TIMEOUT_S, sweep_uploads
+from .views import release_dead_reservations
 
 DEFAULT_PORT = 8467
 # a server asked to stop waits this long for the requests it is answering, then closes them: a forwarded
@@ -66,6 +67,9 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     swept = sweep_uploads(data_dir)
     if swept:
         logging.getLogger("burst.server").warning("removed %d members' uploads older than %d days", swept, UPLOADS_KEPT_DAYS)
+    freed = release_dead_reservations(sessions, VERB_TIMEOUT_S)
+    if freed:
+        logging.getLogger("burst.server").warning("released %d reservations of verbs a stopped server left", freed)
     if engine.dialect.name == "postgresql":  # what the controllers it starts for members hold their runs with
         os.environ[run_lock.ENV] = engine.url.render_as_string(hide_password=False)
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine),

@@ -24,7 +24,7 @@ from ..errors import BurstError
 from ..home.state import OWNER
 from ..unattended import run_lock
 from . import site_policy
-from ..values.served import MONEY_VERBS, SERVED_UPLOADS, UPLOAD, option_value, split_option
+from ..values.served import MONEY_VERBS, SERVED_COMMIT_USD, SERVED_UPLOADS, UPLOAD, option_value, split_option
 
 TAKES_POLICY = ("plan", "up", "run", "tune")  # planned under the site's policy whether or not the member sends one
 TAKES_BUDGET = ("train", "run", "tune")
@@ -127,12 +127,15 @@ def as_member(home: Path, module_args: list[str], timeout: Optional[float] = Non
                           timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S) -> tuple[int, str, str]:
+def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S,
+        commit_usd: Optional[float] = None) -> tuple[int, str, str]:
     """Run ``burst VERB ARGS`` as the member (``owner``: their id, in the run ids they make): their
     state directory, their uploads, nothing of the server's; in their directory, where the run
-    directories it collects (``burst-runs/``) are theirs, not the server's working directory."""
+    directories it collects (``burst-runs/``) are theirs, not the server's working directory.
+    ``commit_usd``: what the cluster it makes may commit (its lease at its price), reserved for it."""
+    extra = {SERVED_UPLOADS: str(uploads), OWNER: owner, **({SERVED_COMMIT_USD: f"{commit_usd:.2f}"} if commit_usd is not None else {})}
     try:
-        proc = as_member(home, ["burst.cli", verb, *args], timeout, **{SERVED_UPLOADS: str(uploads), OWNER: owner}, NO_COLOR="1", COLUMNS="120")
+        proc = as_member(home, ["burst.cli", verb, *args], timeout, **extra, NO_COLOR="1", COLUMNS="120")
     except subprocess.TimeoutExpired:
         return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
     finally:

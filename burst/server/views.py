@@ -4,12 +4,17 @@ team's runs, and a verb run as them with the team's money as its budget."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import logging
+import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional, TypeVar
+from typing import NamedTuple, Optional, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +24,7 @@ from ..home.records import Damaged, read_record
 from ..home.state import NAME_RULE, ClusterHandle, RunRecord
 from ..values.served import MONEY_VERBS
 from . import ledger, money, site_policy, verbs
-from .database import Cluster, Team, User
+from .database import Cluster, Reservation, Team, User
 
 M = TypeVar("M", RunRecord, ClusterHandle)
 
@@ -50,12 +55,15 @@ def left_usd(session: Session, member: User) -> tuple[Optional[float], Optional[
     month = money.month_of(now)
     team = team_of(session, member)
     everyone = list(session.scalars(select(Cluster)))
+    reserved = list(session.scalars(select(Reservation)))
     lines = []
     if team.monthly_budget_usd is not None:
         mates = {u.id for u in session.scalars(select(User).where(User.team_id == team.id))}
-        lines.append((money.team_month(team, [c for c in everyone if c.user_id in mates], month, now), f"team {team.name}"))
+        line = money.team_month(team, [c for c in everyone if c.user_id in mates], month, now)
+        lines.append((_less(line, sum(r.usd for r in reserved if r.user_id in mates)), f"team {team.name}"))
     if member.monthly_budget_usd is not None:
-        lines.append((money.user_month(member, everyone, month, now), f"user {member.name}"))
+        line = money.user_month(member, everyone, month, now)
+        lines.append((_less(line, sum(r.usd for r in reserved if r.user_id == member.id)), f"user {member.name}"))
     for holder, whose in ((team, f"team {team.name}"), (member, f"user {member.name}")):
         damage = money.damaged_budget(holder)
         if damage:
@@ -65,8 +73,26 @@ def left_usd(session: Session, member: User) -> tuple[Optional[float], Optional[
                          "clusters")
     if not lines:
         return None, None
-    line, whose = min(lines, key=lambda pair: pair[0].left_usd)
-    return line.left_usd, f"{whose}: ${line.budget_usd:,.2f} this month, ${line.spent_usd:,.2f} spent, ${line.committed_usd:,.2f} committed"
+    (line, held), whose = min(lines, key=lambda pair: pair[0][0].left_usd)
+    return line.left_usd, (f"{whose}: ${line.budget_usd:,.2f} this month, ${line.spent_usd:,.2f} spent, ${line.committed_usd:,.2f} committed"
+                           + (f", ${held:,.2f} reserved by verbs under way" if held else ""))
+
+
+def _less(line: money.Line, reserved_usd: float) -> tuple[money.Line, float]:
+    """The month's line with what verbs under way hold reserved counted out of what is left."""
+    return dataclasses.replace(line, left_usd=line.left_usd - reserved_usd), reserved_usd
+
+
+class Held(NamedTuple):
+    """A verb's words as the server runs them, and the money reserved for it (None: none)."""
+
+    words: list[str]
+    reservation: Optional[Reservation]
+
+
+RESERVING = ("up", "run", "tune")  # the verbs that make a cluster, and commit its lease
+RESERVATION_WAIT_S = 60.0  # a verb finds the money held by a teammate's verb under way: it waits this long for it to be released
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"  # this server process, as its reservations name it
 
 
 def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, args: list[str], files: list[str]) -> tuple[int, str, str]:
@@ -75,39 +101,104 @@ def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, ar
     home = verbs.home_of(data_dir, member.uid)
     args, uploads = verbs.with_uploads(home, args, files)
     try:
-        args = _held(sessions, data_dir, member, home, verb, args, uploads)
+        held = _held(sessions, data_dir, member, home, verb, args, uploads)
     except BurstError:
         shutil.rmtree(uploads, ignore_errors=True)  # refused before anything ran: nothing of it stays
         raise
-    if isinstance(args, tuple):  # nothing left to spend: the refusal
+    if not isinstance(held, Held):  # nothing left to spend: the refusal
         shutil.rmtree(uploads, ignore_errors=True)
-        return args
-    # no connection held while the verb runs (it may last hours); in the caller's thread
-    rc, out, err = verbs.run(home, uploads, verb, args, member.uid)
-    with sessions() as after:
-        ledger.sync(after, after.get(User, member.id), home)
+        return held
+    args, reservation = held
+    try:  # no connection held while the verb runs (it may last hours); in the caller's thread
+        rc, out, err = verbs.run(home, uploads, verb, args, member.uid,
+                                 commit_usd=reservation.usd if reservation is not None else None)
+    finally:
+        with sessions() as after:
+            if reservation is not None:  # the verb is over: what it made is in the journal, or nothing was
+                session_reservation = after.get(Reservation, reservation.id)
+                if session_reservation is not None:
+                    after.delete(session_reservation)
+                    after.commit()
+            ledger.sync(after, after.get(User, member.id), home)
     return rc, out, err
 
 
 def _held(sessions: sessionmaker, data_dir: Path, member: User, home: Path, verb: str, args: list[str], uploads: Path):
-    """The verb's words under the site's policy and the member's money (``verbs.held_to``), or the
-    answer that refuses it (a tuple) when nothing is left to spend."""
+    """(the verb's words under the site's policy and the member's money, ``verbs.held_to``, and the
+    reservation it holds), or the answer that refuses it (a tuple of three) when nothing is left
+    to spend. A verb that makes a cluster reserves what is left, under a lock on the team's row,
+    so two at the same moment never both get it; one that finds it all reserved by a teammate's
+    verb under way waits for that to be released, up to ``RESERVATION_WAIT_S``."""
     site = site_policy.site_document(data_dir)
     if verb not in MONEY_VERBS:
-        return verbs.held_to(verb, args, uploads, None, site)
+        return Held(verbs.held_to(verb, args, uploads, None, site), None)
+    waited_until = time.monotonic() + RESERVATION_WAIT_S
+    while True:
+        with sessions() as session:
+            for mate in session.scalars(select(User).where(User.team_id == member.team_id)):
+                ledger.sync(session, mate, verbs.home_of(data_dir, mate.uid))  # a reservation whose cluster is in the journal goes
+            with money_lock(session, member.team_id, data_dir):
+                left, whose = left_usd(session, member)
+                if left is not None and left < 0.01:  # not a cent: nothing a budget can be
+                    if _held_by_team(session, member) > 0 and time.monotonic() < waited_until:
+                        session.rollback()
+                        time.sleep(0.5)
+                        continue
+                    return 3, "", f"nothing left to spend ({whose}): ask an admin to raise the budget, or wait for next month\n"
+                spent_on_cluster = 0.0
+                if left is not None and verb == "train":
+                    named = verbs.cluster_named(args)
+                    now = time.time()
+                    start, end = money.month_bounds(money.month_of(now))
+                    spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(
+                        select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
+                words = verbs.held_to(verb, args, uploads, left, site, spent_on_cluster)
+                reservation = None
+                if left is not None and verb in RESERVING:
+                    reservation = Reservation(user_id=member.id, usd=round(left, 2), created=time.time(), holder=HOLDER)
+                    session.add(reservation)
+                    logging.getLogger("burst.server").info("%s's %s: $%.2f reserved (%s)", member.name, verb, reservation.usd, whose)
+                session.commit()  # the lock goes with the transaction
+                return Held(words, reservation)
+
+
+def _held_by_team(session: Session, member: User) -> float:
+    """What verbs of ``member``'s team under way hold reserved."""
+    mates = select(User.id).where(User.team_id == member.team_id)
+    return sum(r.usd for r in session.scalars(select(Reservation).where(Reservation.user_id.in_(mates))))
+
+
+@contextlib.contextmanager
+def money_lock(session: Session, team_id: int, data_dir: Path):
+    """One verb at a time reads and reserves a team's money: a lock on the team's row (PostgreSQL
+    ``SELECT ... FOR UPDATE``, held to the transaction's end), or, on SQLite (one machine), a lock
+    file beside its database."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(Team).where(Team.id == team_id).with_for_update())
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(str(data_dir / "money.lock")):
+        yield
+
+
+def release_dead_reservations(sessions: sessionmaker, max_age_s: float) -> int:
+    """At a server's start: the reservations of server processes of this machine that are gone, and
+    any older than a verb may last, released; how many went."""
+    import psutil
+
+    host = socket.gethostname()
+    gone = 0
     with sessions() as session:
-        ledger.sync(session, member, home)
-        left, whose = left_usd(session, member)
-        if left is not None and left <= 0:
-            return 3, "", f"nothing left to spend ({whose}): ask an admin to raise the budget, or wait for next month\n"
-        spent_on_cluster = 0.0
-        if left is not None and verb == "train":
-            named = verbs.cluster_named(args)
-            now = time.time()
-            start, end = money.month_bounds(money.month_of(now))
-            spent_on_cluster = sum(money.spent(c, start, end, now) for c in session.scalars(
-                select(Cluster).where(Cluster.user_id == member.id, Cluster.name == named, Cluster.ended.is_(None))))
-        return verbs.held_to(verb, args, uploads, left, site, spent_on_cluster)
+        for r in session.scalars(select(Reservation)):
+            where, _, pid = r.holder.rpartition(":")
+            dead = where == host and pid.isdigit() and not psutil.pid_exists(int(pid))
+            if dead or time.time() - r.created > max_age_s:
+                session.delete(r)
+                gone += 1
+        session.commit()
+    return gone
 
 
 def open_clusters(session: Session, member: User, data_dir: Path) -> list[dict]:

@@ -14,6 +14,7 @@ SENT_WITH_COMMAND = ("--policy", "--gate", "--space")  # files the client reads 
 STORE_SCHEMES = ("gs", "gcs", "abfs", "abfss", "s3")  # what a member's --data may name through a server: a bucket, never a file there
 UPLOAD = "@upload:"  # the word that stands, in the words sent, for the N-th file sent
 SERVED_UPLOADS = "BURST_SERVED_UPLOADS"  # set in a process the server runs for a member: where that member's files are
+SERVED_COMMIT_USD = "BURST_SERVED_COMMIT_USD"  # ... and what the cluster it makes may commit (reserved for it in the team's month)
 
 
 def split_option(word: str) -> tuple[str, Optional[str]]:

@@ -148,3 +148,55 @@ def test_a_member_s_paths_are_checked_before_the_server_reads_them(group, tmp_pa
     assert status == 200 and answer["rc"] == 2 and "is not a policy (at most 256 KiB)" in answer["stderr"], answer
     assert not (tmp_path / "ran").exists() and not list(server.data.glob("users/*/clusters/*.json"))
     assert not list(server.data.glob("users/*/uploads/*"))
+
+
+def test_twenty_ups_at_the_same_moment_commit_no_more_than_the_team_has(database, tmp_path):
+    """$100 left and twenty `up`s of the team's two members at once, each a cluster whose lease
+    commits $38.40 (4 A100 at $1.20/h for 8 h, the Kubernetes stand-ins as the site): each verb
+    reserves what is left under a lock on the team's row before it starts, so two clusters are made
+    and the other eighteen are refused in one line; at most $100 is committed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.support import kube_site
+
+    fake = tmp_path / "kube"
+    fake.mkdir()
+    kube_site.site_operator(fake)
+    (fake / "namespaces.json").write_text(json.dumps(["physics"]))
+    server = Server(tmp_path, database)
+    suffix = str(free_port())
+    names = {who: f"{who}{suffix}" for who in ("alice", "bob", "carol", "cern", "atlas")}
+    tokens = add_group(database, 100, names)
+    site = tmp_path / "site.yaml"
+    site.write_text(kube_site.SITE % "")
+    server.admin("policy", str(site))
+    server.start(env=kube_site.env(fake))
+    try:
+        def up(i: int) -> dict:
+            who = ("alice", "bob")[i % 2]
+            return server.http("POST", "/v1/verbs/up", tokens[who],
+                               {"args": ["--provider", "kubernetes", "--gpus", "4", "--hours", "8", "--name", f"c{i}"], "files": []})[1]
+
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(up, range(20)))
+        made = [a for a in answers if a["rc"] == 0]
+        refused = [a for a in answers if a["rc"] != 0]
+        assert len(made) == 2, [a["stderr"][-300:] for a in answers]
+        for a in refused:
+            assert a["rc"] == 3 and ("left to commit" in a["stderr"] or "nothing left to spend" in a["stderr"]), a
+            lines = a["stderr"].strip().splitlines()  # the plan's own note (over the run's budget, going ahead) may come first
+            assert len([l for l in lines if not l.startswith("note: ")]) == 1 and "Traceback" not in a["stderr"], a["stderr"]
+        status, costs = server.http("GET", "/v1/costs?by=team", tokens["alice"])
+        (line,) = [l for l in costs["lines"] if l["key"] == names["cern"]]
+        assert line["committed_usd"] + line["spent_usd"] <= 100 and line["committed_usd"] > 76
+        assert len(kube_site.left_on(fake)) == 1 + 6 * 2  # the site's operator and the two clusters' objects, nothing else
+        from sqlalchemy import create_engine, text
+
+        with create_engine(database).connect() as connection:  # every reservation released with its verb
+            assert connection.execute(text("select count(*) from reservations")).scalar() == 0
+        print(f"20 ups at once, $100 left: {len(made)} made, {len(refused)} refused, ${line['committed_usd']:.2f} committed, "
+              f"${line['left_usd']:.2f} left")
+    finally:
+        for who in ("alice", "bob"):
+            server.http("POST", "/v1/verbs/down", tokens[who], {"args": ["--all"], "files": []})
+        server.stop()

@@ -21,7 +21,7 @@ def test_the_default_database_is_sqlite_in_the_server_s_directory_kept_at_alembi
     assert again.returncode != 0 and again.stderr.strip() == ("error: team 'cern' exists already; `burst server admin budget cern --usd N` "
                                                              "changes its budget")
     with sqlite3.connect(data / "burst-server.db") as db:
-        assert db.execute("select version_num from alembic_version").fetchall() == [("0002",)]
+        assert db.execute("select version_num from alembic_version").fetchall() == [("0003",)]
         assert db.execute("select name, monthly_budget_usd from teams").fetchall() == [("cern", 500.0)]
         (digest,) = db.execute("select digest from tokens").fetchone()
     assert digest != made.stdout.strip() and len(digest) == 64
