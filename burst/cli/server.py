@@ -37,11 +37,13 @@ def start(
     key: Annotated[Optional[Path], typer.Option(help="TLS private key (PEM)")] = None,
     insecure_http: Annotated[bool, typer.Option("--insecure-http", help="listen beyond loopback without TLS (a trusted network only)")] = False,
     guard_seconds: Annotated[float, typer.Option(min=0.5, max=3600, help="how often the team budget guard looks at every cluster")] = 5.0,
+    stop_timeout: Annotated[Optional[float], typer.Option(min=1, max=86400, help="seconds a guard's stop of a cluster may take before it is "
+                                                          "ended and tried again (default: the checkpoint reserve and 30 minutes)")] = None,
 ) -> None:
     """Run the server in the foreground: the HTTP API and the team budget guard."""
     from ..server import serve
 
-    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds)
+    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds, stop_timeout)
 
 
 def _sessions(data: Path, db: Optional[str]):

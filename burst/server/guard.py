@@ -2,8 +2,11 @@
 team's (and their own) month and stops them, checkpoint first, before the money is spent.
 
 It acts while a reserve is left, as a run's own guard does: each open cluster's price for the time
-a final checkpoint and a tear-down take. A cluster it stops is marked ``stopped_by`` so that it is
-stopped once; its end is the journal's, when the member's state directory says it went."""
+a final checkpoint and a tear-down take. A cluster it stops is marked ``stopped_by`` so that one
+stop is under way at a time; its end is the journal's, when the member's state directory says it
+went. A stop that has not finished in ``STOP_TIMEOUT_S`` is ended and tried again, and a marked
+cluster with no stop of this server under way (a server killed in the middle of one) is stopped
+again at the next look."""
 
 from __future__ import annotations
 
@@ -32,6 +35,9 @@ def reserve_usd(open_clusters: list[Cluster]) -> float:
     return sum(c.hourly_usd * (CHECKPOINT_RESERVE_S + teardown_seconds(c.provider)) / 3600 for c in open_clusters)
 
 
+#: how long a guard's stop may take: the runs' final checkpoint, then the slowest tear-down (a cloud
+#: stack's destroy), with room; past it the stopper is ended and the next look tries again
+STOP_TIMEOUT_S = CHECKPOINT_RESERVE_S + 30 * 60
 GUARD_LOCK = 0x6275727374  # "burst": the PostgreSQL advisory lock the guarding server holds
 
 
@@ -135,9 +141,12 @@ class TeamGuard:
 
     def __init__(self, sessions: sessionmaker, data_dir: Path, interval_s: float = 5.0,
                  stopper: Optional[Callable[..., bool]] = None, leadership: Optional[Leadership] = None,
-                 keeper: Optional[RunKeeper] = None):
+                 keeper: Optional[RunKeeper] = None, stop_timeout_s: Optional[float] = None):
         self.sessions, self.data_dir, self.interval_s = sessions, data_dir, interval_s
         self.stopper = stopper or stop_as_member
+        self.stop_timeout_s = STOP_TIMEOUT_S if stop_timeout_s is None else stop_timeout_s
+        self._under_way: set[int] = set()  # the clusters this server's stoppers are taking down now
+        self._under_way_lock = threading.Lock()
         self.leadership = leadership
         self.keeper = keeper
         self._stop = threading.Event()
@@ -199,6 +208,8 @@ class TeamGuard:
             self._said.add(damage)
             log.warning(damage)
         running = [c for c in open_clusters if c.stopped_by is None]
+        with self._under_way_lock:  # marked, and no stop of this server under way: one that a stopped server left, or that failed
+            stalled = [c for c in open_clusters if c.stopped_by is not None and c.id not in self._under_way]
         if line.spent_usd + reserve_usd(running) < budget:
             return []
         if holder.held_month != month:
@@ -206,32 +217,49 @@ class TeamGuard:
             db.commit()
         said = []
         reason = f"{whose}'s budget of ${budget:,.2f} this month: ${line.spent_usd:,.2f} spent"
-        for cluster in running:
+        for cluster in running + stalled:
             owner = next(u for u in users if u.id == cluster.user_id)
-            cluster.stopped_by = reason[:200]
+            again = cluster.stopped_by is not None
+            cluster.stopped_by = cluster.stopped_by or reason[:200]
             db.commit()
-            said.append(f"stopping {owner.name}'s cluster {cluster.name} ({cluster.provider}): {reason}")
+            said.append(f"stopping {owner.name}'s cluster {cluster.name} ({cluster.provider}) "
+                        f"{'again (its stop had not finished)' if again else ''}: {reason}".replace(" :", ":"))
+            with self._under_way_lock:
+                self._under_way.add(cluster.id)
             threading.Thread(target=self._stop_one, args=(cluster.id, home_of(self.data_dir, owner.uid), cluster.name, reason, owner.name),
                              daemon=True).start()
         return said
 
     def _stop_one(self, row_id: int, home: Path, name: str, reason: str, owner: str) -> None:
-        """Stop one cluster; one that could not be stopped is unmarked, so that the next look tries again."""
-        if self.stopper(home, name, reason, owner=owner):
-            return
-        with self.sessions() as db:
-            row = db.get(Cluster, row_id)
-            if row is not None and row.ended is None:
-                row.stopped_by = None
-                db.commit()
+        """Stop one cluster; one that could not be stopped in time is unmarked, so that the next look tries again."""
+        try:
+            if self.stopper(home, name, reason, owner=owner, timeout=self.stop_timeout_s):
+                return
+            with self.sessions() as db:
+                row = db.get(Cluster, row_id)
+                if row is not None and row.ended is None:
+                    row.stopped_by = None
+                    db.commit()
+        finally:
+            with self._under_way_lock:
+                self._under_way.discard(row_id)
 
 
-def stop_as_member(home: Path, name: str, reason: str, owner: str = "") -> bool:
+def stop_as_member(home: Path, name: str, reason: str, owner: str = "", timeout: Optional[float] = STOP_TIMEOUT_S) -> bool:
     """``burst.server.act stop`` as the member (their state directory), its words in the server's log
-    under ``OWNER/NAME``; True when it is down."""
-    proc = as_member(home, ["burst.server.act", "stop", name, reason])
+    under ``OWNER/NAME``; True when it is down. One that has not finished in ``timeout`` is ended
+    (interrupted first, so that the tear-down it is in can finish) and counts as not down."""
+    who = f"{owner}/{name}" if owner else name
+    try:
+        proc = as_member(home, ["burst.server.act", "stop", name, reason], timeout)
+    except subprocess.TimeoutExpired as late:
+        for line in ((late.output or "") + (late.stderr or "")).splitlines():
+            log.warning("%s: %s", who, line)
+        log.warning("%s: the stop did not finish in %.0f s and was ended (interrupted, then terminated, then killed); "
+                    "the guard's next look tries again", who, timeout)
+        return False
     for line in (proc.stdout + proc.stderr).splitlines():
-        log.warning("%s: %s", f"{owner}/{name}" if owner else name, line)
+        log.warning("%s: %s", who, line)
     return proc.returncode == 0
 
 

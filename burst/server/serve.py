@@ -46,7 +46,8 @@ def open_database(url: str, engine=None):
 
 
 def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
-          cert: Optional[Path] = None, key: Optional[Path] = None, insecure_http: bool = False, guard_seconds: float = 5.0) -> None:
+          cert: Optional[Path] = None, key: Optional[Path] = None, insecure_http: bool = False, guard_seconds: float = 5.0,
+          stop_timeout_s: Optional[float] = None) -> None:
     import uvicorn
 
     from .app import build
@@ -73,7 +74,7 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     if engine.dialect.name == "postgresql":  # what the controllers it starts for members hold their runs with
         os.environ[run_lock.ENV] = engine.url.render_as_string(hide_password=False)
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine),
-                      keeper=RunKeeper(sessions, data_dir, engine))
+                      keeper=RunKeeper(sessions, data_dir, engine), stop_timeout_s=stop_timeout_s)
     guard.start()
     threading.Thread(target=revive_members, args=(sessions, data_dir), name="revive-members", daemon=True).start()
     scheme = "https" if cert else "http"

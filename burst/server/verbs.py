@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -119,12 +120,38 @@ def sweep_uploads(data_dir: Path, days: float = UPLOADS_KEPT_DAYS) -> int:
     return gone
 
 
+#: how a member process past its time is ended: asked as Ctrl-C is (burst tears down what it made),
+#: then told to end, then killed; each signal to its whole session, with this long to go
+ENDING = ((signal.SIGINT, 30.0), (signal.SIGTERM, 15.0), (signal.SIGKILL, 10.0))
+
+
 def as_member(home: Path, module_args: list[str], timeout: Optional[float] = None, **extra: str) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` as the member: their environment (``member_env``, with ``extra``),
     in their directory, in a session of its own, nothing read from the server's terminal; its
-    output as text. ``subprocess.TimeoutExpired`` past ``timeout``."""
-    return subprocess.run([sys.executable, "-m", *module_args], capture_output=True, text=True, env=member_env(home, **extra), cwd=home,
-                          timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+    output as text. Past ``timeout`` it is ended as ``ENDING`` says and ``subprocess.TimeoutExpired``
+    is raised, with what it had written."""
+    proc = subprocess.Popen([sys.executable, "-m", *module_args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=member_env(home, **extra), cwd=home, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = end(proc)
+        raise subprocess.TimeoutExpired(proc.args, timeout, output=out, stderr=err) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def end(proc: subprocess.Popen) -> tuple[str, str]:
+    """End a member process and its session (``ENDING``); what it wrote."""
+    for sig, grace in ENDING:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            return proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate()
 
 
 def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeout: float = VERB_TIMEOUT_S,
@@ -136,8 +163,9 @@ def run(home: Path, uploads: Path, verb: str, args: list[str], owner: str, timeo
     extra = {SERVED_UPLOADS: str(uploads), OWNER: owner, **({SERVED_COMMIT_USD: f"{commit_usd:.2f}"} if commit_usd is not None else {})}
     try:
         proc = as_member(home, ["burst.cli", verb, *args], timeout, **extra, NO_COLOR="1", COLUMNS="120")
-    except subprocess.TimeoutExpired:
-        return 1, "", f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was stopped\n"
+    except subprocess.TimeoutExpired as late:
+        return 1, late.output or "", (late.stderr or "") + f"burst {verb} did not finish in {timeout / 3600:.1f} h on the server and was ended " \
+                                                        "(interrupted first, so what it made was taken down)\n"
     finally:
         if not keeps_files(verb, args):  # the verb is over and left nothing that reads them: the member's files go
             shutil.rmtree(uploads, ignore_errors=True)

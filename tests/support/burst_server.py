@@ -36,9 +36,9 @@ class Server:
         assert proc.returncode == 0, proc.stderr
         return proc.stdout.strip()
 
-    def start(self, guard_seconds: float = 1.0, env: dict | None = None) -> "Server":
+    def start(self, guard_seconds: float = 1.0, env: dict | None = None, *extra: str) -> "Server":
         self.proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "server", "start", *self._db(), "--data", str(self.data),
-                                      "--port", str(self.port), "--guard-seconds", str(guard_seconds)],
+                                      "--port", str(self.port), "--guard-seconds", str(guard_seconds), *extra],
                                      stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + 60
         while time.time() < deadline:
