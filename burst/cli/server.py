@@ -39,11 +39,13 @@ def start(
     guard_seconds: Annotated[float, typer.Option(min=0.5, max=3600, help="how often the team budget guard looks at every cluster")] = 5.0,
     stop_timeout: Annotated[Optional[float], typer.Option(min=1, max=86400, help="seconds a guard's stop of a cluster may take before it is "
                                                           "ended and tried again (default: the checkpoint reserve and 30 minutes)")] = None,
+    behind_tls_proxy: Annotated[bool, typer.Option("--behind-tls-proxy", help="members reach the server through a TLS proxy you run: "
+                                                   "its cookies are Secure and browsers are told to keep to HTTPS")] = False,
 ) -> None:
     """Run the server in the foreground: the HTTP API and the team budget guard."""
     from ..server import serve
 
-    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds, stop_timeout)
+    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds, stop_timeout, behind_tls_proxy)
 
 
 def _sessions(data: Path, db: Optional[str]):

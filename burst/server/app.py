@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ..errors import BurstError
 from ..values.served import FORWARDED, PROMETHEUS_READS, split_option
-from . import accounts, ledger, money, site_policy, verbs, views, web
+from . import accounts, ledger, limits, money, site_policy, verbs, views, web
 from .database import Cluster, User
 from .guard import stop_as_member
 
@@ -42,7 +42,12 @@ def _ask_prometheus(url: str, form: Optional[bytes], cluster: str) -> Response:
 
 
 def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) -> FastAPI:
+    """The API and the web view; ``secure_cookies``: the server is reached over TLS (its own, or a
+    proxy's its admin names), so cookies are Secure and browsers are told to keep to HTTPS."""
     app = FastAPI(title="burst server", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(limits.BodyLimit)  # before any route, authentication included, reads a body
+    if secure_cookies:
+        app.add_middleware(limits.StrictTransport)
 
     def db() -> Session:
         with sessions() as session:

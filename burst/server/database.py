@@ -16,6 +16,7 @@ from ..errors import BurstError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 ROLES = ("admin", "member")
+MIGRATION_LOCK = 0x6275727375  # the PostgreSQL advisory lock a schema upgrade holds to its transaction's end
 
 
 class Base(DeclarativeBase):
@@ -135,6 +136,8 @@ def upgrade(engine: Engine) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     try:
         with engine.begin() as connection:
+            if engine.dialect.name == "postgresql":  # two servers starting at once upgrade one after the other
+                connection.exec_driver_sql(f"select pg_advisory_xact_lock({MIGRATION_LOCK})")
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
     except Exception as exc:  # noqa: BLE001 - the driver's error, said in one line

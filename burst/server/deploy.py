@@ -51,7 +51,9 @@ def systemd_unit(user: str, data: Path, host: str = "127.0.0.1", port: int = DEF
         "[Service]",
         "Type=simple",
         f"User={user}",
-        f"EnvironmentFile=-{env_file}",
+        # no "-": a missing file stops the start (systemd.exec(5): a "-" prefix ignores a file that does not exist),
+        # where the server would otherwise open an empty SQLite database and guard none of the group's clusters
+        f"EnvironmentFile={env_file}",
         f"ExecStart={shlex.join(command)}",
         "Restart=on-failure",
         # systemd's default (control-group) would stop, with the server, every process it started: the

@@ -45,9 +45,25 @@ def open_database(url: str, engine=None):
     return engine, database.sessions(engine)
 
 
+def _same_group(sessions, data_dir: Path, url: str) -> None:
+    """Refuse to start on a database that is not this data directory's: members' state there and no
+    user in the database (an environment file that was not read leaves --db at its SQLite default)."""
+    from sqlalchemy import func, select
+
+    members = [p for p in (data_dir / "users").glob("*") if p.is_dir()]
+    if not members:
+        return
+    with sessions() as session:
+        users = session.scalar(select(func.count()).select_from(database.User))
+    if not users:
+        raise BurstError(f"{data_dir} holds {len(members)} members' state but database {database.redacted(url)} has no users: "
+                         "this is not the group's database (is BURST_SERVER_DB set? the environment file may not have been read); "
+                         "give --db the group's database")
+
+
 def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           cert: Optional[Path] = None, key: Optional[Path] = None, insecure_http: bool = False, guard_seconds: float = 5.0,
-          stop_timeout_s: Optional[float] = None) -> None:
+          stop_timeout_s: Optional[float] = None, behind_tls_proxy: bool = False) -> None:
     import uvicorn
 
     from .app import build
@@ -64,6 +80,7 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     engine = database.engine_for(url)  # a malformed URL is said before anything is made
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     engine, sessions = open_database(url, engine)
+    _same_group(sessions, data_dir, url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     swept = sweep_uploads(data_dir)
     if swept:
@@ -81,7 +98,7 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     logging.getLogger("burst.server").warning("burst server on %s://%s:%d, database %s, data in %s", scheme, host, port,
                                                database.redacted(db_url or default_db(data_dir)), data_dir)
     try:
-        uvicorn.run(build(sessions, data_dir, secure_cookies=cert is not None), host=host, port=port, ssl_certfile=str(cert) if cert else None,
+        uvicorn.run(build(sessions, data_dir, secure_cookies=cert is not None or behind_tls_proxy), host=host, port=port, ssl_certfile=str(cert) if cert else None,
                     ssl_keyfile=str(key) if key else None, log_level="warning", timeout_graceful_shutdown=STOP_GRACE_S)
     finally:
         guard.close()

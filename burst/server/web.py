@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,11 +23,12 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
 from .. import workloads
 from ..errors import BurstError
 from ..home.state import ClusterHandle, RunRecord
-from . import accounts, money, verbs, views
+from . import accounts, limits, money, verbs, views
 from .database import User, WebSession
 from .guard import stop_as_member
 from .money_chart import month_chart
@@ -43,7 +45,7 @@ HEADERS = {  # no page of the view may be framed, sniffed or run a script from e
     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin", "Cache-Control": "no-store"}
 
 
-REFUSALS = {400: "Not understood", 401: "Signed out", 403: "Not yours", 404: "Not found", 502: "Not done"}
+REFUSALS = {400: "Not understood", 401: "Signed out", 403: "Not yours", 404: "Not found", 413: "Too large", 502: "Not done"}
 
 
 class SignIn(Exception):
@@ -52,6 +54,7 @@ class SignIn(Exception):
 
 def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Callable, secure_cookies: bool = False) -> None:
     """The view's pages and actions on ``app``; ``stoppable``: the API's rule for who may stop a cluster."""
+    sign_ins = limits.SignInLimit()
     live_cache: dict[str, tuple[float, dict]] = {}
     stopping: dict[tuple[str, str], str] = {}  # (owner, cluster) -> who asked, while a stop goes on in the background
     cache_lock = threading.Lock()
@@ -77,10 +80,21 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         """The view's refusals (403, 404, ...) as a page with its header; the API's stay JSON, as FastAPI says them."""
         if not request.url.path.startswith(("/ui/", "/signin", "/signout")):
             return await http_exception_handler(request, exc)
-        with sessions() as session:
-            who = accounts.web_session(session, request.cookies.get(COOKIE))
+        who = await run_in_threadpool(_session_of, request.cookies.get(COOKIE))
         return page("error.html", who, status=exc.status_code, title=REFUSALS.get(exc.status_code, "Refused"), message=str(exc.detail),
                     signed_in=who is not None)
+
+    def _session_of(cookie: Optional[str]):
+        with sessions() as session:
+            return accounts.web_session(session, cookie)
+
+    def _open_session(token: str):
+        with sessions() as session:
+            return accounts.open_web_session(session, token)
+
+    def _close_session(cookie: Optional[str]) -> None:
+        with sessions() as session:
+            accounts.close_web_session(session, cookie)
 
     def page(template: str, who: Optional[tuple[User, WebSession]], status: int = 200, **values) -> HTMLResponse:
         user, web = who if who else (None, None)
@@ -105,9 +119,13 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
 
     @app.post("/signin", include_in_schema=False)
     async def sign_in(request: Request) -> Response:
+        if not limits.same_origin(request.headers, request.headers.get("host", "")):
+            raise HTTPException(403, "a sign-in is posted from this server's own sign-in page, not from another site")
+        if not sign_ins.allows(request.client.host if request.client else "?"):
+            return page("signin.html", None, status=429, title="Sign in", error="Too many sign-ins from here in the last minute: "
+                                                                                   "wait a minute and try again.")
         form = await form_of(request, None)
-        with sessions() as session:
-            opened = accounts.open_web_session(session, form.get("token", "").strip())
+        opened = await run_in_threadpool(_open_session, form.get("token", "").strip())
         if opened is None:
             return page("signin.html", None, status=401, title="Sign in", error="That token does not let you in (unknown, revoked or "
                                                                                    "expired): ask an admin for a new one.")
@@ -120,8 +138,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     @app.post("/signout", include_in_schema=False)
     async def sign_out(request: Request, who=Depends(signed_in)) -> Response:
         await form_of(request, who[1])
-        with sessions() as session:
-            accounts.close_web_session(session, request.cookies.get(COOKIE))
+        await run_in_threadpool(_close_session, request.cookies.get(COOKIE))
         response = RedirectResponse("/signin", status_code=303, headers=HEADERS)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -160,9 +177,12 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
     @app.post("/ui/clusters/{owner}/{name}/stop", include_in_schema=False)
     async def stop_cluster(owner: str, name: str, request: Request, who=Depends(signed_in)) -> Response:
         await form_of(request, who[1])
-        with sessions() as session:
-            whose = stoppable(session, who[0], owner, name)
-            uid = whose.uid
+
+        def owner_uid() -> str:
+            with sessions() as session:
+                return stoppable(session, who[0], owner, name).uid
+
+        uid = await run_in_threadpool(owner_uid)
         key = (owner, name)
         if key not in stopping:
             stopping[key] = who[0].name
@@ -245,17 +265,24 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
         if action not in ("cancel", "resume"):
             raise HTTPException(404, f"no action {action!r} for a run")
         await form_of(request, who[1])
-        with sessions() as session:
-            owner, record = visible_run(session, who[0], run_id)
-            acting_on(who[0], owner)
-        home = verbs.home_of(data_dir, owner.uid)
-        if action == "cancel":
-            proc = verbs.as_member(home, ["burst.server.peek", "cancel", run_id], views.PEEK_TIMEOUT_S)
-            said = (proc.stdout + proc.stderr).strip()
-        else:  # the owner's own verb, held to their team's money, in the background: it follows the run to its end
+
+        def act() -> str:  # off the event loop: the database, and a member process that may take a minute
+            with sessions() as session:
+                owner, record = visible_run(session, who[0], run_id)
+                acting_on(who[0], owner)
+            home = verbs.home_of(data_dir, owner.uid)
+            if action == "cancel":
+                try:
+                    proc = verbs.as_member(home, ["burst.server.peek", "cancel", run_id], views.PEEK_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    return f"the run's cluster did not answer in {views.PEEK_TIMEOUT_S:.0f} s; try again"
+                return (proc.stdout + proc.stderr).strip()
+            # the owner's own verb, held to their team's money, in the background: it follows the run to its end
             args = [record.workload, "--resume", run_id, "--cluster", record.cluster, "--detach"]
             rc, out, err = views.run_verb(sessions, data_dir, owner, "train", args, [])
-            said = (out + err).strip() or f"burst train exited {rc}"
+            return (out + err).strip() or f"burst train exited {rc}"
+
+        said = await run_in_threadpool(act)
         with cache_lock:
             live_cache.pop(run_id, None)
         return page("done.html", who, title=f"{action.title()} run {run_id}", said=said, back=f"/ui/runs/{quote(run_id)}")
@@ -287,7 +314,7 @@ def mount(app: FastAPI, sessions: sessionmaker, data_dir: Path, stoppable: Calla
             return page("plan.html", who, status=400, title="Plan", workload=workload, policy=policy, flags=flags, result=None, error=str(exc))
         args = [workload, *words, "--json"] + (["--policy", "@upload:0"] if policy.strip() else [])
         try:
-            rc, out, err = views.run_verb(sessions, data_dir, who[0], "plan", args, [policy] if policy.strip() else [])
+            rc, out, err = await run_in_threadpool(views.run_verb, sessions, data_dir, who[0], "plan", args, [policy] if policy.strip() else [])
         except BurstError as exc:
             rc, out, err = 2, "", str(exc)
         result = None

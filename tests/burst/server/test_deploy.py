@@ -62,7 +62,7 @@ def test_the_systemd_unit_starts_a_server_that_answers(tmp_path):
     proc = burst("server", "deploy", "systemd", "--user", "burst", "--data", str(tmp_path / "srv"), "--port", str(port))
     assert proc.returncode == 0, proc.stderr
     unit = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    assert unit["User"] == "burst" and unit["Restart"] == "on-failure" and unit["EnvironmentFile"] == "-/etc/burst/server.env"
+    assert unit["User"] == "burst" and unit["Restart"] == "on-failure" and unit["EnvironmentFile"] == "/etc/burst/server.env"  # a missing file stops the start
     assert unit["KillMode"] == "process"  # stopping the server leaves the members' controllers and clusters running
     server = subprocess.Popen(shlex.split(unit["ExecStart"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:

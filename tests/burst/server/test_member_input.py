@@ -200,3 +200,70 @@ def test_twenty_ups_at_the_same_moment_commit_no_more_than_the_team_has(database
         for who in ("alice", "bob"):
             server.http("POST", "/v1/verbs/down", tokens[who], {"args": ["--all"], "files": []})
         server.stop()
+
+
+def _raw(url: str, path: str, body: bytes, headers: dict) -> tuple[int, dict, bytes]:
+    """One POST, its redirect not followed: the status, the headers (lower-case names) and the body."""
+    import http.client
+
+    host, port = url.split("//", 1)[1].split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", path, body=body, headers=headers)
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        connection.close()
+
+
+def _says_length(server: Server, path: str, length: int) -> str:
+    """What the server answers a request that says its body is ``length`` bytes and sends none of it."""
+    host, port = server.url.split("//", 1)[1].split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode())
+        answer = b""
+        while b"}" not in answer:  # the head, then the JSON body
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+        return answer.decode(errors="replace")
+
+
+def test_what_anyone_may_send_before_signing_in_is_small_slow_and_from_the_server_s_own_pages(tmp_path):
+    """No token needed for any of it: bodies over their path's cap are refused before any route reads
+    them, a sign-in posted from another site is refused, sign-ins from one address are limited to
+    ten a minute; behind a TLS proxy the admin names, cookies are Secure and browsers keep to HTTPS."""
+    server = Server(tmp_path)
+    server.admin("team", "cern")
+    token = server.admin("user", "alice", "--team", "cern")
+    server.start(1.0, None, "--behind-tls-proxy")
+    try:
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        assert _says_length(server, "/signin", 100_000).startswith("HTTP/1.1 413")
+        answer = _says_length(server, "/v1/verbs/plan", 6_000_000)  # before the token is asked for (that would be 401)
+        assert answer.startswith("HTTP/1.1 413") and "more than this path takes" in answer
+        host = server.url.split("//", 1)[1]
+        status, _, _ = _raw(server.url, "/signin", f"token={token}".encode(), {**form, "Origin": "https://evil.example", "Host": host})
+        assert status == 403
+        status, headers, _ = _raw(server.url, "/signin", f"token={token}".encode(), {**form, "Origin": f"http://{host}"})
+        assert status in (200, 303) and "secure" in headers.get("set-cookie", "").lower().replace("samesite", "")
+        assert headers.get("strict-transport-security") == "max-age=31536000"
+        tried = [_raw(server.url, "/signin", b"token=burst_wrong", form)[0] for _ in range(11)]
+        assert tried[:9] == [401] * 9 and tried[-1] == 429  # the good sign-in above was the first of the ten
+    finally:
+        server.stop()
+
+
+def test_a_server_whose_database_is_not_its_data_directory_s_refuses_to_start(tmp_path):
+    """The members' state is there but the database has no users (the environment file naming the
+    group's PostgreSQL was not read, so the default SQLite one was opened): one line, no server."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "server-data"
+    (data / "users" / "a1b2c3d4" / "clusters").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "burst.cli", "server", "start", "--data", str(data), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "holds 1 members' state but database" in _one_line(proc.stderr)
+    assert "is BURST_SERVER_DB set?" in proc.stderr
