@@ -61,20 +61,32 @@ def logout() -> bool:
     return found
 
 
+class _KeepsTheToken(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would send the token (``Authorization``) to wherever it
+    points, another host included; the answer is said as the server gave it."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 def call(login: Login, method: str, path: str, body: Optional[dict] = None, timeout: float = TIMEOUT_S) -> dict:
     """One request to the server, its JSON answer; a refusal, an error or no answer is one line."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(login.url + path, data=data, method=method,
                                      headers={"Authorization": f"Bearer {login.token}", "Content-Type": "application/json"})
     context = ssl.create_default_context(cafile=login.ca_file) if login.url.startswith("https://") else None
+    opener = urllib.request.build_opener(_KeepsTheToken, urllib.request.HTTPSHandler(context=context))
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as answer:
+        with opener.open(request, timeout=timeout) as answer:
             return json.loads(answer.read() or b"{}")
     except urllib.error.HTTPError as exc:
         detail = _detail(exc)
         if exc.code == 401:
             raise BurstError(f"the burst server at {login.url} refused the token ({detail}): ask an admin for a new one and "
                              "`burst login URL` again", exit_code=1) from None
+        if 300 <= exc.code < 400:
+            raise BurstError(f"the burst server at {login.url} answered a redirect ({exc.code}) to {exc.headers.get('Location', '?')}: "
+                             "burst does not send your token on to another address; `burst login` the server's own", exit_code=1) from None
         raise BurstError(f"the burst server at {login.url} answered {exc.code}: {detail}", exit_code=1) from None
     except (http.client.HTTPException, ConnectionError) as exc:
         # sent, then no answer: the server (or the way to it) died while it ran the request, which

@@ -5,8 +5,11 @@ view (``web``) is served beside it, on the same rules."""
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 from typing import Annotated, Optional
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Response
@@ -26,14 +29,41 @@ class VerbCall(BaseModel):
     files: list[Annotated[str, Field(max_length=1_000_000)]] = Field(default_factory=list, max_length=4)
 
 
+_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def prometheus_read_path(path: str) -> bool:
+    """Whether ``path`` (under ``/api/v1/``, decoded) is one of Prometheus' read endpoints, exactly:
+    ``query``, ``series``, ... , ``label/NAME/values``, ``targets/metadata``, ``status/WHAT``; no
+    empty, ``.`` or ``..`` segment, which Prometheus would clean into another endpoint."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts) or "\\" in path or "%" in path:
+        return False
+    if parts[0] not in PROMETHEUS_READS:
+        return False
+    if parts[0] == "label":
+        return len(parts) == 3 and bool(_LABEL.fullmatch(parts[1])) and parts[2] == "values"
+    if parts[0] == "status":
+        return len(parts) == 2 and parts[1] in ("config", "flags", "runtimeinfo", "buildinfo", "tsdb", "walreplay")
+    if parts[0] == "targets":
+        return len(parts) == 1 or parts[1:] == ["metadata"]
+    return len(parts) == 1
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as it is (Prometheus redirects a path it cleans): never followed."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 def _ask_prometheus(url: str, form: Optional[bytes], cluster: str) -> Response:
     """One request to a cluster's Prometheus on this machine's loopback: its answer as it gave it."""
     import urllib.error
-    import urllib.request
 
     request = urllib.request.Request(url, data=form, headers={"Content-Type": "application/x-www-form-urlencoded"} if form is not None else {})
     try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
+        with urllib.request.build_opener(_NoRedirect).open(request, timeout=30) as answer:
             return Response(answer.read(), status_code=answer.status, media_type="application/json")
     except urllib.error.HTTPError as exc:  # a bad query: Prometheus' own answer, its status with it
         return Response(exc.read(), status_code=exc.code, media_type="application/json")
@@ -145,10 +175,10 @@ def build(sessions: sessionmaker, data_dir: Path, secure_cookies: bool = False) 
         targets; never its admin or write API. POST too, with its form (Grafana's default method)."""
         import asyncio
 
-        if path.split("/")[0] not in PROMETHEUS_READS:
+        if not prometheus_read_path(path):
             raise HTTPException(404, f"/api/v1/{path}: only Prometheus' read API is passed on ({', '.join(PROMETHEUS_READS)})")
         mon = await asyncio.to_thread(monitor_of, session, member, owner, name)
-        url = f"{mon.url}/api/v1/{path}" + (f"?{request.url.query}" if request.url.query else "")
+        url = f"{mon.url}/api/v1/{quote(path, safe='/')}" + (f"?{request.url.query}" if request.url.query else "")
         form = await request.body() if request.method == "POST" else None
         return await asyncio.to_thread(_ask_prometheus, url, form, name)
 

@@ -267,3 +267,49 @@ def test_a_server_whose_database_is_not_its_data_directory_s_refuses_to_start(tm
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "holds 1 members' state but database" in _one_line(proc.stderr)
     assert "is BURST_SERVER_DB set?" in proc.stderr
+
+
+def test_the_client_never_sends_its_token_on_to_where_a_redirect_points(tmp_path, monkeypatch):
+    """A server (or whatever answers at its address) that redirects: the client says where to, in one
+    line, and the address it points at never sees the member's token."""
+    from burst.client import server as client
+    from burst.errors import BurstError
+    from tests.support.http_stub import Answering, serve
+
+    heard = []
+
+    class Elsewhere(Answering):
+        def do_GET(self):
+            heard.append(self.headers.get("Authorization"))
+            self.reply(200, b"{}")
+
+    elsewhere = serve(Elsewhere)
+
+    class Redirecting(Answering):
+        def do_GET(self):
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_port}/v1/me")
+            self.end_headers()
+
+    redirecting = serve(Redirecting)
+    try:
+        login = client.Login(f"http://127.0.0.1:{redirecting.server_port}", "burst_secret-token", None)
+        with pytest.raises(BurstError, match="answered a redirect \\(302\\) to http://127.0.0.1:.*does not send your token on"):
+            client.call(login, "GET", "/v1/me")
+        assert heard == []
+    finally:
+        redirecting.shutdown()
+        elsewhere.shutdown()
+
+
+@pytest.mark.parametrize("path, passed", [
+    ("query", True), ("query_range", True), ("label/job/values", True), ("status/buildinfo", True), ("targets/metadata", True),
+    ("query/../admin/tsdb/delete_series", False), ("query/..", False), ("label/../../admin/tsdb/snapshot", False),
+    ("admin/tsdb/snapshot", False), ("write", False), ("query//x", False), ("label/job", False), ("status/../query", False),
+    ("query%2f..%2fadmin", False), ("series/extra", False)])
+def test_only_prometheus_read_endpoints_are_passed_on_exactly(path, passed):
+    """A member's monitor path is one read endpoint, or 404: a ``..`` that Prometheus would clean
+    into its admin or write API never reaches it."""
+    from burst.server.app import prometheus_read_path
+
+    assert prometheus_read_path(path) is passed
