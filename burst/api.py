@@ -594,8 +594,8 @@ class StagedDataset(BaseModel):
     usd_per_month: Optional[float]  # None: a directory or a site claim, not billed by a cloud
 
 
-def _known_stores() -> list[str]:
-    """Every store a recorded cluster or run uses, once each."""
+def known_stores() -> list[str]:
+    """Every store a recorded cluster or run uses, once each (the stores that are this user's own)."""
     damaged: list[Damaged] = []
     uris = [h.storage_uri for h in state.load_all(ClusterHandle, damaged)] + [r.storage_uri for r in state.load_all(RunRecord, damaged)]
     return list(dict.fromkeys(u for u in uris if u))
@@ -616,7 +616,7 @@ def datasets(stores: Optional[list[str]] = None) -> list[StagedDataset]:
     from .client import datasets as staged
 
     out = []
-    for store in stores or _known_stores():
+    for store in stores or known_stores():
         try:
             out += [_staged(e) for e in staged.listed(store)]
         except OSError as exc:

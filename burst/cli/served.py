@@ -166,6 +166,13 @@ def check_paths(group, ctx) -> None:
             if not _in_a_store(value):
                 raise BurstError(f"--storage {value}: through a burst server, a store is a bucket URI (gs://, abfs://), not a directory "
                                  "of the server's; without --storage your runs keep their files in your own directory there")
+        elif option == "--store" and words[0] == "datasets":
+            value = inline if inline is not None else next(rest, "")
+            from ..api import known_stores
+
+            if value not in known_stores():
+                raise BurstError(f"--store {value}: through a burst server, `burst datasets` looks at and removes from your own stores "
+                                 "only (those your clusters and runs use; `burst datasets` without --store lists them)")
         elif option == "--data":
             value = inline if inline is not None else next(rest, "")
             if not _in_a_store(value):

@@ -143,6 +143,11 @@ def test_a_member_s_paths_are_checked_before_the_server_reads_them(group, tmp_pa
         status, answer = server.http("POST", "/v1/verbs/up", tokens["alice"], {"args": args, "files": []})
         assert status == 200 and answer["rc"] == 2 and said in answer["stderr"], (args, answer)
         assert time.monotonic() - started < 30  # /dev/zero is never read
+    # another member's store (a directory of the server's, or a bucket) is not looked at, nor removed from
+    for store in (str(server.data / "users"), "gs://someone-elses-bucket"):
+        for args in (["--store", store], ["--store", store, "--remove", "0" * 64]):
+            status, answer = server.http("POST", "/v1/verbs/datasets", tokens["alice"], {"args": args, "files": []})
+            assert answer["rc"] != 0 and "looks at and removes from your own stores only" in answer["stderr"], (args, answer)
     # a policy the member sent, but larger than any policy, is refused before it is parsed
     status, answer = server.http("POST", "/v1/verbs/plan", tokens["alice"], {"args": ["--policy", "@upload:0"], "files": ["#" * 300_000]})
     assert status == 200 and answer["rc"] == 2 and "is not a policy (at most 256 KiB)" in answer["stderr"], answer
