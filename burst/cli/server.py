@@ -41,11 +41,14 @@ def start(
                                                           "ended and tried again (default: the checkpoint reserve and 30 minutes)")] = None,
     behind_tls_proxy: Annotated[bool, typer.Option("--behind-tls-proxy", help="members reach the server through a TLS proxy you run: "
                                                    "its cookies are Secure and browsers are told to keep to HTTPS")] = False,
+    lock_db: Annotated[Optional[str], typer.Option("--lock-db", envvar="BURST_SERVER_LOCK_DB", help="PostgreSQL: the URL of a role that may "
+                                                   "only connect, which members' managed runs hold their locks with (default: one the "
+                                                   "server makes, if its role may create roles)")] = None,
 ) -> None:
     """Run the server in the foreground: the HTTP API and the team budget guard."""
     from ..server import serve
 
-    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds, stop_timeout, behind_tls_proxy)
+    serve.start(data.expanduser(), db, host, port, cert, key, insecure_http, guard_seconds, stop_timeout, behind_tls_proxy, lock_db)
 
 
 def _sessions(data: Path, db: Optional[str]):

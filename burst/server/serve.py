@@ -63,7 +63,7 @@ def _same_group(sessions, data_dir: Path, url: str) -> None:
 
 def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           cert: Optional[Path] = None, key: Optional[Path] = None, insecure_http: bool = False, guard_seconds: float = 5.0,
-          stop_timeout_s: Optional[float] = None, behind_tls_proxy: bool = False) -> None:
+          stop_timeout_s: Optional[float] = None, behind_tls_proxy: bool = False, lock_db: Optional[str] = None) -> None:
     import uvicorn
 
     from .app import build
@@ -88,8 +88,16 @@ def start(data_dir: Path, db_url: Optional[str] = None, host: str = "127.0.0.1",
     freed = release_dead_reservations(sessions, VERB_TIMEOUT_S)
     if freed:
         logging.getLogger("burst.server").warning("released %d reservations of verbs a stopped server left", freed)
-    if engine.dialect.name == "postgresql":  # what the controllers it starts for members hold their runs with
-        os.environ[run_lock.ENV] = engine.url.render_as_string(hide_password=False)
+    os.environ.pop(run_lock.ENV, None)
+    if engine.dialect.name == "postgresql":  # what the controllers it starts for members hold their runs with: never its own role
+        lock_url = run_lock.lock_role_url(engine, data_dir, lock_db)
+        if lock_url is not None:
+            os.environ[run_lock.ENV] = lock_url
+        else:
+            logging.getLogger("burst.server").warning(
+                "the database role may not create the members' run-lock role: managed runs are held by file locks alone, which do not hold "
+                "across machines; create a role that may only connect (CREATE ROLE %s LOGIN PASSWORD '...'; GRANT CONNECT ON DATABASE ... "
+                "TO %s) and give its URL as --lock-db", run_lock.LOCK_ROLE, run_lock.LOCK_ROLE)
     guard = TeamGuard(sessions, data_dir, interval_s=guard_seconds, leadership=Leadership(engine),
                       keeper=RunKeeper(sessions, data_dir, engine), stop_timeout_s=stop_timeout_s)
     guard.start()

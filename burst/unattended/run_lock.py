@@ -8,8 +8,10 @@ the database frees it when that connection ends, at once for a killed process an
 So two controllers never both control one run, and a server that finds a run's lock free knows its
 controller is gone wherever it ran (``burst.server.guard.RunKeeper`` then starts one).
 
-The server hands its database to the processes it runs for members in ``ENV``; with SQLite (one
-server, one machine) there is none and the file lock alone decides.
+The server hands the processes it runs for members a database role that can take advisory locks
+and nothing else (``lock_role_url``: CONNECT on the database, no table of burst's granted), in
+``ENV``, never its own; with SQLite (one server, one machine) there is none and the file lock
+alone decides.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import threading
 from typing import Callable, Optional
 
 ENV = "BURST_RUN_LOCK_DB"
+LOCK_ROLE = "burst_run_locks"  # the role members' controllers hold their runs' locks as
+LOCK_URL_FILE = "run-locks.url"  # under the server's data directory: that role's URL, made once
 CHECK_S = 5.0  # how often a controller makes sure its hold is still there
 # the database drops a connection whose machine stopped answering after idle + interval * count seconds
 KEEPALIVE = {"idle": 10, "interval": 5, "count": 3}
@@ -121,3 +125,33 @@ def free(connection, run_id: str) -> bool:
     got = bool(connection.exec_driver_sql(f"select pg_try_advisory_xact_lock({key_of(run_id)})").scalar())
     connection.rollback()
     return got
+
+
+def lock_role_url(engine, data_dir, given: Optional[str] = None) -> Optional[str]:
+    """The URL members' processes hold run locks with: ``given`` (an admin's role), else the one this
+    server made before (``LOCK_URL_FILE``), else a role made now, which may connect and take
+    advisory locks and is granted nothing else (it needs CREATEROLE of the server's role). None
+    when none can be made: members' controllers then hold their runs by file lock alone."""
+    import secrets
+    from pathlib import Path
+
+    kept = Path(data_dir) / LOCK_URL_FILE
+    if given:
+        return given
+    if kept.is_file():
+        return kept.read_text().strip()
+    password = secrets.token_hex(24)  # hex: nothing in it needs quoting in the statements below
+    database = engine.url.database
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+            exists = connection.exec_driver_sql(f"select 1 from pg_roles where rolname = '{LOCK_ROLE}'").scalar()
+            verb = "alter" if exists else "create"
+            connection.exec_driver_sql(f"{verb} role {LOCK_ROLE} with login nosuperuser nocreatedb nocreaterole noinherit password '{password}'")
+            connection.exec_driver_sql(f'grant connect on database "{database}" to {LOCK_ROLE}')
+    except Exception:  # noqa: BLE001 - the server's role may not make roles: said by the caller
+        return None
+    url = engine.url.set(username=LOCK_ROLE, password=password).render_as_string(hide_password=False)
+    from ..home.records import write_text_atomic
+
+    write_text_atomic(kept, url + "\n", private=True)
+    return url

@@ -259,6 +259,7 @@ def test_of_two_servers_on_one_database_one_guards_the_money_and_the_other_takes
         first.admin("policy", str(policy))
         up = burst("up", "--provider", "local", "--name", "k8s", "--cpus", "1", home=homes["bob"], cwd=tmp_path)
         assert up.returncode == 0, up.stderr
+        _holds_no_server_secret(first)
         os.killpg(first.proc.pid, signal.SIGKILL)  # the guarding server dies at once: its database connection, and lock, with it
         first.proc.wait()
         wait_for(lambda: "the team budget guard runs in this server" in second.log.read_text(), 30, "the second server to take over")
@@ -562,6 +563,29 @@ def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, h
     _, err = cli.communicate(timeout=60)
     assert cli.returncode == 1 and len(err.strip().splitlines()) == 1 and "went away before it answered" in err, err
     census.assert_none_left(before, exempt_roots={server.proc.pid, second.proc.pid})
+
+
+def _holds_no_server_secret(server: Server) -> None:
+    """Every process the server runs for its members (the cluster's keeper and Ray's, here) has the
+    run-lock role's URL, which may take advisory locks and read nothing, and never the server's own
+    database URL."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    members = [p for p in psutil.process_iter(["environ"]) if str(server.data / "users") in ((p.info["environ"] or {}).get("BURST_HOME") or "")]
+    assert members, "no member process to look at"
+    server_url = make_url(server.db)
+    for p in members:
+        env = p.info["environ"]
+        assert all(server.db not in v and server_url.render_as_string(hide_password=False) not in v for v in env.values()), p
+        assert make_url(env["BURST_RUN_LOCK_DB"]).username == "burst_run_locks"
+    locks = create_engine(members[0].info["environ"]["BURST_RUN_LOCK_DB"])
+    with locks.connect() as connection:
+        assert connection.execute(text("select pg_try_advisory_lock(42)")).scalar() is True
+    for table in ("users", "tokens", "teams", "clusters", "reservations"):
+        with locks.connect() as connection, pytest.raises(Exception, match="permission denied"):
+            connection.execute(text(f"select * from {table}"))
+    locks.dispose()
 
 
 def prometheus_read(server: Server, owner: str, cluster: str, promql: str):
