@@ -643,12 +643,12 @@ BREAKS = [
     Break("ups-at-once-reserve-nothing", "burst/server/views.py",
           (("                if left is not None and verb in RESERVING:\n", "                if False:\n"),),
           ("tests/burst/server/test_member_input.py::test_twenty_ups_at_the_same_moment_commit_no_more_than_the_team_has",),
-          "two members' ups at the same moment are each given all that is left, and commit it twice", fast=True),
+          "two members' ups at the same moment are each given all that is left, and commit it twice"),  # 29 s: weekly
     Break("a-stop-a-dead-server-left-is-never-tried-again", "burst/server/guard.py",
           (("            stalled = [c for c in open_clusters if c.stopped_by is not None and c.id not in self._under_way]",
             "            stalled = []"),),
           ("tests/burst/server/test_stops.py::test_a_server_killed_in_the_middle_of_a_stop_stops_the_cluster_at_its_first_look_when_it_is_back",),
-          "a cluster whose stop a killed server left half done bills to its lease", fast=True),
+          "a cluster whose stop a killed server left half done bills to its lease"),  # 69 s (its test waits a minute): weekly
     Break("a-pinned-target-ignores-the-price-cap", "burst/placement/planner.py",
           (('    return [c for c in out if asked.admits(c, "price")], asked', "    return out, asked"),),
           ("tests/burst/placement/test_filters.py::test_every_field_is_honoured_pinned_and_planned",),
