@@ -115,9 +115,9 @@ def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, ar
     finally:
         with sessions() as after:
             if reservation is not None:  # the verb is over: what it made is in the journal, or nothing was
-                session_reservation = after.get(Reservation, reservation.id)
-                if session_reservation is not None:
-                    after.delete(session_reservation)
+                row = after.get(Reservation, reservation.id)
+                if row is not None:
+                    after.delete(row)
                     after.commit()
             ledger.sync(after, after.get(User, member.id), home)
     return rc, out, err
@@ -135,7 +135,7 @@ def _held(sessions: sessionmaker, data_dir: Path, member: User, home: Path, verb
     waited_until = time.monotonic() + RESERVATION_WAIT_S
     while True:
         with sessions() as session:
-            for mate in session.scalars(select(User).where(User.team_id == member.team_id)):
+            for mate in list(session.scalars(select(User).where(User.team_id == member.team_id))):
                 ledger.sync(session, mate, verbs.home_of(data_dir, mate.uid))  # a reservation whose cluster is in the journal goes
             with money_lock(session, member.team_id, data_dir):
                 left, whose = left_usd(session, member)

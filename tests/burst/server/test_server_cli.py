@@ -28,6 +28,46 @@ def test_the_default_database_is_sqlite_in_the_server_s_directory_kept_at_alembi
     assert (data.stat().st_mode & 0o777) == 0o700
 
 
+def test_an_imported_record_names_no_file_of_the_server_and_no_link_is_copied(tmp_path):
+    """A member's ~/.burst handed to an admin is the member's word: a cluster record whose token is a
+    server file, a run whose storage is another member's directory, a link among a cluster's files;
+    none of it comes in, each said in one line, and the admin's import goes on with the rest."""
+    import os
+
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+
+    data = tmp_path / "srv"
+    assert server("admin", "team", "cern", data=data).returncode == 0
+    assert server("admin", "user", "alice", "--team", "cern", data=data).returncode == 0
+    assert server("admin", "user", "bob", "--team", "cern", data=data).returncode == 0
+    secret = data / "server.env"
+    secret.write_text("BURST_SERVER_DB=postgresql+psycopg://burst:hunter2@db/burst\n")
+    source = tmp_path / "laptop-home"
+    before = os.environ.get("BURST_HOME")
+    os.environ["BURST_HOME"] = str(source)
+    try:
+        state.save(RunRecord(run_id="gan3d-20261101-100000-aaaa", workload="gan3d", cluster="site", provider="slurm", state="SUCCEEDED",
+                             storage_uri=str(data / "users")))
+        state.save(RunRecord(run_id="gan3d-20261101-120000-cccc", workload="gan3d", cluster="site", provider="slurm", state="SUCCEEDED"))
+        state.save(ClusterHandle(name="site", provider="slurm", cluster_id="s1", hourly_usd=2.5, token_path=str(secret),
+                                 storage_uri=str(source / "clusters" / "site")))
+        state.save(ClusterHandle(name="k8s", provider="kubernetes", cluster_id="k1", hourly_usd=1.0, storage_uri="gs://alices-bucket"))
+        os.symlink(secret, state.cluster_dir("k8s") / "auth_token")
+    finally:
+        os.environ.pop("BURST_HOME") if before is None else os.environ.__setitem__("BURST_HOME", before)
+    proc = server("admin", "import", "alice", "--from", str(source), data=data)
+    assert proc.returncode == 0, proc.stderr
+    said = proc.stderr
+    assert f"run gan3d-20261101-100000-aaaa: its record names storage_uri {data / 'users'}, outside the member's directory" in said
+    assert f"cluster site: its record names token_path {secret}, outside the member's directory and the site's storage" in said
+    assert "run gan3d-20261101-120000-cccc (SUCCEEDED) imported" in said and "cluster k8s (kubernetes, $1.00/h) imported" in said
+    homes = [h for h in (data / "users").iterdir() if (h / "clusters").exists()]
+    assert len(homes) == 1 and not (homes[0] / "clusters" / "site.json").exists()
+    assert not (homes[0] / "clusters" / "k8s" / "auth_token").exists()  # the link was left out, not followed
+    assert not any("hunter2" in p.read_text(errors="replace") for p in homes[0].rglob("*") if p.is_file())
+
+
 def test_bad_input_to_the_server_is_one_line(tmp_path):
     cases = [
         (("start", "--host", "0.0.0.0"), "--host 0.0.0.0 listens beyond this machine"),
@@ -83,6 +123,9 @@ def test_a_member_s_own_state_is_imported_but_nothing_still_controlled_on_their_
     data = tmp_path / "srv"
     assert server("admin", "team", "cern", data=data).returncode == 0
     assert server("admin", "user", "alice", "--team", "cern", data=data).returncode == 0
+    site = tmp_path / "site.yaml"  # the site's shared disk, where the slurm cluster's storage is, is the admins' word
+    site.write_text("onprem: {scheduler: slurm, accelerator: V100, gpus: 8, storage: /shared/burst}\n")
+    assert server("admin", "policy", str(site), data=data).returncode == 0
     proc = server("admin", "import", "alice", "--from", str(source), data=data)
     assert proc.returncode == 0, proc.stderr
     said = proc.stderr
