@@ -8,7 +8,8 @@ every verb a member runs through the server is planned under that policy. A memb
 can only choose among what it allows and narrow it (objective, deadline, a lower budget, a subset
 of providers, regions and accelerators, a preemptible preference, ...); any other field is refused
 in one line that names it, before anything is planned. With no site policy written, the site's
-policy is burst's packaged default.
+policy is burst's packaged default. ``local`` (this machine: through a server, the server's own)
+is a member's target only where the admins list it in the site's providers.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ def path(data_dir: Path) -> Path:
 
 
 def site_document(data_dir: Path) -> dict:
-    """The site's policy as its admins wrote it (checked when written), else the packaged default."""
+    """The site's policy as its admins wrote it (checked when written), else the packaged default
+    without this machine (the server's, through a server: see ``_site_providers``)."""
     written = path(data_dir)
-    text = written.read_text() if written.is_file() else policy_mod.DEFAULT_POLICY.read_text()
-    return yaml.safe_load(text) or {}
+    if written.is_file():
+        return yaml.safe_load(written.read_text()) or {}
+    default = yaml.safe_load(policy_mod.DEFAULT_POLICY.read_text()) or {}
+    return {**default, "providers": [p for p in default.get("providers") or [] if p != ON_THE_SERVER]}
 
 
 def write(data_dir: Path, source: Path) -> policy_mod.Policy:
@@ -79,11 +83,11 @@ def read_member_policy(given: str, uploads: Path) -> str:
 def narrowed(site: dict, member_text: Optional[str]) -> dict:
     """The site's policy narrowed by a member's (None: theirs is the site's); a field the member may
     not set, or a value wider than the site's, is refused in one line naming it."""
+    out = {**site, "providers": _site_providers(site)}
     if member_text is None:
-        return dict(site)
+        return out
     policy_mod.parse(member_text, "your policy")  # its own mistakes first, with its own line numbers
     member = yaml.safe_load(member_text)
-    out = dict(site)
     for key, value in member.items():
         if key not in ALLOWED:
             raise BurstError(f"policy field {key}: through a burst server the site, its prices and its stores are the admins' word "
@@ -117,8 +121,15 @@ def _lower(key: str, value: Any, site: Any, default: Any) -> Any:
     return value
 
 
+ON_THE_SERVER = "local"  # the target that runs a member's work on the server's own machine
+
+
 def _site_providers(site: dict) -> list[str]:
-    return list(site.get("providers") or policy_mod.Policy().providers)
+    """The site's providers: those its policy lists; where it lists none, every one but this
+    machine's, which through a server is the server's machine and is a member's only when the
+    admins list it."""
+    listed = site.get("providers")
+    return list(listed) if listed else [p for p in policy_mod.Policy().providers if p != ON_THE_SERVER]
 
 
 def _within(key: str, values: list, allowed: list) -> None:

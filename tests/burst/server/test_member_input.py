@@ -256,6 +256,10 @@ def test_what_anyone_may_send_before_signing_in_is_small_slow_and_from_the_serve
         assert headers.get("strict-transport-security") == "max-age=31536000"
         tried = [_raw(server.url, "/signin", b"token=burst_wrong", form)[0] for _ in range(11)]
         assert tried[:9] == [401] * 9 and tried[-1] == 429  # the good sign-in above was the first of the ten
+        # no site policy written: the packaged default, without this machine (the server's own), which only the admins may list
+        status, answer = server.http("POST", "/v1/verbs/up", token, {"args": ["--provider", "local"], "files": []})
+        assert answer["rc"] == 2 and "provider 'local' is not allowed by the policy" in answer["stderr"], answer
+        assert not list(server.data.glob("users/*/clusters/*.json"))
     finally:
         server.stop()
 

@@ -388,6 +388,9 @@ def test_a_controller_whose_hold_broke_and_went_to_another_stops(database, tmp_p
 @pytest.mark.slow
 def test_a_server_started_again_revives_the_watcher_its_machine_lost_and_the_idle_cluster_still_goes(group, tmp_path):
     server, tokens, homes, names = group
+    site = tmp_path / "site.yaml"
+    site.write_text("providers: [local]\n")  # the server's own machine is a member's target only where its admins say so
+    server.admin("policy", str(site))
     up = burst("up", "--provider", "local", "--name", "idle", "--cpus", "1", "--idle-minutes", "0.4", "--json", home=homes["alice"], cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     watcher = json.loads(up.stdout)["watcher_pid"]
