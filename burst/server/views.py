@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional, TypeVar
@@ -95,9 +96,43 @@ RESERVATION_WAIT_S = 60.0  # a verb finds the money held by a teammate's verb un
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"  # this server process, as its reservations name it
 
 
+LONG_AT_ONCE = 4  # a member's runs followed to their end by the server at once: the group's other requests keep threads to run in
+_long_now: dict[int, int] = {}  # member id: their long verbs under way in this server
+_long_lock = threading.Lock()
+
+
+def is_long(verb: str, args: list[str]) -> bool:
+    """A verb the server follows for as long as its run trains (hours): a run, train or tune not detached."""
+    return verb in ("train", "run", "tune") and "--detach" not in args
+
+
+@contextlib.contextmanager
+def _one_more(member: User, long: bool):
+    """One more long verb of ``member`` under way, or ``BurstError`` when ``LONG_AT_ONCE`` are already."""
+    if not long:
+        yield
+        return
+    with _long_lock:
+        if _long_now.get(member.id, 0) >= LONG_AT_ONCE:
+            raise BurstError(f"you have {LONG_AT_ONCE} runs followed to their end by the server already: wait for one, or detach this one "
+                             "(--detach, then `burst status` and `burst logs RUN --follow`)")
+        _long_now[member.id] = _long_now.get(member.id, 0) + 1
+    try:
+        yield
+    finally:
+        with _long_lock:
+            _long_now[member.id] -= 1
+
+
 def run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, args: list[str], files: list[str]) -> tuple[int, str, str]:
     """``burst VERB ARGS`` run as ``member`` (``files``: the uploads its ``@upload:N`` words name),
-    held to the money they may still spend; ``BurstError`` for an upload reference that is wrong."""
+    held to the money they may still spend, with at most ``LONG_AT_ONCE`` of their runs followed to
+    their end at a time; ``BurstError`` for an upload reference that is wrong, or one run too many."""
+    with _one_more(member, is_long(verb, args)):
+        return _run_verb(sessions, data_dir, member, verb, args, files)
+
+
+def _run_verb(sessions: sessionmaker, data_dir: Path, member: User, verb: str, args: list[str], files: list[str]) -> tuple[int, str, str]:
     home = verbs.home_of(data_dir, member.uid)
     args, uploads = verbs.with_uploads(home, args, files)
     try:

@@ -322,3 +322,27 @@ def test_only_prometheus_read_endpoints_are_passed_on_exactly(path, passed):
     from burst.server.app import prometheus_read_path
 
     assert prometheus_read_path(path) is passed
+
+
+def test_a_member_s_runs_followed_to_their_end_are_limited_and_a_teammate_s_are_not():
+    """Each synchronous run holds one of the server's request threads for hours: a member gets four
+    at once; a fifth is refused in one line (detach it), a teammate's is not, a detached run never
+    counts, and a slot is free again once a run ends."""
+    import contextlib
+
+    from burst.errors import BurstError
+    from burst.server import views
+    from burst.server.database import User
+
+    alice, bob = User(id=1, name="alice"), User(id=2, name="bob")
+    assert views.is_long("run", ["gan3d"]) and not views.is_long("run", ["gan3d", "--detach"]) and not views.is_long("up", [])
+    with contextlib.ExitStack() as held:
+        for _ in range(views.LONG_AT_ONCE):
+            held.enter_context(views._one_more(alice, True))
+        with pytest.raises(BurstError, match="you have 4 runs followed to their end by the server already: wait for one, or detach"):
+            with views._one_more(alice, True):
+                pass
+        with views._one_more(alice, False), views._one_more(bob, True):  # a detached one, a teammate's
+            pass
+    with views._one_more(alice, True):  # all four ended: free again
+        pass
