@@ -215,6 +215,27 @@ def start_keeper(handle: ClusterHandle, env: dict, idle_minutes: float | None) -
     return proc.pid
 
 
+HEAD_PROCESSES = ("gcs_server", "raylet")  # a local cluster's head: without either, nothing of it takes or runs a job
+
+
+def head_missing(handle: ClusterHandle) -> str | None:
+    """What of the cluster's head is gone from this machine, in words ("its head's gcs_server is
+    gone on this machine"), or None while both its processes are there."""
+    import psutil
+
+    procs = cluster_processes(handle.cluster_id, handle.temp_dir)
+    if not procs:
+        return "none of its processes is left on this machine"
+    names = set()
+    for proc in procs:
+        try:
+            names.add(proc.name())
+        except psutil.Error:
+            continue
+    missing = [name for name in HEAD_PROCESSES if name not in names]
+    return f"its head's {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} gone on this machine" if missing else None
+
+
 def keeper_ended(handle: ClusterHandle) -> str | None:
     """Why the cluster's keeper ended it (its log's word), or None."""
     path = Path(handle.temp_dir or "/nonexistent") / "keeper.log"
@@ -290,8 +311,10 @@ class LocalTarget(Target):
         return is_alive(handle, timeout=timeout)
 
     def is_gone(self, handle: ClusterHandle) -> bool:
-        """A running cluster none of whose processes is left on this machine (a killed head, its keeper's end)."""
-        return handle.state == "running" and not cluster_processes(handle.cluster_id, handle.temp_dir)
+        """A running cluster whose head is gone from this machine: none of its processes left (a
+        killed head, its keeper's end), or its GCS or raylet gone while the rest lingers (a local
+        cluster keeps no GCS state to come back from: without them no job of it runs again)."""
+        return handle.state == "running" and head_missing(handle) is not None
 
     def kept_job_log(self, handle: ClusterHandle, job_id: str) -> Path | None:
         """Ray's job driver log, in the cluster's session directory on this machine: it outlives a killed head."""
@@ -323,7 +346,9 @@ class LocalTarget(Target):
 
     def stopped_reason(self, handle: ClusterHandle) -> str:
         ended = keeper_ended(handle)
-        return f"its keeper ended it: {ended}" if ended else super().stopped_reason(handle)
+        if ended:
+            return f"its keeper ended it: {ended}"
+        return head_missing(handle) or super().stopped_reason(handle)
 
     def describe_state(self, handle: ClusterHandle) -> str:
         shown, ended = super().describe_state(handle), keeper_ended(handle)

@@ -840,3 +840,32 @@ def test_run_never_takes_down_a_cluster_it_did_not_start(cluster, home, tmp_path
     assert "cluster 't' is already up, started by another command" in " ".join(proc.stderr.split())
     assert local.is_alive(ClusterHandle.model_validate(json.loads((home / "clusters" / "t.json").read_text())))
     assert marked(handle["cluster_id"])
+
+
+def test_a_head_whose_gcs_server_is_killed_is_known_gone_at_once_while_a_live_one_is_not(cluster, home, tmp_path):
+    """The platform's own word, without the head: this machine's processes. A cluster whose GCS was
+    killed (its raylet, agents and dashboard lingering for a minute) is gone now, in words that say
+    which process went; the cluster beside it, alive, is not. Nothing is left after `down`."""
+    from burst.home.state import ClusterHandle
+    from burst.targets import get
+
+    handle, _ = cluster
+    before = census.snapshot()
+    made = json.loads(burst("up", "--provider", "local", "--name", "dead", "--cpus", "1", "--json", home=home, cwd=tmp_path).stdout)
+    try:
+        local = get("local")
+        dead, alive = ClusterHandle.model_validate(made), ClusterHandle.model_validate(handle)
+        assert not local.is_gone(dead) and not local.is_gone(alive)
+        (gcs,) = [p for p in ray_head.cluster_processes(dead.cluster_id, dead.temp_dir) if p.name() == "gcs_server"]
+        gcs.kill()
+        gcs.wait(timeout=10)
+        killed = time.monotonic()
+        assert local.is_gone(dead), "a head without its GCS is not judged gone"
+        judged = time.monotonic() - killed
+        assert "its head's gcs_server is gone on this machine" in local.stopped_reason(dead)
+        assert [p for p in ray_head.cluster_processes(dead.cluster_id, dead.temp_dir)]  # the rest lingers: not "no process left"
+        assert not local.is_gone(alive)
+        print(f"gcs_server killed: judged gone in {judged:.2f} s")
+    finally:
+        burst("down", "dead", home=home, cwd=tmp_path)
+    census.assert_none_left(before, exempt_roots=handle["pids"])
