@@ -280,6 +280,8 @@ class Controller:
                         if not target.is_alive(fresh):
                             if self.past_lease(target, fresh):  # its lease is over: the cluster ended itself
                                 return self.lease_over(attempt, fresh, record)
+                            if target.is_gone(fresh):  # the platform's own word (its processes, its scheduler): lost now, no grace
+                                return self.lost(attempt, target.stopped_reason(fresh))
                             if time.monotonic() - seen >= rules.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
                                 if opened - seen >= rules.loss_grace_seconds:
                                     return self.lost(attempt, target.stopped_reason(fresh))
@@ -292,6 +294,8 @@ class Controller:
                             log = client.get_job_logs(record.job_id)
                         except (ConnectionError, RuntimeError, OSError) as exc:
                             why_blind = f"{exc.__class__.__name__}: {str(exc)[:160]}"
+                            if target.is_gone(fresh):  # a job API that does not answer, and the platform says the cluster ended
+                                return self.lost(attempt, target.stopped_reason(fresh))
                             if self.blind_budget(guard, record, attempt, handle):
                                 return
                             if time.monotonic() - seen >= REOPEN_AFTER_S:
