@@ -52,12 +52,6 @@ BLIND_SAY_EVERY_S = 60.0  # while blind, the log says so at most this often
 DOWN_RETRY_S = (30.0, 120.0)  # a failed take-down is tried again after these waits
 
 
-# --------------------------------------------------------------------------- files
-
-
-# --------------------------------------------------------------------------- handing a run over
-
-
 # --------------------------------------------------------------------------- the controller
 
 
@@ -593,7 +587,7 @@ def request_stop(handle: ClusterHandle, run_id: str) -> Optional[str]:
     return None
 
 
-# --------------------------------------------------------------------------- the watcher
+# --------------------------------------------------------------------------- the controller's process
 
 
 def control(run_id: str) -> int:

@@ -124,10 +124,6 @@ class StackSpec:
             raise ValueError(f"a Google Cloud cluster's store is a gs:// bucket, not {uri}")
         return uri.removeprefix("gs://").split("/", 1)[0]
 
-    @property
-    def total_gpus(self) -> int:
-        return sum(p.nodes * p.gpus_per_node for p in self.pools)
-
 
 def safe_name(text: str, limit: int) -> str:
     """Lowercase letters, digits and dashes, starting with a letter (GCP label and resource rules)."""

@@ -151,8 +151,3 @@ def _ended_by_keeper(handle: ClusterHandle) -> bool:
 def _note(log, line: str) -> None:
     with open(log, "a") as fh:
         fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
-
-
-def watcher_lines(name: str) -> list[str]:
-    path = managed_dir() / f"cluster-{name}.log"
-    return path.read_text().splitlines() if path.exists() else []
