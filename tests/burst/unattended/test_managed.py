@@ -60,7 +60,8 @@ def test_a_plain_detached_run_is_stopped_by_the_budget_once_the_cli_has_returned
     policy.write_text("budget_usd: 200\nproviders: [local]\nlocal: {usd_per_hour: 3600}\n")
     up = burst("up", "--provider", "local", "--name", "det", "--cpus", "2", "--policy", str(policy), home=home, cwd=tmp_path)
     assert up.returncode == 0, up.stderr
-    proc = burst("train", "gan3d", "--cluster", "det", "--detach", "--epochs", "50", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
+    # 500 epochs: more than any machine trains before the budget's stop (a 2-core Xeon, idle, finished 50 of them first)
+    proc = burst("train", "gan3d", "--cluster", "det", "--detach", "--epochs", "500", "--steps", "8", *TRAIN, home=home, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "now enforces the budget of run" in " ".join(proc.stderr.split())
     (run_file,) = list((home / "runs").glob("gan3d-*.json"))
