@@ -218,6 +218,23 @@ def start_keeper(handle: ClusterHandle, env: dict, idle_minutes: float | None) -
 HEAD_PROCESSES = ("gcs_server", "raylet")  # a local cluster's head: without either, nothing of it takes or runs a job
 
 
+def head_recorded_running(handle: ClusterHandle) -> bool:
+    """Whether a gcs_server and a raylet are among the cluster's processes recorded at its start
+    (``handle.pids``): a look at a few processes, cheap enough for every look of a controller.
+    True when none is recorded (nothing to tell by)."""
+    import psutil
+
+    if not handle.pids:
+        return True
+    names = set()
+    for pid in handle.pids:
+        try:
+            names.add(psutil.Process(pid).name())
+        except psutil.Error:
+            continue
+    return all(name in names for name in HEAD_PROCESSES)
+
+
 def head_missing(handle: ClusterHandle) -> str | None:
     """What of the cluster's head is gone from this machine, in words ("its head's gcs_server is
     gone on this machine"), or None while both its processes are there."""
@@ -308,7 +325,9 @@ class LocalTarget(Target):
         return JobRuntime(nodes_drain=False)
 
     def is_alive(self, handle: ClusterHandle, timeout: float = 2.0) -> bool:
-        return is_alive(handle, timeout=timeout)
+        """Its dashboard answers, and its head's GCS and raylet are among the processes recorded at
+        its start (a dashboard outlives a killed GCS by a minute, answering as if nothing happened)."""
+        return head_recorded_running(handle) and is_alive(handle, timeout=timeout)
 
     def is_gone(self, handle: ClusterHandle) -> bool:
         """A running cluster whose head is gone from this machine: none of its processes left (a
