@@ -70,9 +70,11 @@ def test_a_ray_start_that_ray_timed_out_is_tried_once_more_and_another_failure_i
     assert len(calls) == 1 and state.load(ClusterHandle, "other") is None
 
 
-def test_a_local_cluster_is_gone_only_once_no_process_of_it_is_left():
+def test_a_local_cluster_is_gone_once_its_head_s_gcs_or_raylet_is_and_not_while_both_live():
     """What a controller that cannot reach a local head asks before it moves the run: a head that
-    does not answer is not gone while any process of its cluster (marked in its environment) lives."""
+    does not answer is not gone while its GCS and raylet (processes marked with its cluster in
+    their environment, named as Ray names them) live: it may be busy. Without its GCS it is gone,
+    whatever else of it lingers, and so it is with nothing of it left."""
     import os
     import subprocess
     import sys
@@ -82,14 +84,27 @@ def test_a_local_cluster_is_gone_only_once_no_process_of_it_is_left():
     from burst.runtime.ray_head import MARKER
 
     handle = ClusterHandle(name="c", provider="local", cluster_id="localgone1", state="running", storage_uri="/tmp/x")
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, MARKER: handle.cluster_id})
+
+    def named(name: str) -> subprocess.Popen:  # a process of the cluster called as Ray's daemon is (its /proc comm)
+        return subprocess.Popen([sys.executable, "-c", f"open('/proc/self/comm', 'w').write({name!r}); import time; time.sleep(60)"],
+                                env={**os.environ, MARKER: handle.cluster_id})
+
+    procs = {name: named(name) for name in ("gcs_server", "raylet", "dashboard")}
+    local = targets.get("local")
     try:
-        local = targets.get("local")
-        assert not local.is_gone(handle)  # a process of it lives: a head that does not answer may be busy
+        import time
+
+        time.sleep(0.5)  # each has named itself
+        assert not local.is_gone(handle)  # its head's processes live: a head that does not answer may be busy
         assert not local.is_gone(handle.model_copy(update={"state": "starting"}))
+        procs["gcs_server"].kill()
+        procs["gcs_server"].wait()
+        assert local.is_gone(handle)  # the raylet and the dashboard linger; without its GCS nothing of it runs a job again
+        assert local.stopped_reason(handle) == "its head's gcs_server is gone on this machine"
     finally:
-        proc.kill()
-        proc.wait()
-    assert local.is_gone(handle)
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+    assert local.is_gone(handle) and local.stopped_reason(handle) == "none of its processes is left on this machine"
     assert not local.is_gone(handle.model_copy(update={"state": "starting"}))  # still coming up: not known
 
