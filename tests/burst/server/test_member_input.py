@@ -21,12 +21,6 @@ from tests.support.slurm_site import needs
 pytestmark = needs(postgres.missing())
 
 
-@pytest.fixture(scope="module")
-def database():
-    with postgres.running() as url:
-        yield url
-
-
 @pytest.fixture
 def group(database, tmp_path):
     server = Server(tmp_path, database)

@@ -26,12 +26,6 @@ from tests.support.storage_servers import gcs_server, new_bucket  # noqa: F401 (
 pytestmark = needs(postgres.missing())
 
 
-@pytest.fixture(scope="module")
-def database():
-    with postgres.running() as url:
-        yield url
-
-
 @pytest.fixture
 def group(database, tmp_path):
     """A server on the real PostgreSQL with team cern (alice, bob) and team atlas (carol), each member

@@ -22,12 +22,6 @@ from tests.support.slurm_site import needs
 pytestmark = needs(postgres.missing())
 
 
-@pytest.fixture(scope="module")
-def database():
-    with postgres.running() as url:
-        yield url
-
-
 @pytest.fixture
 def team(database, tmp_path):
     """A server's data, alice of team cern logged in, the Kubernetes stand-ins as the site; the server not started yet."""
