@@ -222,33 +222,32 @@ def head_recorded_running(handle: ClusterHandle) -> bool:
     """Whether a gcs_server and a raylet are among the cluster's processes recorded at its start
     (``handle.pids``): a look at a few processes, cheap enough for every look of a controller.
     True when none is recorded (nothing to tell by)."""
-    import psutil
-
     if not handle.pids:
         return True
+    names = _names(handle.pids)
+    return all(name in names for name in HEAD_PROCESSES)
+
+
+def _names(procs) -> set[str]:
+    """The names of those of ``procs`` (processes, or their ids) still there to be asked."""
+    import psutil
+
     names = set()
-    for pid in handle.pids:
+    for proc in procs:
         try:
-            names.add(psutil.Process(pid).name())
+            names.add((psutil.Process(proc) if isinstance(proc, int) else proc).name())
         except psutil.Error:
             continue
-    return all(name in names for name in HEAD_PROCESSES)
+    return names
 
 
 def head_missing(handle: ClusterHandle) -> str | None:
     """What of the cluster's head is gone from this machine, in words ("its head's gcs_server is
     gone on this machine"), or None while both its processes are there."""
-    import psutil
-
     procs = cluster_processes(handle.cluster_id, handle.temp_dir)
     if not procs:
         return "none of its processes is left on this machine"
-    names = set()
-    for proc in procs:
-        try:
-            names.add(proc.name())
-        except psutil.Error:
-            continue
+    names = _names(procs)
     missing = [name for name in HEAD_PROCESSES if name not in names]
     return f"its head's {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} gone on this machine" if missing else None
 
