@@ -30,15 +30,17 @@ class TrainRequest(TrainSettings):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    cluster: str = "local"
+    cluster: str = Field("local", description="the running cluster to train on")
     data: Optional[str] = Field(None, description="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")
-    synthetic: Optional[int] = Field(None, gt=0, description="train on this many synthetic Monte Carlo events")
+    synthetic: Optional[int] = Field(None, gt=0, description="train on this many synthetic Monte Carlo events (default 3000)")
     workers: int = Field(1, gt=0, description="Ray Train workers (one per node; CPU workers locally)")
-    budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="stop before this many USD are spent")
-    detach: bool = False                # submit and return
-    cancel_on_interrupt: bool = False   # Ctrl-C cancels the job instead of detaching
-    resume: Optional[str] = Field(None, description="go on with this earlier run from its newest checkpoint, with its settings")
-    managed: bool = False               # hand the run to a controller process (burst.controller)
+    budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="stop and tear down before this many USD are spent "
+                                                                                       "(default: the policy's, from `burst up`)")
+    detach: bool = Field(False, description="submit and return (`burst status`, `burst logs RUN --follow`)")
+    cancel_on_interrupt: bool = Field(False, description="Ctrl-C cancels the job instead of detaching")
+    resume: Optional[str] = Field(None, description="go on with this earlier run (stopped, failed or lost) from its newest checkpoint, with its settings")
+    managed: bool = Field(False, description="hand the run to a controller process: it goes on without this terminal, moves to another "
+                                             "target (policy: recovery) when its cluster is lost, enforces the budget and the lease")
     run_id: Optional[str] = Field(None, description="the run's id (default: a new one); a managed run's controller sets it")
 
     @classmethod
@@ -47,7 +49,7 @@ class TrainRequest(TrainSettings):
         try:
             request = cls(**fields)
         except ValidationError as exc:
-            raise BurstError(_flag_error(exc)) from None
+            raise BurstError(flag_error(exc)) from None
         check_data(request.data, request.synthetic)
         state.check_name(request.cluster)
         return request
@@ -65,11 +67,13 @@ def check_data(data: Optional[str], synthetic: Optional[int]) -> None:
         raise BurstError(f"--data {data}: no such file or directory")
 
 
-# fields whose command-line flag is not the field's name
-FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_interrupt": "--cancel", "checkpoint_every_steps": "--checkpoint-every"}
+# fields whose command-line flag is not the field's name (burst.cli.training_options declares the flags)
+FLAGS = {"budget_usd": "--budget", "steps_per_epoch": "--steps", "cancel_on_interrupt": "--cancel", "checkpoint_every_steps": "--checkpoint-every",
+         "gate": "--gate", "space": "--space"}
 
 
-def _flag_error(exc: ValidationError) -> str:
+def flag_error(exc: ValidationError) -> str:
+    """A request's first validation error as one line naming the flag (``FLAGS``) and the value."""
     err = exc.errors()[0]
     if not err["loc"]:  # the whole request's check (burst.runtime.job): a preset the workload lacks
         return err["msg"].removeprefix("Value error, ")

@@ -26,7 +26,6 @@ from ..runtime.job import DEFAULT_SYNTHETIC_EVENTS, JobConfig, ScanConfig, Train
 from ..home.state import ClusterHandle, RunRecord
 from ..targets.base import QUIET, JobResources, Reporter
 
-DEFAULT_TRIAL_VAL_EVENTS = 300  # held-out events each trial is judged on after every epoch
 SCAN_FILES = ("trials.json", "trials.csv", "scan.json", "metric_vs_epoch.png", "parallel_coordinates.png", "best", "job_provenance.json",
               "usage.jsonl", "usage.png")
 
@@ -37,20 +36,19 @@ class TuneRequest(TrainSettings):
 
     space: dict = Field(description="the search space (burst.runtime.scan_space data)")
     space_file: str = ""
-    trials: int = Field(8, gt=0)
-    gpus_per_trial: Optional[int] = Field(None, gt=0)
-    max_concurrent: Optional[int] = Field(None, gt=0)
-    metric: str = ""                    # one of the workload's epoch metrics (default: its first)
-    data: Optional[str] = None
-    synthetic: Optional[int] = Field(None, gt=0)
-    val_events: int = Field(DEFAULT_TRIAL_VAL_EVENTS, gt=0, description="held-out events each trial is judged on after every epoch")
-    grace_period: int = Field(1, gt=0)
-    reduction_factor: int = Field(2, gt=1)
-    search: Literal["random", "optuna"] = "random"
-    cluster: str = "local"
-    budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
-    detach: bool = False
-    cancel_on_interrupt: bool = False
+    trials: int = Field(8, gt=0, description="trials to sample (a grid dimension multiplies them)")
+    gpus_per_trial: Optional[int] = Field(None, gt=0, description="GPUs each trial trains on (default 1 on a GPU cluster; CPU clusters: leave out)")
+    max_concurrent: Optional[int] = Field(None, gt=0, description="trials at a time (default: as many as the cluster holds)")
+    metric: str = Field("", description="physics metric to minimise, computed on held-out MC after every epoch (default: the workload's first)")
+    data: Optional[str] = Field(None, description="directory of CERN HDF5 files (or converted TFRecords), or a bucket URI")
+    synthetic: Optional[int] = Field(None, gt=0, description="train on this many synthetic Monte Carlo events (default 3000)")
+    grace_period: int = Field(1, gt=0, description="ASHA: epochs every trial gets before it may be stopped")
+    reduction_factor: int = Field(2, gt=1, description="ASHA: 1 in this many trials goes on at each rung")
+    search: Literal["random", "optuna"] = Field("random", description="random (grid dimensions expanded) | optuna (pip install 'burst[optuna]')")
+    cluster: str = Field("local", description="the running cluster to scan on")
+    budget_usd: Optional[float] = Field(None, gt=0, allow_inf_nan=False, description="stop every trial (each checkpoints) before this many USD are spent")
+    detach: bool = Field(False, description="submit and return")
+    cancel_on_interrupt: bool = Field(False, description="Ctrl-C stops every trial instead of detaching")
 
     @property
     def total_trials(self) -> int:
@@ -79,10 +77,9 @@ class TuneRequest(TrainSettings):
         try:
             request = cls(space=space.as_data(), space_file=str(space_file), **fields)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "?"
-            flag = {"--budget-usd": "--budget", "--steps-per-epoch": "--steps", "--cancel-on-interrupt": "--cancel"}.get(flag, flag)
-            raise BurstError(f"{flag}: {err['msg'].removeprefix('Value error, ')} (got {err.get('input')!r})") from None
+            from .runs import flag_error
+
+            raise BurstError(flag_error(exc)) from None
         from .runs import check_data
 
         check_data(request.data, request.synthetic)

@@ -30,17 +30,19 @@ class TrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    workload: str = Field(default_factory=lambda: _workloads().DEFAULT, description="what to train: a name in burst.workloads")
-    preset: Optional[str] = Field(None, description="the workload's model preset (default: its first)")
-    epochs: int = Field(6, gt=0)
-    batch_per_replica: Optional[int] = Field(None, gt=0)
-    seed: int = 0
+    workload: str = Field(default_factory=lambda: _workloads().DEFAULT, description="the workload to train (`burst workloads` lists them)")
+    preset: Optional[str] = Field(None, description="the workload's model preset (default: its first; `burst workloads` lists them)")
+    epochs: int = Field(6, gt=0, description="epochs to train")
+    batch_per_replica: Optional[int] = Field(None, gt=0, description="events per replica per step (default: the preset's)")
+    seed: int = Field(0, description="seed of the data's split and shuffle and of the model's initial weights")
     steps_per_epoch: Optional[int] = Field(None, gt=0, description="steps per epoch (default: events // global batch)")
-    val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events used by validation")
+    val_events: int = Field(DEFAULT_VAL_EVENTS, gt=0, description="held-out events validation (a scan's trial: after every epoch) judges on")
     gate: Optional[dict[str, float]] = Field(None, description="quality gate: summary metric -> largest accepted value (burst.lifecycle.quality)")
-    checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps")
-    precision: Optional[str] = Field(None, description="float32 | mixed_bfloat16 | mixed_float16 | auto: what the layers compute in "
-                                                       "(default: the policy's, else auto, what the worker's hardware runs fast)")
+    checkpoint_every_steps: Optional[int] = Field(None, gt=0, description="also checkpoint inside an epoch every this many steps (default: the "
+                                                                     "policy's checkpoint_every_steps; whole epochs only without either)")
+    precision: Optional[str] = Field(None, description="what the layers compute in: auto | float32 | mixed_bfloat16 | mixed_float16 "
+                                                       "(default: the policy's precision, else auto: bfloat16 where the hardware runs it fast, "
+                                                       "float16 on V100/T4, else float32)")
 
     @field_validator("precision")
     @classmethod
