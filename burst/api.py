@@ -12,7 +12,6 @@ Pass a ``Reporter`` (``burst.targets.base``) to hear about progress; the default
 
 from __future__ import annotations
 
-import dataclasses
 
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Callable, Optional
 
 from pydantic import BaseModel
 
-from .values import command_values
 from .lifecycle import budget, runs
 from .home import state
 from . import targets
@@ -30,6 +28,7 @@ from .placement.request import PlacementRequest
 from .lifecycle.runs import TrainRequest
 from .home.state import ClusterHandle, RunRecord
 from .targets.base import QUIET, Lease, Reporter
+from .lifecycle.placing import load_policy, place
 
 __all__ = ["connect", "plan", "up", "render", "down", "train", "run", "tune", "status", "logs", "report", "TrainRequest", "UpResult", "Status",
            "ClusterStatus", "DamagedRecord", "StagedDataset", "datasets", "remove_dataset", "BurstError"]
@@ -77,13 +76,6 @@ class Status(BaseModel):
     damaged: list[DamagedRecord] = []  # records that cannot be read (the rest is shown as usual)
 
 
-def _policy(policy):
-    """A loaded policy from a path (None: the default policy file) or an already loaded one."""
-    from .placement import policy as policy_mod
-
-    return policy if isinstance(policy, policy_mod.Policy) else policy_mod.load(Path(policy) if policy else None)
-
-
 def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = None, *, placement: Optional[PlacementRequest] = None,
          data: Optional[str] = None, **flags):
     """Every candidate target, estimated and ranked under the policy, with the choice and why.
@@ -103,64 +95,7 @@ def plan(workload: Optional[str] = None, policy=None, catalog: Optional[Path] = 
             raise BurstError(f"--data {data}: no such directory; give the dataset directory the run trains on")
         ask = ask.but(staged_on=staged.holding(data))
     ask = ask.checked()
-    return planner.plan(_policy(policy), profile.load(ask.workload_name), catalog_mod.load(catalog), ask)
-
-
-def _placement(ask: PlacementRequest, policy, report: Reporter):
-    """(placement, policy) for a request: the plan's choice or the pinned target, with its image or bundle."""
-    command_values.image(ask.image)  # before anything is planned or said
-    placement, pol = _placed(ask, policy, report)
-    if ask.image is not None:
-        if not targets.get(placement.provider).runs_images:
-            raise BurstError(f"--image applies to the cloud Kubernetes targets; {placement.provider} does not run container images")
-        placement = dataclasses.replace(placement, image=ask.image)
-    if ask.bundle is not None:
-        if not targets.get(placement.provider).takes_bundle:
-            raise BurstError(f"--bundle applies to on-prem targets (slurm, ray); {placement.provider} installs burst another way")
-        from .pack import check_bundle
-
-        placement = dataclasses.replace(placement, bundle=str(check_bundle(ask.bundle)))
-    return placement, pol
-
-
-def _placed(ask: PlacementRequest, policy, report: Reporter):
-    from .catalog import offers as catalog_mod
-    from .placement import planner, profile
-
-    ask.checked()
-    provider = ask.provider
-    # This machine needs no policy unless one is given; every other target is placed under one.
-    pol = _policy(policy) if policy is not None or provider is None or targets.get(provider).kind != "local" else None
-    prof = profile.load(ask.workload_name)
-    offers = catalog_mod.load()
-    if provider is None:
-        if ask.storage is not None:
-            raise BurstError("--storage needs --provider (a store belongs to one cloud); or name a store per target in the policy's stores.named")
-        chosen = planner.choose(pol, prof, offers, ask.narrowing())
-        report.say(f"plan: {chosen.describe()}")
-        if targets.get(chosen.provider).kind == "local" and ask.cpus is not None:
-            chosen = planner.pin(pol, prof, offers, ask.but(provider=chosen.provider))
-        return _in_store(chosen, pol), pol
-    placement = planner.pin(pol, prof, offers, ask)
-    if ask.accelerator is None and placement.estimate is not None and placement.layout is not None:
-        report.say(f"plan: {placement.describe()}")
-    for note in placement.notes:
-        report.say(f"note: {note}; going ahead as asked")
-    return _in_store(placement, pol, ask.storage), pol
-
-
-def _in_store(placement, pol, asked: Optional[str] = None):
-    """The placement with the store the policy names for its target (``--storage`` wins); the
-    store's lifecycle goes with it to the targets that make their region's own store."""
-    if pol is None:
-        return placement
-    target = targets.get(placement.provider)
-    if asked is not None and target.kind == "cloud":
-        placement = dataclasses.replace(placement, storage=asked)
-    named = None
-    if target.takes_storage or target.kind == "cloud":
-        named = pol.stores.named_for(placement.provider, placement.region if target.kind == "cloud" else None)
-    return dataclasses.replace(placement, storage=placement.storage or named, stores=pol.stores)
+    return planner.plan(load_policy(policy), profile.load(ask.workload_name), catalog_mod.load(catalog), ask)
 
 
 def _lease(hours: Optional[float], wait: bool = False, idle_minutes: Optional[float] = None) -> Lease:
@@ -192,7 +127,7 @@ def up_for(ask: PlacementRequest, name: Optional[str] = None, *, policy=None, ho
     _lease(hours)  # a bad --hours fails before anything is planned
     if idle_minutes is not None and not 0 < idle_minutes <= MAX_LEASE_HOURS * 60:  # also NaN
         raise BurstError(f"--idle-minutes must be a number of minutes above 0, got {idle_minutes}")
-    placement, pol = _placement(ask, policy, report)
+    placement, pol = place(ask, policy, report)
     target = targets.get(placement.provider)
     name = state.check_name(name or target.default_cluster_name)
     if state.load(ClusterHandle, name) is None:
@@ -248,7 +183,7 @@ def check(provider: Optional[str] = None, *, placement: Optional[PlacementReques
     """The cloud pre-flight alone: quotas, zones and images of the layout ``up`` would create for
     the same ``placement``, asked of the provider's APIs (credentials needed); creates nothing.
     Raises on a shortfall."""
-    chosen, _ = _placement(PlacementRequest.given(placement, provider=provider, **flags), policy, report)
+    chosen, _ = place(PlacementRequest.given(placement, provider=provider, **flags), policy, report)
     target = targets.get(chosen.provider)
     if not hasattr(target, "preflight"):
         raise BurstError(f"--check asks a cloud provider about quotas; {chosen.provider} is not a cloud target")
@@ -262,7 +197,7 @@ def render(provider: Optional[str] = None, name: Optional[str] = None, *, placem
     if name is not None:
         state.check_name(name)
     _lease(hours)
-    chosen, _ = _placement(PlacementRequest.given(placement, provider=provider, **flags).but(live=False), policy, report)
+    chosen, _ = place(PlacementRequest.given(placement, provider=provider, **flags).but(live=False), policy, report)
     target = targets.get(chosen.provider)
     return target.render(state.check_name(name or target.default_cluster_name), chosen, _lease(hours), report)
 
@@ -339,7 +274,7 @@ def train(request: TrainRequest, report: Reporter = QUIET, policy=None) -> RunRe
     if not request.managed:
         return runs.train(request, report)
     if policy is not None:
-        policy = _policy(policy)
+        policy = load_policy(policy)
         request = with_policy_settings(request, policy)
     handle = runs.cluster(request.cluster)
     target = targets.get(handle.provider)
@@ -381,7 +316,7 @@ def _plans_precision(request, provider: Optional[str]) -> bool:
 def policy_for(request, policy):
     """The loaded policy, with the request's own precision in place of the policy's: the plan then
     estimates the precision the run will compute in."""
-    policy = _policy(policy)
+    policy = load_policy(policy)
     if request.precision is not None and request.precision != policy.precision:
         policy = policy.model_copy(update={"precision": request.precision})
     return policy
@@ -406,7 +341,7 @@ def _run_managed(request: TrainRequest, ask: PlacementRequest, report: Reporter,
 
     _lease(hours)
     ask = _sized_for(request, ask)
-    chosen, pol = _placement(ask, policy, report)
+    chosen, pol = place(ask, policy, report)
     flags = {**ask.but(provider=ask.provider or chosen.provider).flags(), **({"hours": hours} if hours is not None else {})}
     record = managed.hand_over(request, flags, policy, own_first=True, budget_usd=budget.run_budget(request.budget_usd, policy=pol),
                                report=report)

@@ -186,8 +186,8 @@ class Controller:
         ``recovery.strategy: same_first``, the target just lost once more), on-demand once enough
         preemptible clusters were lost; pinned to the plan's choice, so that a failure to start it
         is avoided next."""
-        from . import api
         from .home import staged
+        from .lifecycle.placing import place
 
         rules = self.policy.recovery
         allowed = self.allowed()
@@ -198,7 +198,7 @@ class Controller:
         moving = first.elsewhere().but(workload=first.workload or self.m.request.get("workload"),  # sized for the run's own workload
                                        staged_on=staged.holding(self.m.request.get("data")))
         moving = self.strategy().next_request(moving, self.m.attempts[:-1], allowed, self.m.avoid, on_demand)
-        chosen, _ = api._placement(moving, policy, _Said())
+        chosen, _ = place(moving, policy, _Said())
         moved = moving.but(provider=chosen.provider, avoid=())  # pinned: what it avoided has been planned around
         if targets.get(chosen.provider).kind == "cloud":
             moved = moved.but(region=chosen.region, accelerator=chosen.accelerator, gpus=chosen.count, preemptible=chosen.preemptible)

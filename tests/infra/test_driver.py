@@ -407,7 +407,7 @@ def test_a_store_keeps_its_lifecycle_through_later_ups_and_changes_it_only_when_
     changes them, one rule at a time."""
     from typer.testing import CliRunner
 
-    from burst import api
+    from burst.lifecycle import placing
     from burst.cli import app
     from tests.fakes.pulumi_cli import pulumi_command
 
@@ -418,9 +418,9 @@ def test_a_store_keeps_its_lifecycle_through_later_ups_and_changes_it_only_when_
     said = []
     report = type("Said", (), {"say": lambda self, m: said.append(m), "stack_progress": Reporter.stack_progress})()
     with pulumi_command(fake) as gke:
-        gke.ensure_store(api._in_store(placement, long_kept), report)
+        gke.ensure_store(placing.in_store(placement, long_kept), report)
         assert fake.config["store-gcs-us-central1"]["burst:checkpointsDays"] == "365"
-        gke.ensure_store(api._in_store(placement, policy.load(None)), report)  # a colleague's default policy, a later `up`
+        gke.ensure_store(placing.in_store(placement, policy.load(None)), report)  # a colleague's default policy, a later `up`
     assert fake.config["store-gcs-us-central1"]["burst:checkpointsDays"] == "365"  # the rule the bucket was made with stays
     assert any("keeps its lifecycle (checkpoints 365 d, datasets 90 d, notices 7 d); the policy says checkpoints 30 d" in m for m in said), said
     monkeypatch.setattr(type(targets.get("gcp")), "command", fake)
@@ -451,10 +451,10 @@ def test_a_cluster_records_the_days_its_store_keeps_datasets_as_the_store_holds_
     team = policy.parse("stores: {named: {gcp: gs://team-bucket}}")
     named = planner.pin(team, profile.load("gan3d"), catalog.load(),
                         PlacementRequest(provider="gcp", gpus=8, accelerator="V100", preemptible=True, region="us-central1"))
-    from burst import api
+    from burst.lifecycle import placing
 
     with pulumi_command(fake) as gke:
-        assert gke.ensure_store(api._in_store(named, team)) == ("gs://team-bucket", None, None)
+        assert gke.ensure_store(placing.in_store(named, team)) == ("gs://team-bucket", None, None)
 
 
 def test_a_watcher_takes_down_what_is_left_once_the_keeper_ended_an_idle_gke_cluster(home, tmp_path, monkeypatch):

@@ -399,20 +399,20 @@ def test_the_dry_run_shows_the_store_and_its_own_stack():
 
     placement = planner.pin(policy.parse("stores: {checkpoints_days: 5}"), profile.load("gan3d"), OFFERS,
                             PlacementRequest(provider="gcp", gpus=8, accelerator="V100", region="us-central1"))
-    from burst import api
+    from burst.lifecycle import placing
 
-    placement = api._in_store(placement, policy.parse("stores: {checkpoints_days: 5}"))
+    placement = placing.in_store(placement, policy.parse("stores: {checkpoints_days: 5}"))
     out = targets.get("gcp").render("t", placement, Lease(hours=1))
     assert out["store"]["stack"] == "store-gcs-us-central1" and out["store"]["kept_after_down"] is True
     assert out["store"]["lifecycle_days"]["checkpoints"] == 5 and of_type(out["store"]["resources"], "storage/bucket:Bucket")
-    named = api._in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket'}}"))
+    named = placing.in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket'}}"))
     out = targets.get("gcp").render("t", named, Lease(hours=1))
     assert out["store"] == {"uri": "gs://site-bucket", "stack": None, "named": True, "kept_after_down": True, "lifecycle_days": None,
                             "resources": []}
     (grant,) = of_type(out["resources"], "bucketIAMMember:BucketIAMMember")
     assert grant["inputs"]["bucket"] == "site-bucket" and "condition" not in grant["inputs"]  # the whole bucket is the store
     # a named store under a prefix of a site's bucket: the grant reaches that prefix only (issue 64, finding 12)
-    under = api._in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket/burst'}}"))
+    under = placing.in_store(placement, policy.parse("stores: {named: {'gcp:us-central1': 'gs://site-bucket/burst'}}"))
     (grant,) = of_type(targets.get("gcp").render("t", under, Lease(hours=1))["resources"], "bucketIAMMember:BucketIAMMember")
     assert grant["inputs"]["bucket"] == "site-bucket"
     assert grant["inputs"]["condition"]["expression"] == ('resource.type == "storage.googleapis.com/Bucket" || '

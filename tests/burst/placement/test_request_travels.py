@@ -70,13 +70,13 @@ def test_a_managed_run_s_next_attempt_keeps_the_price_cap(home, tmp_path):
 
     first = PlacementRequest(provider="gcp", region="us-central1", accelerator="T4", gpus=8, preemptible=True)
     free = move(first)
-    from burst.api import _placement
+    from burst.lifecycle.placing import place
 
-    price = _placement(free, str(policy), _Quiet())[0].hourly_usd
+    price = place(free, str(policy), _Quiet())[0].hourly_usd
     cap = round(price / 2, 4)
     capped = move(first.but(max_price_per_hour=cap))
     assert capped.max_price_per_hour == cap and capped.gpus == 8 and capped.workload == "gan3d"
-    placed = _placement(capped, str(policy), _Quiet())[0]
+    placed = place(capped, str(policy), _Quiet())[0]
     assert placed.hourly_usd <= cap < price
 
 

@@ -139,12 +139,12 @@ def test_a_held_out_set_judges_a_calo_trial_on_the_epoch_metrics(tmp_path):
 
 def test_up_plans_with_the_profile_of_the_workload_it_is_for(tmp_path, monkeypatch):
     """The cluster a run starts for itself is sized and priced with its own workload's time model."""
-    from burst import api
+    from burst.lifecycle.placing import place
     from burst.placement.request import PlacementRequest
     from burst.targets.base import QUIET
 
     monkeypatch.setenv("BURST_HOME", str(tmp_path))
-    calo, _ = api._placed(PlacementRequest(workload="calo"), None, QUIET)
-    gan3d, _ = api._placed(PlacementRequest(workload="gan3d"), None, QUIET)
+    calo, _ = place(PlacementRequest(workload="calo"), None, QUIET)
+    gan3d, _ = place(PlacementRequest(workload="gan3d"), None, QUIET)
     assert calo.estimate.batch == 32 and gan3d.estimate.batch == 64
     assert calo.estimate.epoch_s != gan3d.estimate.epoch_s
