@@ -244,17 +244,28 @@ def catalog_refresh(
 
 
 def workloads_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List the workloads burst can train, with their presets, knobs and the metrics a gate or a scan can use."""
-    rows = [{"name": w.name, "title": w.title, "presets": list(w.presets), "tunable": list(w.tunable), "epoch_metrics": list(w.epoch_metrics),
-             "gate_metrics": list(w.gate_metrics), "example_space": str(w.example_space)} for w in workloads.all_workloads()]
+    """List the workloads burst can train (its own, installed packages' entry points, code named here before), with where each comes from."""
+    rows = []
+    for name in workloads.names():
+        try:
+            w = workloads.get(name)
+        except BurstError as exc:
+            if name in workloads.BUILT_IN or name in workloads.entry_points():
+                raise  # two of one name, or an installed one that does not load: said in one line
+            rows.append({"name": name, "title": "", "presets": [], "tunable": [], "epoch_metrics": [], "gate_metrics": [],
+                         "example_space": "", "from": f"cannot load: {exc}"})
+            continue
+        rows.append({"name": w.name, "title": w.title, "presets": list(w.presets), "tunable": list(w.tunable),
+                     "epoch_metrics": list(w.epoch_metrics), "gate_metrics": list(w.gate_metrics), "example_space": str(w.example_space),
+                     "from": workloads.where(name)})
     if as_json:
         _emit_json(rows)
         return
     t = Table(title="workloads")
-    for col in ("name", "what it trains", "presets", "scan knobs", "scan metrics (first: default)"):
+    for col in ("name", "what it trains", "presets", "scan knobs", "scan metrics (first: default)", "from"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["title"], ", ".join(r["presets"]), ", ".join(r["tunable"]), ", ".join(r["epoch_metrics"]))
+        t.add_row(r["name"], r["title"], ", ".join(r["presets"]), ", ".join(r["tunable"]), ", ".join(r["epoch_metrics"]), r["from"])
     out.print(t)
 
 

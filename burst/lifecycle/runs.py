@@ -166,7 +166,10 @@ def _train_on(target: Target, handle: ClusterHandle, request: TrainRequest, repo
     if guard is not None:
         guard.check_can_start()
     submitted = time.time()
-    jobs.submit(handle, run, cfg, target.job_runtime(handle))
+    from ..client import workload_code
+
+    cfg, runtime = workload_code.carried(cfg, target.job_runtime(handle), target.reads_local_paths)
+    jobs.submit(handle, run, cfg, runtime)
     report.say(f"run {run.run_id} submitted to cluster {handle.name}; its full log: `burst logs {run.run_id}`")
     if request.detach:
         report.say(f"detached; follow with `burst logs {run.run_id} --follow`")

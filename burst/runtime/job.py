@@ -30,7 +30,10 @@ class TrainSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    workload: str = Field(default_factory=lambda: _workloads().DEFAULT, description="the workload to train (`burst workloads` lists them)")
+    workload: str = Field(default_factory=lambda: _workloads().DEFAULT, description="the workload to train (`burst workloads` lists them), "
+                                                                              "or its code: package.module:OBJECT, path/to/file.py:OBJECT")
+    workload_source: Optional[str] = Field(None, description="the code a workload named by it came from (module:OBJECT, /abs/file.py:OBJECT): "
+                                                             "what a job on another node loads it from")
     preset: Optional[str] = Field(None, description="the workload's model preset (default: its first; `burst workloads` lists them)")
     epochs: int = Field(6, gt=0, description="epochs to train")
     batch_per_replica: Optional[int] = Field(None, gt=0, description="events per replica per step (default: the preset's)")
@@ -54,7 +57,12 @@ class TrainSettings(BaseModel):
     @model_validator(mode="after")
     def _known_workload_and_preset(self):
         """The workload is registered and the preset is one of its own (none given: its default)."""
-        workload = _workloads().get(self.workload)  # BurstError (one line) for an unknown name
+        workload = _workloads().get(self.workload, self.workload_source)  # BurstError (one line) for an unknown name
+        if self.workload != workload.name:  # named by its code: the run knows it by its name, and the job by both
+            object.__setattr__(self, "workload_source", getattr(workload, "spec", None) or self.workload)
+            object.__setattr__(self, "workload", workload.name)
+        elif self.workload_source is None and getattr(workload, "spec", None):
+            object.__setattr__(self, "workload_source", workload.spec)
         if self.preset is None:
             object.__setattr__(self, "preset", workload.default_preset)  # frozen: set once, while validating
         workload.check_preset(self.preset)  # ValueError: the caller names the flag

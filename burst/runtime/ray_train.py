@@ -188,8 +188,10 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as RayTrainer
 
-    from .tf_backend import TfConfig
+    from .. import workloads
+    from .public_loop import trainer_parts
 
+    loop, backend = trainer_parts(workloads.get(cfg.workload, cfg.workload_source))
     dropped = helpers_not_needed(one_run_per_job=keep_best is None)
 
     class DataParallelTrainer(RayTrainer):
@@ -206,10 +208,10 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     if cfg.gpus_per_worker:
         resources["GPU"] = float(cfg.gpus_per_worker)
     keep = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=keep_best, checkpoint_score_order="min") if keep_best else CheckpointConfig(num_to_keep=2)
-    return DataParallelTrainer(  # Ray's TensorflowTrainer, less its TensorFlow import (tf_backend)
-        train_loop_per_worker,
+    return DataParallelTrainer(  # Ray's TensorflowTrainer (or TorchTrainer), less its framework's import here
+        loop,
         train_loop_config={"job": cfg.to_arg()},
-        backend_config=TfConfig(),
+        backend_config=backend,
         scaling_config=ScalingConfig(num_workers=cfg.workers, use_gpu=cfg.gpus_per_worker > 0, resources_per_worker=resources),
         run_config=RunConfig(name=cfg.run_id, **ray_train_storage(root), failure_config=FailureConfig(max_failures=cfg.max_failures),
                              checkpoint_config=keep, callbacks=list(callbacks)),

@@ -27,8 +27,10 @@ def progress_in(checkpoint: Path) -> tuple[int, int]:
         history, step = meta["history"], int((meta.get("position") or {}).get("step", 0))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return -1, 0
-    # the TensorFlow checkpoint beside it, whatever the workload's prefix: an index and its data
-    if not any(list(checkpoint.glob(f"{index.stem}.data-*")) for index in checkpoint.glob("*.index")):
+    # the TensorFlow checkpoint beside it, whatever the workload's prefix: an index and its data; or,
+    # of a workload of the public interface, the marker its loop writes last (public_loop.MARKER)
+    if not (checkpoint / "burst-checkpoint.json").is_file() and \
+            not any(list(checkpoint.glob(f"{index.stem}.data-*")) for index in checkpoint.glob("*.index")):
         return -1, 0
     return len(history), step
 
