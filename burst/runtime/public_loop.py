@@ -17,11 +17,11 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .job import EpochEvent, JobConfig, RunFiles, StartEvent, emit
 from .scratch import hold, private_dir, sweep
-from .training import announce_stop, latest_checkpoint, local_files, node_scratch_dir, requested_by
+from .training import announce_stop, checkpoints_on_storage, latest_checkpoint, local_files, node_scratch_dir, requested_by
 
 MARKER = "burst-checkpoint.json"  # written last: the checkpoint directory is whole
 
@@ -94,7 +94,7 @@ class WorkerContext:
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         samples = numbers.get("samples")
         row = {"epoch": epoch, "seconds": round(seconds, 3), **numbers,
-               "samples_per_s": round(samples / seconds, 2) if samples and seconds > 0 else None}
+               "samples_per_s": round(samples * self.world_size / seconds, 2) if samples and seconds > 0 else None}  # samples: each worker's own
         self.history.append(row)
         directory = Path(tempfile.mkdtemp(dir=self._scratch, prefix=f"epoch-{epoch:04d}-"))
         save(directory)  # every worker (a framework's save may be a collective); rank 0's is kept
@@ -134,12 +134,12 @@ def train_loop_per_worker(loop_config: dict) -> None:
     import ray.train
 
     from .. import workloads
-    from .ray_train import checkpoints_on_storage
 
     cfg = JobConfig.from_arg(loop_config["job"])
     workload = workloads.get(cfg.workload, cfg.workload_source)
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
+    workload.prepare_process(world)
     hold(cfg.run_id)
     sweep()
     scratch = private_dir(node_scratch_dir(cfg.run_id))
@@ -168,20 +168,3 @@ def train_loop_per_worker(loop_config: dict) -> None:
         elif len(ctx.history) < cfg.epochs:
             raise RuntimeError(f"workload {workload.name}'s train(ctx) returned after {len(ctx.history)} of {cfg.epochs} epochs "
                                "without being asked to stop: loop over ctx.epochs() and call ctx.end_epoch() once each")
-
-
-def trainer_parts(workload) -> tuple[Callable, Any]:
-    """(the worker function, Ray Train's backend config) for a workload: burst's own through its
-    TensorFlow loop; a public one through ``train_loop_per_worker``, its framework's process group."""
-    if not getattr(workload, "is_public", False):
-        from .ray_train import train_loop_per_worker as internal
-        from .tf_backend import TfConfig
-
-        return internal, TfConfig()
-    if workload.framework == "torch":
-        from ray.train.torch import TorchConfig
-
-        return train_loop_per_worker, TorchConfig()  # gloo on CPU workers, NCCL where GPUs are asked for (Ray's default)
-    from .tf_backend import TfConfig
-
-    return train_loop_per_worker, TfConfig()

@@ -11,11 +11,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 from .job import FIXED_NODES, JobConfig, RunFiles, failure_line
 from .scratch import hold, private_dir, sweep
-from .training import (announce_stop, checkpoints_here, fit_with_events, latest_checkpoint, local_files, node_data_dir, node_scratch_dir,
-                       validate_into_checkpoint)
+from .training import (announce_stop, checkpoints_on_storage, fit_with_events, latest_checkpoint, local_files, node_data_dir,
+                       node_scratch_dir, validate_into_checkpoint)
 
 
 def _strategy(world_size: int):
@@ -25,14 +26,6 @@ def _strategy(world_size: int):
         return tf.distribute.MultiWorkerMirroredStrategy()  # reads TF_CONFIG set by Ray Train
     gpus = tf.config.list_logical_devices("GPU")
     return tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
-
-
-def checkpoints_on_storage(cfg: JobConfig, scratch_dir: Path) -> list[Path]:
-    """The run's checkpoint directories that Ray Train wrote, an earlier attempt's first (where a
-    resume was staged, or the store it ran on), oldest first, wherever they are: a directory, a
-    bucket or a claim (those copied into ``scratch_dir``)."""
-    roots = ([cfg.resume_from] if cfg.resume_from else []) + [RunFiles(cfg.storage, cfg.run_id).ray_train_dir]
-    return checkpoints_here(roots, scratch_dir)
 
 
 def ray_train_storage(root: str) -> dict:
@@ -182,6 +175,22 @@ def fixed_cluster_scaling_policy(scaling_config):
     return FixedClusterScalingPolicy(scaling_config)
 
 
+def trainer_parts(workload) -> tuple[Callable, Any]:
+    """(the worker function, Ray Train's backend config) for a workload: burst's own through its
+    TensorFlow loop; a public one through ``train_loop_per_worker``, its framework's process group."""
+    from .tf_backend import TfConfig
+
+    if not getattr(workload, "is_public", False):
+        return train_loop_per_worker, TfConfig()
+    from . import public_loop
+
+    if workload.framework == "torch":
+        from ray.train.torch import TorchConfig
+
+        return public_loop.train_loop_per_worker, TorchConfig()  # gloo on CPU workers, NCCL where GPUs are asked for (Ray's default)
+    return public_loop.train_loop_per_worker, TfConfig()
+
+
 def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_best: str | None = None):
     """The Ray Train run of ``cfg``: its workers, checkpoints and restarts. ``keep_best``: a metric
     (lower is better) whose best checkpoint is kept besides the newest (a scan's trial)."""
@@ -189,8 +198,6 @@ def tensorflow_trainer(cfg: JobConfig, root: str, callbacks: tuple = (), keep_be
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as RayTrainer
 
     from .. import workloads
-    from .public_loop import trainer_parts
-
     loop, backend = trainer_parts(workloads.get(cfg.workload, cfg.workload_source))
     dropped = helpers_not_needed(one_run_per_job=keep_best is None)
 

@@ -216,7 +216,7 @@ def _checkpointed_history(cfg: JobConfig, metric: str, reported: list[dict]) -> 
     """A trial's per-epoch metric from its newest checkpoint when that holds more epochs than Tune
     heard of (a worker lost between its checkpoint and its report: Ray Train resumes from the
     checkpoint, and that epoch's report never reaches Tune); else what Tune heard."""
-    from .ray_train import checkpoints_on_storage
+    from .training import checkpoints_on_storage
     from .training import latest_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -242,7 +242,7 @@ def _best_report(scan: ScanConfig, best: dict, out_dir: Path, test_files: list[P
     from . import storage
     from .training import epochs_in
 
-    from .ray_train import checkpoints_on_storage
+    from .training import checkpoints_on_storage
 
     cfg = trial_config(scan, best["trial"], best["config"])
     dest = out_dir / "best" / "checkpoint"

@@ -84,6 +84,14 @@ def checkpoints_here(roots: list[str], scratch_dir: Path) -> list[Path]:
     return out
 
 
+def checkpoints_on_storage(cfg: JobConfig, scratch_dir: Path) -> list[Path]:
+    """The run's checkpoint directories that Ray Train wrote, an earlier attempt's first (where a
+    resume was staged, or the store it ran on), oldest first, wherever they are: a directory, a
+    bucket or a claim (those copied into ``scratch_dir``)."""
+    roots = ([cfg.resume_from] if cfg.resume_from else []) + [RunFiles(cfg.storage, cfg.run_id).ray_train_dir]
+    return checkpoints_here(roots, scratch_dir)
+
+
 def node_data_dir(run_id: str) -> Path:
     """Where a worker node keeps the training files it copied from the bucket (private to the user)."""
     return scratch.run_path("data", run_id)

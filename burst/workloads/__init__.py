@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -36,7 +35,6 @@ BUILT_IN = {
 }
 NAMES: tuple[str, ...] = tuple(BUILT_IN)  # burst's own, for help texts (`burst workloads` lists every one)
 DEFAULT: str = NAMES[0]  # what `burst run` trains when no workload is named
-NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 _instances: dict[str, "Workload"] = {}
 _sources: dict[str, str] = {}  # name -> where it came from, for those loaded in this process
 _by_spec: dict[str, "Workload"] = {}  # spec -> the workload its code holds (imported once per process)

@@ -1,12 +1,13 @@
 """A workload of the public interface (``burst.workload.Workload``) as the rest of burst asks for
 one: names, presets and metrics for the submitting side, data and validation for the job. Its
 training runs through ``burst.runtime.public_loop`` (the loop, checkpoints and stops burst keeps),
-never through the internal trainer protocol gan3d and calo implement."""
+never through the internal trainer protocol of burst's own workloads (``base``)."""
 
 from __future__ import annotations
 
 import html
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from ..errors import BurstError
 from .. import workload as public
 from .base import Workload as Internal
 
+
+
+NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")  # a workload's name: in run ids, file names and URLs
 
 
 def adapt(obj: Any, source: str) -> Internal:
@@ -40,8 +44,6 @@ class PublicWorkload(Internal):
     spec: str | None = None  # the code it was named by (module:OBJECT, /abs/file.py:OBJECT); None: an installed entry point
 
     def __init__(self, user: public.Workload, source: str):
-        from . import NAME_RULE
-
         self.user = user
         self.source = source
         self.name = user.name
@@ -65,6 +67,22 @@ class PublicWorkload(Internal):
         module = sys.modules.get(type(user).__module__)
         self.package_dir = Path(module.__file__).resolve().parent if module is not None and getattr(module, "__file__", None) else Path.cwd()
         self.module = type(user).__module__
+
+    def prepare_process(self, workers: int = 1) -> None:
+        """Before the framework is imported in a process that trains or judges this workload: a Keras
+        workload computes with tf-keras (Keras 2) where it is installed, since Keras 3's ``fit`` fails
+        under MultiWorkerMirroredStrategy (keras-team/keras#20585, ray-project/ray#47464); on several
+        workers without it the run is refused in one line."""
+        import importlib.util
+        import os
+
+        if self.framework != "keras":
+            return
+        if importlib.util.find_spec("tf_keras") is not None:
+            os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf.keras is then tf-keras
+        elif workers > 1:
+            raise RuntimeError(f"workload {self.name} trains with Keras' fit on {workers} workers, which needs tf-keras on the cluster "
+                               "(pip install tf-keras): Keras 3's fit fails under MultiWorkerMirroredStrategy")
 
     @property
     def profile_path(self) -> Path:
@@ -138,6 +156,7 @@ class PublicWorkload(Internal):
 
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
+        self.prepare_process()
         summary = {k: float(v) for k, v in (self.user.validate(Path(checkpoint), [Path(f) for f in test_files], out_dir,
                                                                events=events, seed=seed) or {}).items()}
         judged = {**{k: float("inf") for k in gate or {}}, **summary}  # a gated metric the workload did not report fails the gate

@@ -19,11 +19,12 @@ from burst.lifecycle.scans import TuneRequest
 SPACE = Path(__file__).resolve().parents[3] / "workloads" / "calo" / "tune-small.yaml"
 
 # the fields a command does not take as a flag, and why: anything else missing fails the test
+CODE = {"workload_source": "set from the workload's code when the workload is named by it (file.py:OBJECT, module:OBJECT)"}
 NOT_FLAGS = {
-    "train": {"run_id": "a managed run's controller sets it"},
-    "run": {"run_id": "a managed run's controller sets it", "resume": "a run starts its own cluster; `train --resume` goes on",
+    "train": {"run_id": "a managed run's controller sets it", **CODE},
+    "run": {"run_id": "a managed run's controller sets it", **CODE, "resume": "a run starts its own cluster; `train --resume` goes on",
             "cancel_on_interrupt": "a run's cluster goes down with it: Ctrl-C always ends it"},
-    "tune": {"space_file": "the file --space names", "gate": "a scan ranks its trials by --metric; a gate is a run's",
+    "tune": {"space_file": "the file --space names", **CODE, "gate": "a scan ranks its trials by --metric; a gate is a run's",
              "checkpoint_every_steps": "a trial checkpoints each epoch, where ASHA judges it"},
 }
 # a value for each field unlike its default, as the command line spells it (None: a bare switch)

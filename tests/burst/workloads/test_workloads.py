@@ -84,25 +84,29 @@ def test_plan_reasons_carry_codes_beside_their_words(tmp_path):
     assert any("over_budget" in c["reason_codes"] for c in plan["candidates"])
 
 
-def test_a_third_workload_needs_one_registry_entry(monkeypatch):
-    """Registered by one entry, a workload is planned, trained (its request), gated and scanned
-    through the same code as gan3d and calo: nothing else in burst names it."""
+def test_a_third_workload_needs_nothing_in_burst_but_its_entry_point(monkeypatch, tmp_path):
+    """Installed with an entry point (group burst.workloads), a workload of burst's internal interface
+    is planned, trained (its request), gated and scanned through the same code as gan3d and calo:
+    nothing in burst names it."""
     from burst import api
     from burst.lifecycle import quality
     from burst.runtime import scan_space
     from burst.lifecycle.runs import TrainRequest
+    from tests.support.installed import with_entry_points
 
-    monkeypatch.setitem(workloads._REGISTRY, "toy", "tests.burst.workloads.toy_workload:WORKLOAD")
-    monkeypatch.setattr(workloads, "NAMES", (*workloads.NAMES, "toy"))
-    toy = workloads.get("toy")
-    assert api.plan("toy").choice is not None
-    request = TrainRequest.of(workload="toy", epochs=1)
-    assert request.preset == "small" and request.workload == "toy"
-    with pytest.raises(BurstError, match="unknown preset 'wide' of workload toy"):
-        TrainRequest.of(workload="toy", preset="wide")
-    assert quality.parse("sep_etot: 0.5\n", "g.yaml", "toy") == {"sep_etot": 0.5}
-    assert set(scan_space.parse("hidden: {choice: [16, 32]}\n", "s.yaml", toy).as_data()) == {"hidden"}
-    workloads._instances.pop("toy", None)
+    monkeypatch.syspath_prepend(str(with_entry_points(tmp_path, "toy", {"toy": "tests.burst.workloads.toy_workload:WORKLOAD"})))
+    try:
+        toy = workloads.get("toy")
+        assert api.plan("toy").choice is not None
+        request = TrainRequest.of(workload="toy", epochs=1)
+        assert request.preset == "small" and request.workload == "toy"
+        with pytest.raises(BurstError, match="unknown preset 'wide' of workload toy"):
+            TrainRequest.of(workload="toy", preset="wide")
+        assert quality.parse("sep_etot: 0.5\n", "g.yaml", "toy") == {"sep_etot": 0.5}
+        assert set(scan_space.parse("hidden: {choice: [16, 32]}\n", "s.yaml", toy).as_data()) == {"hidden"}
+    finally:
+        workloads._instances.pop("toy", None)
+        workloads._sources.pop("toy", None)
 
 
 def test_a_run_record_says_its_kind_and_an_older_scan_record_is_read_as_a_scan():

@@ -1,5 +1,5 @@
 """A third workload for the registry test: calo's implementation under another name, registered
-only by an entry in ``burst.workloads._REGISTRY`` (what adding a workload to burst takes)."""
+only by an entry point (group ``burst.workloads``), as an installed package registers its own."""
 
 from workloads.calo.workload import Calo
 

@@ -2,7 +2,9 @@
 
 Data: points of ``FEATURES`` dimensions around ``CLASSES`` centres, made by ``make_data`` from the
 seed (nothing downloaded), one ``.npz`` file per 1000 points. Model: a small dense network, trained
-with Keras' own ``fit`` one epoch at a time, so that burst keeps a checkpoint after each."""
+with Keras' own ``fit`` one epoch at a time, so that burst keeps a checkpoint after each. It is built
+with ``tf.keras``: on several workers burst makes that tf-keras, whose ``fit`` runs under
+MultiWorkerMirroredStrategy (Keras 3's does not)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,9 @@ def _read(files: list[Path]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _model(preset: str, knobs: dict):
-    import keras
+    import tensorflow as tf
+
+    keras = tf.keras  # tf-keras where burst asks for it (several workers), else Keras 3
 
     width = int(knobs.get("width", {"small": 32, "wide": 128}[preset]))
     model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(width, activation="relu"),

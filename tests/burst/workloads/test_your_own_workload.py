@@ -1,0 +1,166 @@
+"""A workload of a group's own, outside burst's source tree: found by its entry point or by its
+code named on the command line, refused in one line when it cannot be one, trained on several
+workers (separate processes) with a checkpoint every epoch, stopped at one, resumed from it."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from burst import workloads
+from burst.cli import app
+from tests.support.cli_runs import burst, record, wait_until
+from tests.support.installed import with_entry_points
+
+ROOT = Path(__file__).resolve().parents[3]
+KERAS = ROOT / "examples" / "keras-classifier" / "src" / "keras_classifier" / "workload.py"
+TOY = '''
+from burst.workload import Workload
+
+
+class Toy(Workload):
+    name = "{name}"
+    presets = ("tiny",)
+    {extra}
+
+    def train(self, ctx):
+        for epoch in ctx.epochs():
+            ctx.end_epoch({{"loss": 1.0 / (epoch + 1)}}, save=lambda d: (d / "w.txt").write_text(str(epoch)))
+
+
+WORKLOAD = Toy()
+'''
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """A burst home of its own, and the registry as a new process finds it (what a test loads is forgotten after)."""
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    before = (dict(workloads._instances), dict(workloads._sources), dict(workloads._by_spec))
+    yield tmp_path
+    for cache, kept in zip((workloads._instances, workloads._sources, workloads._by_spec), before):
+        cache.clear()
+        cache.update(kept)
+
+
+def _package(site: Path, package: str, name: str, extra: str = "") -> None:
+    (site / package).mkdir(parents=True, exist_ok=True)
+    (site / package / "__init__.py").write_text("")
+    (site / package / "workload.py").write_text(TOY.format(name=name, extra=extra))
+
+
+def _cli(*words: str):
+    result = CliRunner().invoke(app, list(words))
+    return result.exit_code, result.output
+
+
+def test_an_installed_package_s_workload_is_found_by_its_entry_point_and_listed_with_where_it_comes_from(fresh, monkeypatch):
+    from burst.lifecycle.runs import TrainRequest
+
+    site = fresh / "site"
+    _package(site, "toy_models", "toy")
+    monkeypatch.syspath_prepend(str(with_entry_points(site, "toy-models", {"toy": "toy_models.workload:WORKLOAD"})))
+    code, out = _cli("workloads", "--json")
+    assert code == 0, out
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert set(workloads.BUILT_IN) <= set(rows) and rows["toy"]["from"] == "entry point toy_models.workload:WORKLOAD (group burst.workloads)"
+    assert rows["gan3d"]["from"].startswith("burst's own")
+    request = TrainRequest.of(workload="toy", epochs=2)
+    assert request.workload == "toy" and request.preset == "tiny" and request.workload_source is None  # installed: found by name there too
+
+
+def test_code_named_on_the_command_line_is_known_by_its_name_afterwards(fresh):
+    from burst.lifecycle.runs import TrainRequest
+
+    mine = fresh / "mine.py"
+    mine.write_text(TOY.format(name="mine", extra=""))
+    request = TrainRequest.of(workload=f"{mine.relative_to(Path.cwd()) if mine.is_relative_to(Path.cwd()) else mine}:WORKLOAD")
+    assert request.workload == "mine" and request.workload_source == f"{mine}:WORKLOAD"  # absolute: a job elsewhere finds it
+    for cache in (workloads._instances, workloads._sources, workloads._by_spec):
+        cache.pop("mine", None)
+        cache.pop(f"{mine}:WORKLOAD", None)
+    code, out = _cli("workloads", "--json")  # a later command in this home: found by its name
+    assert code == 0 and {r["name"]: r["from"] for r in json.loads(out)}["mine"] == f"code {mine}:WORKLOAD", out
+
+
+def test_two_workloads_of_one_name_are_refused_in_one_line_naming_both(fresh, monkeypatch):
+    site = fresh / "site"
+    _package(site, "shadow", "gan3d")
+    _package(site, "twin_a", "twin")
+    _package(site, "twin_b", "twin")
+    monkeypatch.syspath_prepend(str(with_entry_points(site, "shadow", {"gan3d": "shadow.workload:WORKLOAD"})))
+    with_entry_points(site, "twin-a", {"twin": "twin_a.workload:WORKLOAD"})
+    with_entry_points(site, "twin-b", {"twin": "twin_b.workload:WORKLOAD"})
+    for words, both in ((["workloads"], ("burst's own (workloads.gan3d.workload:WORKLOAD)", "entry point shadow.workload:WORKLOAD")),
+                        (["train", "twin", "--cluster", "nowhere"], ("entry point twin_a.workload:WORKLOAD", "entry point twin_b.workload:WORKLOAD"))):
+        code, out = _cli(*words)
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert code != 0 and len(lines) == 1 and "two workloads are called" in out and all(b in out for b in both), out
+    calo_again = fresh / "calo_again.py"
+    calo_again.write_text(TOY.format(name="calo", extra=""))
+    code, out = _cli("train", f"{calo_again}:WORKLOAD", "--cluster", "nowhere")
+    assert code != 0 and "two workloads are called 'calo'" in out and "burst's own" in out and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("code_text, words, says", [
+    (None, ["nosuch.py:WORKLOAD"], "no such file"),
+    (TOY.format(name="toy", extra=""), ["{file}:NOPE"], "has no NOPE"),
+    ("WORKLOAD = 42\n", ["{file}:WORKLOAD"], "is a int, not a workload: subclass burst.workload.Workload"),
+    (TOY.format(name="toy", extra="api_version = 2"), ["{file}:WORKLOAD"], "was written for burst's workload interface 2"),
+    (TOY.format(name="has space", extra=""), ["{file}:WORKLOAD"], "is not a workload name"),
+    (TOY.format(name="toy", extra='framework = "jax"'), ["{file}:WORKLOAD"], "framework 'jax'; choose one of: tensorflow, keras, torch"),
+    ("raise RuntimeError('no GPU here')\n", ["{file}:WORKLOAD"], "importing it failed: RuntimeError: no GPU here"),
+    (None, ["no_such_package.workload:WORKLOAD"], "cannot import no_such_package.workload"),
+])
+def test_code_that_cannot_be_a_workload_is_one_line_and_nothing_starts(fresh, code_text, words, says):
+    file = fresh / "bad.py"
+    if code_text is not None:
+        file.write_text(code_text)
+    code, out = _cli("run", *[w.format(file=file) for w in words], "--provider", "local")
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert code != 0 and says in out and len(lines) == 1 and "Traceback" not in out, out
+    assert not list((fresh / "home").glob("clusters/*.json")), "a refused workload started a cluster"
+
+
+@pytest.mark.slow
+def test_a_keras_model_of_its_own_package_trains_on_two_workers_stops_at_a_checkpoint_and_resumes_from_it(tmp_path):
+    """The example's Keras classifier (``model.fit`` under MultiWorkerMirroredStrategy), named by its
+    file: two Ray Train workers (separate processes) train it; the owner's cancel, read by rank 0
+    and broadcast, stops both at the same epoch with a checkpoint; `--resume` goes on from that
+    checkpoint on the same cluster, and every epoch is trained once."""
+    from burst.runtime import storage
+    from burst.runtime.job import CANCEL_REQUEST, RunFiles
+
+    home, spec = tmp_path / "home", f"{KERAS}:WORKLOAD"
+    burst("up", "--provider", "local", "--name", "kc", "--cpus", "2", home=home, cwd=tmp_path, check=True)
+    try:
+        words = ["--cluster", "kc", "--workers", "2", "--epochs", "12", "--synthetic", "2000", "--val-events", "300"]
+        started = burst("train", spec, *words, "--detach", home=home, cwd=tmp_path, check=True)
+        run_id = next(w for w in started.stderr.split() + started.stdout.split() if w.startswith("keras-classifier-"))
+        cluster = json.loads((home / "clusters" / "kc.json").read_text())
+
+        def run_now() -> dict:  # as `burst status` sees it (its look reads the job's events)
+            looked = json.loads(burst("status", "--json", home=home, cwd=tmp_path, check=True).stdout)
+            return next(r for r in looked["runs"] if r["run_id"] == run_id)
+
+        wait_until(lambda: ((run_now().get("progress") or {}).get("epoch") or 0) >= 2, 240, "two epochs of the first attempt")
+        storage.write_text(RunFiles(cluster["storage_uri"], run_id).stop_request, CANCEL_REQUEST + "\n")  # what the web view's Cancel writes
+        wait_until(lambda: run_now()["state"] == "STOPPED", 240, "the run to stop")
+        resumed = burst("train", spec, *words, "--resume", run_id, home=home, cwd=tmp_path, timeout=600, check=True)
+        said = resumed.stderr + resumed.stdout
+        assert "resuming run" in said, said
+        trained_again = [int(line.split("epoch ", 1)[1].split("/", 1)[0]) for line in said.splitlines() if line.startswith("epoch ")]
+        assert trained_again and trained_again[0] >= 3 and trained_again[-1] == 12, said  # on from the stop's checkpoint, not epoch 1
+        final = record(home, run_id)
+        assert final["state"] == "SUCCEEDED", final
+        history = [h["epoch"] for h in json.loads((Path(final["run_dir"]) / "history.json").read_text())]
+        assert history == list(range(1, 13))  # each epoch once
+        metrics = json.loads((Path(final["run_dir"]) / "report" / "metrics.json").read_text())
+        assert metrics["workload"] == "keras-classifier" and metrics["summary"]["test_error_rate"] < 0.1
+        assert (Path(final["run_dir"]) / "report" / "report.html").is_file()
+    finally:
+        burst("down", "kc", home=home, cwd=tmp_path)
