@@ -102,8 +102,10 @@ class Workload:
     #: summary metrics of ``validate`` a quality gate may bound (lower is better), with what each says
     gate_metrics: dict[str, str] = {}
     #: the placement profile (``profile.yaml``: events, sizes, speeds per accelerator) beside the code;
-    #: None: `burst plan` has no speeds for it and places it on this machine only
+    #: None: `burst plan` has no speeds for it and offers this machine only, its time a placeholder
     profile: Optional[Path] = None
+    #: the events one epoch of its usual data holds (what a plan without a profile assumes)
+    events: int = 10_000
     #: pip requirements the cluster's nodes need beyond burst's own; installed by the job's runtime
     #: environment on pods (Kubernetes, the clouds); this machine and a site's nodes use their own installation
     requirements: tuple[str, ...] = ()

@@ -18,6 +18,7 @@ from .base import Workload as Internal
 
 
 
+PLACEHOLDER_EVENTS_PER_S = 1000.0  # this machine's speed for a workload that has no profile: said to be no measurement
 NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")  # a workload's name: in run ids, file names and URLs
 
 
@@ -86,11 +87,27 @@ class PublicWorkload(Internal):
 
     @property
     def profile_path(self) -> Path:
-        if self.user.profile is None:
-            raise BurstError(f"workload {self.name} has no profile (its speeds): it runs on this machine (--provider local); "
-                             "for a plan elsewhere, give it a profile.yaml (docs/guide/your-workload.md)")
-        path = Path(self.user.profile)
-        return path if path.is_absolute() else self.package_dir / path
+        """The workload's ``profile.yaml``; without one, a profile of this machine alone (no speed
+        anywhere else, so the plan offers nothing else), its throughput a placeholder it says it is."""
+        if self.user.profile is not None:
+            path = Path(self.user.profile)
+            return path if path.is_absolute() else self.package_dir / path
+        import yaml
+
+        from ..home import state
+        from ..home.records import write_text_atomic
+
+        generated = state.home() / "profiles" / f"{self.name}.yaml"
+        text = yaml.safe_dump({
+            "workload": self.name, "preset": self.presets[0], "events": int(self.user.events), "dataset_gb": 0.0, "checkpoint_gb": 0.0,
+            "epochs": 10, "checkpoint_every_epochs": 1,
+            "scaling": {"form": "no measurement: the workload has no profile.yaml", "tables": []}, "accelerators": {},
+            "local_default": {"events_per_s": PLACEHOLDER_EVENTS_PER_S,
+                              "basis": f"a placeholder, not a measurement: {self.name} has no profile.yaml (docs/guide/your-workload.md)"}},
+            sort_keys=False)
+        if not generated.is_file() or generated.read_text() != text:
+            write_text_atomic(generated, text)
+        return generated
 
     @property
     def example_space(self) -> Path:

@@ -41,6 +41,8 @@ def fresh(tmp_path, monkeypatch):
     """A burst home of its own, and the registry as a new process finds it (what a test loads is forgotten after)."""
     monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
     before = (dict(workloads._instances), dict(workloads._sources), dict(workloads._by_spec))
+    for cache in (workloads._instances, workloads._sources, workloads._by_spec):
+        cache.clear()  # as a new process: nothing loaded yet
     yield tmp_path
     for cache, kept in zip((workloads._instances, workloads._sources, workloads._by_spec), before):
         cache.clear()
@@ -164,3 +166,21 @@ def test_a_keras_model_of_its_own_package_trains_on_two_workers_stops_at_a_check
         assert (Path(final["run_dir"]) / "report" / "report.html").is_file()
     finally:
         burst("down", "kc", home=home, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_pytorch_model_trains_under_ddp_on_two_workers_with_the_same_weights_on_each(tmp_path):
+    """The example's PyTorch regressor, named by its file: Ray Train's process group (gloo on these
+    CPUs) joins two worker processes, DDP averages their gradients, and every epoch the workers'
+    weights are the same to the last bit (``weight_spread``, all-reduced max minus min)."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'burst[torch]'): the PyTorch workload tests skip")
+    home = tmp_path / "home"
+    spec = f"{ROOT / 'examples' / 'torch-regressor' / 'src' / 'torch_regressor' / 'workload.py'}:WORKLOAD"
+    done = burst("run", spec, "--provider", "local", "--name", "tr", "--workers", "2", "--epochs", "4", "--synthetic", "3000",
+                 "--val-events", "500", home=home, cwd=tmp_path, timeout=600, check=True)
+    run_dir = next((tmp_path / "burst-runs").glob("torch-regressor-*"))
+    history = json.loads((run_dir / "history.json").read_text())
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4] and all(h["weight_spread"] == 0.0 for h in history), history
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert json.loads((run_dir / "report" / "metrics.json").read_text())["summary"]["test_mse"] < 0.5
+    assert "weight_spread 0" in done.stdout + done.stderr

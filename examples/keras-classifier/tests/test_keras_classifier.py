@@ -12,9 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    import keras_classifier  # noqa: F401 - installed (pip install -e .)
+except ImportError:  # run from a checkout: the package's own source
+    sys.path.insert(0, str(SRC))
+
 from keras_classifier.workload import FEATURES, WORKLOAD
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def test_the_data_it_makes_is_the_same_for_a_seed_and_checked_file_by_file(tmp_path):
@@ -34,7 +39,7 @@ def test_the_data_it_makes_is_the_same_for_a_seed_and_checked_file_by_file(tmp_p
 def test_burst_trains_and_judges_it_on_this_machine(tmp_path):
     env = {**os.environ, "BURST_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "burst.cli", "run", "keras_classifier.workload:WORKLOAD", "--provider", "local",
-                           "--epochs", "3", "--synthetic", "3000", "--val-events", "500", "--name", "kc-own"],
+                           "--epochs", "2", "--synthetic", "2000", "--val-events", "300", "--name", "kc-own"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = next((tmp_path / "burst-runs").glob("keras-classifier-*/report/metrics.json"))
