@@ -109,10 +109,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     files: Counter[str] = Counter()
     for nodeid, seconds in cpu.items():
         files[_file(nodeid)] += seconds
-    if os.environ.get("BURST_TEST_CPU_JSON"):  # every test's figure, for a closer look than the 25 below
+    if os.environ.get("BURST_TEST_CPU_JSON"):  # every test's figure, for a closer look than the 30 below
         Path(os.environ["BURST_TEST_CPU_JSON"]).write_text(json.dumps(dict(sorted(cpu.items(), key=lambda kv: -kv[1])), indent=0))
     terminalreporter.write_sep("=", f"CPU time: {sum(cpu.values()):.0f} s in {len(cpu)} tests")
-    for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:25]:
+    for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:30]:
         terminalreporter.write_line(f"{seconds:8.1f}s cpu {nodeid}")
     terminalreporter.write_line("by file:")
     for path, seconds in files.most_common(15):

@@ -1,0 +1,38 @@
+"""CPU-seconds by kind of process over a CI run, from the kernel's process accounting (`accton`,
+Debian's acct; `dump-acct` prints one line per process that ended: its command name, user and
+system ticks). Ray renames its workers (ray::...): they are told from Ray's daemons and from the
+Python processes (pytest's workers, CLI calls, job drivers), which accounting cannot tell apart."""
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+GROUPS = (("Ray daemons (raylet, gcs_server)", ("raylet", "gcs_server")),
+          ("Ray workers (training, trials, actors)", ("ray::",)),
+          ("Python (pytest workers, CLI calls, job drivers, Ray's dashboard)", ("python",)),
+          ("site servers (Slurm, munge, PostgreSQL, Prometheus, Chromium, Azurite)",
+           ("slurm", "munged", "postgres", "prometheus", "chrom", "node", "sbatch", "srun", "squeue", "sacct", "scancel")),
+          ("compilers and tools (pip, gcc, git, ...)", ("pip", "cc1", "gcc", "ld", "git", "as", "ch-")))
+
+
+def main(path: str) -> int:
+    ticks = os.sysconf("SC_CLK_TCK")
+    dumped = subprocess.run(["dump-acct", path], capture_output=True, text=True, check=True).stdout.splitlines()
+    seconds: Counter[str] = Counter()
+    for line in dumped:
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 4:
+            continue
+        command, cpu = fields[0], (float(fields[2]) + float(fields[3])) / ticks
+        group = next((name for name, prefixes in GROUPS if command.startswith(prefixes)), "other")
+        seconds[group] += cpu
+    total = sum(seconds.values())
+    print(f"CPU-seconds by kind of process, every process that ended during the run ({total:,.0f} s in all):")
+    for group, value in seconds.most_common():
+        print(f"  {value:9,.0f} s  {value / total:5.1%}  {group}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
