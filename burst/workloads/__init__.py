@@ -127,6 +127,11 @@ def load_spec(spec: str) -> "Workload":
     module, _, attr = spec.rpartition(":")
     if not module or not attr.isidentifier():
         raise BurstError(f"{spec}: name a workload as package.module:OBJECT or path/to/file.py:OBJECT")
+    from ..values.served import SERVED_UPLOADS
+
+    if os.environ.get(SERVED_UPLOADS):  # a member's words on a burst server: no member's code is imported on the server's host
+        raise BurstError(f"{spec}: through a burst server a workload is one its admins installed (`burst workloads` lists them); "
+                         "code named on the command line trains without a server (`burst logout`)")
     if module.endswith(".py") or os.sep in module:
         path = Path(module).expanduser().resolve()
         if not path.is_file():

@@ -137,6 +137,14 @@ def test_a_member_s_paths_are_checked_before_the_server_reads_them(group, tmp_pa
         status, answer = server.http("POST", "/v1/verbs/up", tokens["alice"], {"args": args, "files": []})
         assert status == 200 and answer["rc"] == 2 and said in answer["stderr"], (args, answer)
         assert time.monotonic() - started < 30  # /dev/zero is never read
+    # a member's own code, named as the workload, is never imported on the server's host (nor an installed module)
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(tmp_path / 'imported')!r}, 'w').write('ran on the server')\n")
+    for spec in (f"{evil}:WORKLOAD", "os:path"):
+        status, answer = server.http("POST", "/v1/verbs/run", tokens["alice"], {"args": [spec, "--provider", "local"], "files": []})
+        assert answer["rc"] != 0 and "through a burst server a workload is one its admins installed" in answer["stderr"], answer
+        assert "Traceback" not in answer["stderr"]
+    assert not (tmp_path / "imported").exists()
     # another member's store (a directory of the server's, or a bucket) is not looked at, nor removed from
     for store in (str(server.data / "users"), "gs://someone-elses-bucket"):
         for args in (["--store", store], ["--store", store, "--remove", "0" * 64]):
