@@ -36,6 +36,7 @@ def test_the_data_it_makes_is_the_same_for_a_seed_and_checked_file_by_file(tmp_p
         WORKLOAD.check_file(bad)
 
 
+@pytest.mark.slow  # a real Ray cluster on this machine (burst's suite runs it; `-m "not slow"` leaves it out)
 def test_burst_trains_and_judges_it_on_this_machine(tmp_path):
     env = {**os.environ, "BURST_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "burst.cli", "run", "keras_classifier.workload:WORKLOAD", "--provider", "local",

@@ -32,6 +32,7 @@ def test_the_data_it_makes_is_the_same_for_a_seed(tmp_path):
     assert all(np.array_equal(np.load(a)["y"], np.load(b)["y"]) for a, b in zip(WORKLOAD.list_files(train), WORKLOAD.list_files(again)))
 
 
+@pytest.mark.slow  # a real Ray cluster on this machine (burst's suite runs it; `-m "not slow"` leaves it out)
 def test_burst_trains_and_judges_it_on_this_machine(tmp_path):
     env = {**os.environ, "BURST_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "burst.cli", "run", "torch_regressor.workload:WORKLOAD", "--provider", "local",
