@@ -1,6 +1,6 @@
 """Workloads: what a run trains, found the same way whoever wrote them.
 
-Three sources, in this order of precedence-free lookup (a name found in two is refused, naming both):
+Three sources, none above another (a name found in two is refused, naming both):
 
 - burst's own (``BUILT_IN``: gan3d, calo, under ``workloads/``);
 - installed packages, by entry point (group ``burst.workloads``: ``NAME = "package.module:OBJECT"``);
