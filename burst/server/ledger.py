@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ..home.state import JOURNAL
-from .database import Cluster, Reservation, User
+from .database import Cluster, Reservation, Team, User
 
 
 def clusters_in(journal: Path) -> dict[str, dict]:
@@ -64,9 +64,15 @@ def _sync(db: Session, user: User, home: Path) -> list[Cluster]:
             rows[key] = row
         if row.ended is None:  # an end the server decided (a stop for the budget) is kept; the journal's closes the rest
             row.hourly_usd, row.expires, row.region, row.ended = seen["hourly_usd"], seen["expires"], seen["region"], seen["ended"]
-    for held in db.scalars(select(Reservation).where(Reservation.user_id == user.id)):
-        if any(row.created > held.created for row in rows.values()):  # made after the server reserved (one clock: the server's machine)
-            db.delete(held)  # the verb's cluster is in the journal: its lease is what it commits from now on
+    released = [held for held in db.scalars(select(Reservation).where(Reservation.user_id == user.id))
+                if any(row.created > held.created for row in rows.values())]  # made after the server reserved (one clock: the server's machine)
+    if released:
+        # Money moves from reserved to committed in this commit: under the team's row lock, as a verb
+        # reads what is left (views.money_lock), so that no verb reads the clusters before this commit
+        # and the reservations after it, and finds the money in neither (seen: three $38.40 clusters from $100)
+        db.execute(select(Team).where(Team.id == user.team_id).with_for_update())
+    for held in released:
+        db.delete(held)  # the verb's cluster is in the journal: its lease is what it commits from now on
     db.commit()
     return [row for row in rows.values() if row.ended is None]
 
