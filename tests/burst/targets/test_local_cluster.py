@@ -804,8 +804,11 @@ def test_a_run_is_seen_live_in_prometheus_and_status_and_its_lost_head_is_report
     _, stderr = train.communicate(timeout=120)
     assert train.returncode == 1, stderr[-2000:]
     (error,) = [line for line in " ".join(stderr.split()).split("error: ")[1:]]
-    # the platform's own word: every process of the cluster was killed, which this machine can tell without the head
-    assert f"run {run_id} lost its cluster" in error and "the cluster stopped (none of its processes is left on this machine)" in error
+    # the platform's own word, told without the head: every process listed was killed; a worker Ray started
+    # after the list was taken may still be dying when the controller looks, and then the head's two are named
+    assert f"run {run_id} lost its cluster" in error, error
+    assert re.search(r"the cluster stopped \((none of its processes is left on this machine"
+                     r"|its head's gcs_server and raylet are gone on this machine)\)", error), error
     assert f"the run's last checkpoint is {storage}/checkpoint_" in error and f"--resume {run_id}` continues" in error
     record = json.loads((home / "runs" / f"{run_id}.json").read_text())
     assert record["state"] == "LOST" and f"--resume {run_id}" in record["message"]
