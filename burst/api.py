@@ -70,7 +70,9 @@ class DamagedRecord(BaseModel):
 class Status(BaseModel):
     clusters: list[ClusterStatus]
     runs: list[RunRecord]
-    moves: dict[str, list[str]] = {}  # a managed run's moves, one line each (run id -> lines)
+    moves: dict[str, list[str]] = {}  # a managed run's move log, one line each (run id -> lines)
+    timelines: dict[str, list[str]] = {}  # a managed run's moves as times: lost, judged, next cluster up, first step (run id -> lines)
+    attempts: dict[str, list[dict]] = {}  # a managed run's attempts as recorded (run id -> attempts, oldest first)
     revived: list[str] = []           # managed runs whose controller was gone and was started again
     revived_watchers: list[str] = []  # clusters whose watcher (idle stop, lease end) was gone and was started again
     damaged: list[DamagedRecord] = []  # records that cannot be read (the rest is shown as usual)
@@ -461,9 +463,10 @@ def connect(url: str, token: str, ca_file: Optional[str] = None):
     return ServerClient(url, token, ca_file)
 
 
-def status() -> Status:
-    """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
-    from .unattended import managed, watcher
+def status(run_id: Optional[str] = None) -> Status:
+    """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress); with
+    ``run_id``, that run alone (and the clusters all the same), its attempts and moves beside it."""
+    from .unattended import managed, timeline, watcher
     from .lifecycle import tracking
 
     damaged: list[Damaged] = []
@@ -480,11 +483,19 @@ def status() -> Status:
             for h, (ok, got) in zip(handles, states)]
     by_name = {h.name: h for h in handles}
     records = state.load_all(RunRecord, damaged)
+    if run_id is not None:
+        records = [r for r in records if r.run_id == run_id]
+        if not records:
+            raise BurstError(f"no run {run_id!r} on this machine; `burst status` lists the runs", exit_code=2)
     pending = [r for r in records if not r.managed]
     refreshed = dict(zip((r.run_id for r in pending),
                          asked_each([lambda r=r: tracking.refresh(r, by_name) for r in pending], STATUS_ASK_S)))
     runs_now = [r if r.managed or not refreshed[r.run_id][0] else refreshed[r.run_id][1] for r in records]  # unanswered: as recorded
+    wanted = {r.run_id for r in records if r.managed}
+    kept = {m.run_id: m for m in managed.load_all([]) if m.run_id in wanted}  # a damaged one is in ``damaged`` already (revive)
     return Status(clusters=rows, runs=runs_now, moves={r.run_id: managed.moves(r.run_id) for r in records if r.managed},
+                  timelines={k: timeline.lines(m) for k, m in kept.items()},
+                  attempts={k: [a.model_dump(mode="json") for a in m.attempts] for k, m in kept.items()},
                   revived=revived, revived_watchers=revived_watchers,
                   damaged=[DamagedRecord.of(d) for d in damaged])
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Optional
 from .home import state
 from . import targets
 from .unattended.backoff import Backoff, reason_of
-from .unattended import recovery, run_lock
+from .unattended import recovery, run_lock, timeline
 from .errors import BurstError
 from .home.records import read_json, write_json_atomic
 from .home.state import ClusterHandle, RunRecord
@@ -67,6 +67,7 @@ class Controller:
         self.m = m
         self.policy = self._policy()
         self.kept_up: set[str] = set()  # clusters whose storage holds checkpoints that could not be copied off: never taken down here
+        self.seen_at: Optional[float] = None  # when the last look reached the followed attempt's job (wall clock, for the move timeline)
 
     def _policy(self) -> "Policy":
         from .placement import policy as policy_mod
@@ -145,6 +146,7 @@ class Controller:
         """What the attempt's cluster is: where, at what price, since when (its cost counts from then)."""
         attempt.provider, attempt.region, attempt.preemptible = handle.provider, handle.region, handle.preemptible
         attempt.hourly_usd, attempt.cluster_created, attempt.cluster_id = handle.hourly_usd, handle.created, handle.cluster_id
+        attempt.cluster_up = attempt.cluster_up or time.time()
         self.save()
 
     def submit(self, attempt: Attempt, handle: ClusterHandle) -> None:
@@ -211,6 +213,7 @@ class Controller:
         from .client import jobs
         from .lifecycle.budget import BudgetGuard, CHECKPOINT_RESERVE_S, teardown_seconds
 
+        self.seen_at = None
         handle = state.load(ClusterHandle, attempt.cluster)
         record = load_run(self.m.run_id)
         if handle is None and attempt.own and attempt.cluster_id is None and attempt.submitted is None:
@@ -296,7 +299,7 @@ class Controller:
                                 break  # the tunnel may be what broke: open a new one
                             time.sleep(POLL_S)
                             continue
-                        seen = time.monotonic()
+                        seen, self.seen_at = time.monotonic(), time.time()
                         reopen.reset()
                         tracker = self.track(attempt, record, log)
                         if guard is not None:
@@ -431,6 +434,8 @@ class Controller:
 
     def end_attempt(self, attempt: Attempt, how: str) -> None:
         attempt.ended = time.time()
+        if self.seen_at is not None and (attempt.submitted or 0) <= self.seen_at:  # this controller's last look that reached the job
+            attempt.last_seen = self.seen_at
         attempt.how = how
         attempt.cost_usd = round(attempt.cost_until(attempt.ended), 6)
         self.save()
@@ -537,7 +542,9 @@ class Controller:
         if first is not None:
             lost = self.m.attempts[first.number - 2]
             cost["recovery_s"] = round(first.first_step - lost.ended, 1)  # from the loss to the first step on the new target
+        cost["moves"] = timeline.records(self.m)
         write_json_atomic(path, cost, indent=1)
+        timeline.add_to_report(Path(record.run_dir) / "report" / "report.html", self.m)
 
     def finish(self, final: str, message: str) -> None:
         from .lifecycle.runs import load_run

@@ -108,11 +108,14 @@ def _progress(r) -> str:
     return f"epoch {done}/{p.get('epochs', '-')}{usage}" if p else "-"
 
 
-def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def status(
+    run_id: Annotated[Optional[str], typer.Argument(help="one run: its row, its attempts and its moves' timeline")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """Clusters (provider, layout, age, expiry, accrued cost) and runs (state, progress)."""
     from .. import api
 
-    now = api.status()
+    now = api.status(run_id)
     if as_json:
         emit_json(now.model_dump(mode="json"))
         return
@@ -136,13 +139,32 @@ def status(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         if d.kind != "cluster record":
             t.add_row(d.name, "-", "damaged", f"{d.kind} {d.path}: {d.why}; {d.fix}", "-")
     out.print(t)
-    for run_id, lines in now.moves.items():
+    if run_id is not None and now.attempts.get(run_id):
+        _attempts_table(now.attempts[run_id])
+        for line in now.timelines.get(run_id, []):
+            out.print(f"moved: {line}", highlight=False, soft_wrap=True)
+    for moved_id, lines in now.moves.items():
         for line in lines:
-            out.print(f"{run_id}: {line}", highlight=False)
+            out.print(f"{moved_id}: {line}", highlight=False)
     for run_id in now.revived:
         console.print(f"managed run {run_id}: its controller was gone; started again")
     for name in now.revived_watchers:
         console.print(f"cluster {name}: its watcher (idle stop, lease end) was gone; started again")
+
+
+def _attempts_table(attempts: list[dict]) -> None:
+    """A managed run's attempts: where each ran, its times of day, how it ended, what it cost."""
+    def clock(at) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
+
+    t = Table(title="attempts")
+    for col in ("#", "cluster", "provider", "began", "cluster up", "first step", "last answered", "ended", "how", "$"):
+        t.add_column(col)
+    for a in attempts:
+        t.add_row(str(a["number"]), a["cluster"], a["provider"] or "-", clock(a["started"]), clock(a.get("cluster_up")),
+                  clock(a.get("first_step")), clock(a.get("last_seen")), clock(a.get("ended")), a.get("how") or "running",
+                  f"{a.get('cost_usd') or 0:.4f}")
+    out.print(t)
 
 
 def monitor(

@@ -47,12 +47,15 @@ def look(run_id: str) -> dict:
             stopped = {"epoch": event.epoch, "step": event.step, "reason": event.reason}
         elif isinstance(event, UsageEvent):
             usage = event.line()
-    moves = []
+    moves, times = [], []
     if record.managed:
-        from ..unattended import managed
+        from ..unattended import managed, timeline
 
         moves = managed.moves(run_id)
-    return {"run_id": record.run_id, "state": record.state, "managed": record.managed, "attempts": record.attempts, "moves": moves, "message": record.message, "cluster": record.cluster,
+        m = managed.load(run_id)
+        times = timeline.lines(m) if m is not None else []
+    return {"run_id": record.run_id, "state": record.state, "managed": record.managed, "attempts": record.attempts, "moves": moves,
+            "timeline": times, "message": record.message, "cluster": record.cluster,
             "provider": record.provider, "workload": record.workload, "epochs_planned": int(record.config.get("epochs", 0) or 0),
             "epochs": [epochs[k] for k in sorted(epochs)], "step": step, "summary": summary, "validation": said, "failure": failure,
             "stopped": stopped, "workers": workers, "usage": usage if record.state not in runs.FINISHED else None, "log_unreachable": why, "report": _report(record)}

@@ -47,7 +47,9 @@ class Attempt(BaseModel):
     started: Timestamp = Field(default_factory=time.time)  # the attempt began (planning, up)
     cluster_created: Optional[Timestamp] = None             # its cluster's cost accrues from here
     cluster_id: Optional[str] = None  # the attempt's own cluster: a later one of the same name is never acted on
+    cluster_up: Optional[Timestamp] = None                  # the cluster was up (or found) and the attempt could submit
     submitted: Optional[Timestamp] = None
+    last_seen: Optional[Timestamp] = None                   # the last look that reached its job (recorded when it ends)
     first_step: Optional[Timestamp] = None
     ended: Optional[Timestamp] = None
     how: Optional[str] = None

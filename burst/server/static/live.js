@@ -67,6 +67,9 @@
       const list = document.getElementById("moves");
       list.textContent = "";
       for (const line of run.moves || []) { const li = document.createElement("li"); li.textContent = line; list.appendChild(li); }
+      const times = document.getElementById("timeline");
+      times.textContent = "";
+      for (const line of run.timeline || []) { const li = document.createElement("li"); li.textContent = line; times.appendChild(li); }
     }
     if (run.summary) {
       text("validation", run.validation || "");

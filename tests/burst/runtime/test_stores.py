@@ -656,6 +656,15 @@ def test_a_managed_run_moves_from_a_killed_head_on_a_gs_store_to_a_cluster_on_an
     assert starts and all(s["resumed"] and s["epoch"] >= 1 for s in starts), starts
     cost = json.loads((Path(run["run_dir"]) / "cost.json").read_text())
     assert [a["provider"] for a in cost["attempts"]] == ["local", "local"] and 0 < cost["recovery_s"] < 400
+    # the move as times, recorded by the controller: the head's last answer before the kill, the judgement
+    # after it, the next cluster up, submitted and training after that
+    lost, after = attempts
+    assert lost["last_seen"] <= killed_at + 1 and killed_at <= lost["ended"] <= after["cluster_up"] <= after["submitted"] <= after["first_step"]
+    (move,) = cost["moves"]
+    assert move["lost_attempt"] == 1 and move["next_attempt"] == 2 and move["judged_to_first_step_s"] == round(after["first_step"] - lost["ended"], 1)
+    assert Path(run["run_dir"], "report", "report.html").read_text().count("<section id='moves'>") == 1
+    shown = burst("status", run_id, home=home, cwd=tmp_path)
+    assert shown.returncode == 0 and [line for line in shown.stdout.splitlines() if line.startswith("moved: attempt 1 on local cluster mg, last answered ")], shown.stdout
     status = burst("status", "--json", home=home, cwd=tmp_path)
     lines = json.loads(status.stdout)["moves"][run_id]
     assert any("lost after" in line and "local cluster mg " in line for line in lines), lines

@@ -555,6 +555,8 @@ def _a_managed_run_outlives_two_servers(server: Server, second: Server, slurm, h
     status = json.loads(burst("status", "--json", home=homes["alice"], cwd=tmp_path, check=True).stdout)
     assert status["clusters"] == [] and slurm.jobs() == []  # both clusters gone, the site's queue empty
     assert any("run resumed on local cluster" in line for line in status["moves"][run_id]), status["moves"]
+    (moved,) = status["timelines"][run_id]  # the move as times, through the server: judged from Slurm's word, then the local cluster's steps
+    assert moved.startswith("attempt 1 on slurm cluster mv, last answered ") and "CANCELLED" in moved and "not yet" not in moved, moved
     # alice's machine wakes: her CLI's request died with the first server; one line says so and that the run ran on
     os.kill(cli.pid, signal.SIGCONT)
     _, err = cli.communicate(timeout=60)
