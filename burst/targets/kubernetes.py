@@ -521,12 +521,38 @@ class KubernetesTarget(Target):
 
     @staticmethod
     def _mark_running(handle: ClusterHandle) -> None:
+        head = _head_pod_of(handle)  # the head the run will start on: a later one is a new Ray cluster (``head_lost``)
+
         def running(current: ClusterHandle) -> bool:
             current.state = "running"
             current.outputs.pop("waiting", None)
+            if head is not None:
+                current.outputs["head_pod"] = {"uid": head.get("metadata", {}).get("uid"), "restarts": _restarts(head)}
             return True
 
         _update_record(handle, running)
+
+    # ------------------------------------------------------------------ a lost head, in the API server's words
+
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """The API server says the cluster's head is lost (its RayCluster or head pod gone, the pod
+        failed, replaced or restarted): asked without the head, so a controller moves the run at once.
+        False when the API server does not answer (then only the blind grace can tell)."""
+        return handle.state == "running" and bool(handle.outputs.get("ray_cluster")) and self._head_verdict(handle) is not None
+
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        return self._head_verdict(handle) or super().stopped_reason(handle)
+
+    def _head_verdict(self, handle: ClusterHandle) -> Optional[str]:
+        context, ns, rc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["ray_cluster"]
+        try:
+            if read(context, "get", "raycluster", rc, "-n", ns, "-o", "name", what="get raycluster") is None:
+                return f"RayCluster {ns}/{rc} is gone"
+            raw = read(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc},ray.io/node-type=head", "-o", "json",
+                       what="get the head pod")
+        except BurstError:
+            return None
+        return head_lost(json.loads(raw).get("items", []) if raw else [], handle.outputs.get("head_pod") or {})
 
     # ------------------------------------------------------------------ taking it down
 
@@ -682,6 +708,49 @@ def _update_record(handle: ClusterHandle, change) -> None:
         current = state.load(ClusterHandle, handle.name)
         if current is not None and current.cluster_id == handle.cluster_id and change(current):
             state.save(current)
+
+
+def _head_pod_of(handle: ClusterHandle) -> Optional[dict]:
+    """The RayCluster's head pod as the API server lists it now (None: none, or no answer)."""
+    context, ns, rc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["ray_cluster"]
+    try:
+        pods = items(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc},ray.io/node-type=head", what="get the head pod")
+    except BurstError:
+        return None
+    return pods[0] if pods else None
+
+
+def _restarts(pod: dict) -> int:
+    return sum(int(cs.get("restartCount") or 0) for cs in pod.get("status", {}).get("containerStatuses", []))
+
+
+def head_lost(pods: list[dict], started_on: dict) -> Optional[str]:
+    """Why a Ray cluster's head is lost, in its pod's words, or None while the head the cluster
+    came up with still runs. ``pods``: the head pods listed (deleting ones included); ``started_on``:
+    that head's uid and container restarts when the cluster came up. KubeRay replaces a deleted or
+    failed head pod, and a head container that restarts starts a new GCS: without GCS fault
+    tolerance (burst sets none) either is a new Ray cluster that knows no job of the old one
+    (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-gcs-ft.html)."""
+    if not pods:
+        return "its head pod is gone"
+    pod = pods[0]
+    name, status = pod.get("metadata", {}).get("name", "?"), pod.get("status", {})
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return f"pod {name} is being deleted"
+    if status.get("phase") in ("Failed", "Succeeded"):
+        why = ": ".join(part for part in (status.get("reason"), (status.get("message") or "").strip()[:200]) if part)
+        return f"pod {name} {status['phase']}" + (f" ({why})" if why else "")
+    uid = pod.get("metadata", {}).get("uid")
+    if started_on.get("uid") and uid and uid != started_on["uid"]:
+        return f"pod {name} is a new head (the pod the cluster came up with is gone)"
+    if _restarts(pod) > int(started_on.get("restarts") or 0):
+        for cs in status.get("containerStatuses", []):
+            ended = (cs.get("lastState") or {}).get("terminated") or {}
+            if ended:
+                return (f"pod {name} restarted its {cs.get('name', 'head')} container ({ended.get('reason') or 'terminated'}, "
+                        f"exit code {ended.get('exitCode', '?')})")
+        return f"pod {name} restarted its container"
+    return None
 
 
 def _unschedulable(pod: dict) -> str:

@@ -859,3 +859,39 @@ def test_down_copies_a_stopped_run_s_checkpoints_off_its_claim_before_deleting_i
     assert tree(home / "checkpoints" / "r1" / "checkpoint_000001") == tree(newest)  # `burst train --resume r1` goes on from epoch 2
     assert "run r1's newest checkpoint kept on this machine" in " ".join(proc.stderr.split())
     assert left_on(fake) == ["ray-system_deployment_kuberay-operator"]
+
+
+def test_a_lost_head_pod_is_told_by_the_api_server_without_the_head_and_a_silent_api_server_tells_nothing(tmp_path, site, fake, monkeypatch):
+    """The platform's own word on a head (issue 86): the API server says a head pod was deleted
+    (KubeRay's replacement is a new Ray cluster), evicted or restarted, or that the RayCluster is
+    gone, and the target says so without reaching the head; a head as it came up is not lost, and
+    an API server that does not answer is no verdict (only the blind grace may judge then)."""
+    from burst.home.state import ClusterHandle
+    from burst.targets import get
+
+    home = tmp_path / "home"
+    proc = burst("up", "--provider", "kubernetes", "--policy", str(site()), "--gpus", "4", "--name", "lab", "--json", home=home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    handle = ClusterHandle(**json.loads(proc.stdout))
+    rc, ns = handle.outputs["ray_cluster"], "physics"
+    assert handle.outputs["head_pod"] == {"uid": f"uid-{rc}-head-0", "restarts": 0}  # the head the cluster came up with
+    monkeypatch.setenv("FAKE_KUBE", str(fake))
+    monkeypatch.setenv("PATH", f"{FAKES}:{os.environ['PATH']}")
+    target = get("kubernetes")
+    assert not target.is_gone(handle)
+    (fake / "head-restarted").write_text("")
+    assert target.is_gone(handle)
+    assert target.stopped_reason(handle) == f"pod {rc}-head-0 restarted its ray-head container (OOMKilled, exit code 137)"
+    (fake / "head-restarted").unlink()
+    (fake / "head-failed").write_text("")
+    assert target.stopped_reason(handle) == f"pod {rc}-head-0 Failed (Evicted: The node was low on resource: memory.)"
+    (fake / "head-failed").unlink()
+    deleted = subprocess.run(["kubectl", "--context=lab", "delete", "pod", f"{rc}-head-0", "-n", ns], capture_output=True, text=True)
+    assert deleted.returncode == 0 and deleted.stdout.strip() == f'pod "{rc}-head-0" deleted', deleted.stderr
+    assert target.is_gone(handle)
+    assert target.stopped_reason(handle) == f"pod {rc}-head-1 is a new head (the pod the cluster came up with is gone)"
+    (fake / "unreachable").write_text("")
+    assert not target.is_gone(handle)  # no answer is no verdict
+    (fake / "unreachable").unlink()
+    (fake / "objects" / next(p.name for p in (fake / "objects").glob("*.json") if json.loads(p.read_text())["kind"] == "RayCluster")).unlink()
+    assert target.is_gone(handle) and target.stopped_reason(handle) == f"RayCluster {ns}/{rc} is gone"
