@@ -53,21 +53,42 @@ class KubeRayTarget(PulumiTarget):
             return self._driver(handle.stack).outputs().get("kubeconfig") or ""
 
     def is_gone(self, handle: ClusterHandle) -> bool:
-        """Its RayCluster is gone while its control plane answers: the keeper beside the head ended it
-        (idle, or the lease), and what the stack holds besides (control plane, system pool, NAT) is
-        left for burst to take down. Asked through the API server, not the head; False when it cannot tell."""
+        """The API server says the Ray cluster is lost: its RayCluster is gone (the keeper beside the
+        head ended it, idle or at the lease's end, and what the stack holds besides is left for burst to
+        take down), or its head pod is gone, being deleted or failed (a preempted spot node takes its
+        pods with it). Asked through the API server, not the head; False when it cannot tell."""
+        return self._head_verdict(handle) is not None
+
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        return self._head_verdict(handle) or super().stopped_reason(handle)
+
+    def _head_verdict(self, handle: ClusterHandle) -> Optional[str]:
+        import json
         import subprocess
 
+        from .kubernetes import head_lost
+
+        ns = handle.outputs.get("ray_namespace", "burst")
         try:
             with self.kubeconfig_file(handle) as config:
                 if not config:
-                    return False
-                proc = subprocess.run(["kubectl", f"--kubeconfig={config}", "--request-timeout=20s", "get", "rayclusters.ray.io",
-                                       "-n", handle.outputs.get("ray_namespace", "burst"), "-o", "name"],
-                                      capture_output=True, text=True, timeout=60)
+                    return None
+                ask = ["kubectl", f"--kubeconfig={config}", "--request-timeout=20s", "get", "-n", ns]
+                clusters = subprocess.run([*ask, "rayclusters.ray.io", "-o", "name"], capture_output=True, text=True, timeout=60)
+                if clusters.returncode != 0:
+                    return None
+                if not clusters.stdout.strip():
+                    return f"its RayCluster in namespace {ns} is gone"
+                pods = subprocess.run([*ask, "pods", "-l", "ray.io/node-type=head", "-o", "json"], capture_output=True, text=True, timeout=60)
         except (BurstError, OSError, subprocess.TimeoutExpired):
-            return False
-        return proc.returncode == 0 and not proc.stdout.strip()
+            return None
+        if pods.returncode != 0:
+            return None
+        try:
+            listed = json.loads(pods.stdout).get("items", [])
+        except ValueError:
+            return None
+        return head_lost(listed, handle.outputs.get("head_pod") or {})
 
     def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
         return ["kubectl", f"--kubeconfig={kubeconfig}", "port-forward", "-n", handle.outputs.get("ray_namespace", "burst"),

@@ -743,7 +743,7 @@ def head_lost(pods: list[dict], started_on: dict) -> Optional[str]:
     uid = pod.get("metadata", {}).get("uid")
     if started_on.get("uid") and uid and uid != started_on["uid"]:
         return f"pod {name} is a new head (the pod the cluster came up with is gone)"
-    if _restarts(pod) > int(started_on.get("restarts") or 0):
+    if "restarts" in started_on and _restarts(pod) > int(started_on["restarts"] or 0):  # a baseline only: restarts while it started are its past
         for cs in status.get("containerStatuses", []):
             ended = (cs.get("lastState") or {}).get("terminated") or {}
             if ended:

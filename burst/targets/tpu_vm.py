@@ -73,3 +73,56 @@ class TpuVmTarget(GoogleCloudStack):
 
     def job_runtime(self, handle: ClusterHandle) -> JobRuntime:
         return JobRuntime(python="python3")  # the TPU hosts installed burst from its wheel at boot
+
+    # ------------------------------------------------------------------ a lost slice, in the TPU API's words
+
+    def is_gone(self, handle: ClusterHandle) -> bool:
+        """The Cloud TPU API says the slice is no longer the one the run started on (preempted,
+        terminated, stopped, restarting, being deleted, or no longer there): asked without the head's
+        tunnel, so a controller moves the run at once. False when the API cannot be asked."""
+        return handle.state == "running" and node_loss(self._node(handle)) is not None
+
+    def stopped_reason(self, handle: ClusterHandle) -> str:
+        return node_loss(self._node(handle)) or super().stopped_reason(handle)
+
+    def _node(self, handle: ClusterHandle) -> Optional[dict]:
+        """The slice's TPU node as the API has it; {} when the API says there is none; None: no answer."""
+        import requests
+
+        name, zone, project = (handle.outputs.get(k) for k in ("tpu_name", "zone", "project"))
+        if not (name and zone and project):
+            return None
+        try:
+            response = self.preflight_session().get(f"{google_cloud.TPU_API}/projects/{project}/locations/{zone}/nodes/{name}", timeout=20)
+        except (BurstError, requests.RequestException):
+            return None
+        except Exception:  # noqa: BLE001 - a refused credential refresh (google-auth): no answer, not a verdict
+            return None
+        if response.status_code == 404:
+            return {}
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
+
+LOST_STATES = {  # a TPU node's state (Cloud TPU v2 Node.State) in which the Ray cluster on it is gone or going
+    "PREEMPTED": "preempted", "TERMINATED": "terminated (maintenance, or a preemptible slice's end of life)",
+    "STOPPING": "stopping", "STOPPED": "stopped", "DELETING": "being deleted", "RESTARTING": "restarting",
+    "REIMAGING": "being reimaged", "HIDING": "being hidden", "HIDDEN": "hidden", "UNKNOWN": "in an unknown state after a failed repair",
+}
+
+
+def node_loss(node: Optional[dict]) -> Optional[str]:
+    """Why the slice is lost, in the TPU API's words, or None (ready, creating, repairing, or no answer)."""
+    if node is None:
+        return None
+    if not node:
+        return "the TPU node is gone (the Cloud TPU API has no node of its name)"
+    state = node.get("state", "")
+    if state not in LOST_STATES:
+        return None
+    health = node.get("healthDescription") or node.get("health")
+    return f"TPU node {node.get('name', '?').rsplit('/', 1)[-1]} {LOST_STATES[state]} ({state}" + (f"; {health}" if health else "") + ")"

@@ -500,3 +500,31 @@ def test_a_watcher_takes_down_what_is_left_once_the_keeper_ended_an_idle_gke_clu
     assert fake.commands().count("destroy") == 1 and state.load(ClusterHandle, "t") is None
     log = (home / "managed" / "cluster-t.log").read_text()
     assert "taken down by its watcher: its keeper ended its Ray cluster (no job for its idle time)" in log
+
+
+def test_a_gke_cluster_whose_head_pod_was_evicted_is_lost_in_the_api_server_s_words_and_its_cluster_gone_too(home, tmp_path, monkeypatch):
+    """Issue 86: a controller that cannot reach a GKE head asks the API server through the stack's
+    kubeconfig (stand-in kubectl, Pulumi CLI stand-in): a head pod evicted (a spot node reclaimed
+    takes its pods) is a loss now, a RayCluster deleted by its keeper too; a running head is not,
+    and an API server that does not answer is no verdict."""
+    from burst.targets import get
+
+    fake = RecordingPulumi()
+    handle, _ = gke_up(fake)
+    kube = tmp_path / "kube"
+    (kube / "objects").mkdir(parents=True)
+    (kube / "crds.json").write_text('["rayclusters.ray.io"]')
+    rc = kube / "objects" / "burst_raycluster_burst.json"
+    rc.write_text('{"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "burst", "namespace": "burst"}, "spec": {}}')
+    monkeypatch.setenv("FAKE_KUBE", str(kube))
+    monkeypatch.setenv("PATH", f"{Path(__file__).resolve().parents[1] / 'fakes' / 'kube'}:{os.environ['PATH']}")
+    gke = get("gcp")
+    with pulumi_command(fake):
+        assert not gke.is_gone(handle)
+        (kube / "head-failed").write_text("")
+        assert gke.is_gone(handle) and gke.stopped_reason(handle) == "pod burst-head-0 Failed (Evicted: The node was low on resource: memory.)"
+        (kube / "unreachable").write_text("")
+        assert not gke.is_gone(handle)
+        (kube / "unreachable").unlink()
+        rc.unlink()
+        assert gke.stopped_reason(handle) == "its RayCluster in namespace burst is gone"

@@ -3,7 +3,7 @@
 The pre-flight reads Google Cloud and Azure through ``requests`` sessions; a session with
 ``RecordedApi`` mounted answers from ``tests/fakes/cloud_api/*.json`` (responses in each API's
 documented shape: Compute Engine acceleratorTypes/regions/projects, Cloud TPU v2
-acceleratorTypes/runtimeVersions, ARM Microsoft.Compute skus/usages) and notes every URL asked.
+acceleratorTypes/runtimeVersions/nodes, ARM Microsoft.Compute skus/usages) and notes every URL asked.
 Nothing leaves the process; an unknown URL is a 404, as the real APIs answer for a missing zone.
 """
 
@@ -23,6 +23,7 @@ ROUTES = (  # URL pattern -> file name pattern
     (r"compute\.googleapis\.com/compute/v1/projects/[^/?]+$", "gcp-project"),
     (r"tpu\.googleapis\.com/v2/projects/[^/]+/locations/([^/]+)/acceleratorTypes", "tpu-{0}-acceleratorTypes"),
     (r"tpu\.googleapis\.com/v2/projects/[^/]+/locations/([^/]+)/runtimeVersions", "tpu-{0}-runtimeVersions"),
+    (r"tpu\.googleapis\.com/v2/projects/[^/]+/locations/([^/]+)/nodes/([^/?]+)$", "tpu-{0}-node-{1}"),
     (r"management\.azure\.com/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/([^/]+)/usages", "azure-usages-{0}"),
     (r"management\.azure\.com/subscriptions/[^/]+/providers/Microsoft\.Compute/skus\?.*location(?: |%20)eq(?: |%20)(?:'|%27)([a-z0-9]+)", "azure-skus-{0}"),
 )

@@ -186,3 +186,48 @@ def test_float16_needs_gpus_and_bfloat16_runs_everywhere():
             resources.runs_precision("mixed_float16", "c")
         for fine in (None, "auto", "float32", "mixed_bfloat16"):
             resources.runs_precision(fine, "c")
+
+
+def test_a_tpu_slice_the_tpu_api_says_is_preempted_or_gone_is_lost_and_no_answer_is_no_verdict(monkeypatch):
+    """Issue 86: a controller that cannot reach a slice's head asks the Cloud TPU API (nodes.get, its
+    Node.State) before it waits out the blind grace: PREEMPTED, TERMINATED, RESTARTING ... or a node
+    that is no longer there is a loss now, in the API's words; READY and REPAIRING are not; an API
+    that does not answer is no verdict."""
+    import requests
+
+    from burst.home.state import ClusterHandle
+    from burst.targets.tpu_vm import TpuVmTarget
+
+    target = TpuVmTarget()
+    handle = ClusterHandle(name="slice", provider="gcp-tpu", cluster_id="0123456789ab", state="running", accelerator="tpu-v3-32",
+                           storage_uri="gs://team-bucket/burst",
+                           outputs={"tpu_name": "burst-slice", "zone": "europe-west4-a", "project": "proj"})
+    node = json.loads((cloud_api.FILES / "tpu-europe-west4-a-node-burst-slice.json").read_text())
+
+    def answering(overrides=None):
+        session, api = recorded(overrides)
+        monkeypatch.setattr(target, "preflight_session", lambda: session)
+        return api
+
+    api = answering()
+    assert not target.is_gone(handle)
+    assert api.asked == ["https://tpu.googleapis.com/v2/projects/proj/locations/europe-west4-a/nodes/burst-slice"]
+    answering({"tpu-europe-west4-a-node-burst-slice": {**node, "state": "PREEMPTED", "health": None}})
+    assert target.is_gone(handle) and target.stopped_reason(handle) == "TPU node burst-slice preempted (PREEMPTED)"
+    answering({"tpu-europe-west4-a-node-burst-slice": {**node, "state": "TERMINATED", "healthDescription": "host maintenance"}})
+    assert target.stopped_reason(handle) == ("TPU node burst-slice terminated (maintenance, or a preemptible slice's end of life) "
+                                             "(TERMINATED; host maintenance)")
+    answering({"tpu-europe-west4-a-node-burst-slice": {**node, "state": "REPAIRING"}})
+    assert not target.is_gone(handle)  # may come back: the blind grace judges it
+    gone = handle.model_copy(update={"outputs": {**handle.outputs, "tpu_name": "burst-deleted"}})
+    answering()
+    assert target.is_gone(gone) and target.stopped_reason(gone) == "the TPU node is gone (the Cloud TPU API has no node of its name)"
+
+    def no_answer(*args, **kwargs):
+        raise requests.ConnectionError("connection refused")
+
+    session, _ = recorded()
+    monkeypatch.setattr(session, "get", no_answer)
+    monkeypatch.setattr(target, "preflight_session", lambda: session)
+    assert not target.is_gone(handle)
+    assert not target.is_gone(handle.model_copy(update={"state": "starting"}))
