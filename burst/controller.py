@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .home import state
 from . import targets
@@ -50,6 +50,49 @@ REOPEN_AFTER_S = 20.0  # a job API that does not answer this long: the tunnel is
 REOPEN_WAITS_S = (2.0, 5.0, 10.0, 20.0, 30.0)  # between tries to open the way to a cluster not seen
 BLIND_SAY_EVERY_S = 60.0  # while blind, the log says so at most this often
 DOWN_RETRY_S = (30.0, 120.0)  # a failed take-down is tried again after these waits
+
+
+# --------------------------------------------------------------------------- a look that may hang
+
+
+class PlatformSaysGone(Exception):
+    """The target's platform said the cluster is gone while a look through its job API was awaited."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.why = why
+
+
+def asked_beside_platform(question: Callable[[], object], target, handle: ClusterHandle) -> object:
+    """``question``'s answer (a look through the job API), asking the platform every ``POLL_S``
+    while it is awaited: a dashboard whose GCS was killed takes a request and answers only when its
+    own call to the GCS times out (61 s here; the request's own limit is 120 s), so a head the
+    platform says is gone raises ``PlatformSaysGone`` at once instead. A look that answers within
+    ``POLL_S`` asks the platform nothing; an abandoned look ends on its own (a daemon thread)."""
+    import threading
+
+    box: dict = {}
+    done = threading.Event()
+
+    def ask() -> None:
+        try:
+            box["answer"] = question()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=ask, name="burst-look", daemon=True).start()
+    while not done.wait(POLL_S):
+        try:
+            gone = target.is_gone(handle)
+        except Exception:  # noqa: BLE001 - a platform that cannot be asked is no verdict
+            gone = False
+        if gone:
+            raise PlatformSaysGone(target.stopped_reason(handle))
+    if "error" in box:
+        raise box["error"]
+    return box["answer"]
 
 
 # --------------------------------------------------------------------------- the controller
@@ -287,8 +330,10 @@ class Controller:
                             time.sleep(POLL_S)
                             continue
                         try:
-                            status = jobs.job_status(client, record.job_id)
-                            log = client.get_job_logs(record.job_id)
+                            status, log = asked_beside_platform(
+                                lambda: (jobs.job_status(client, record.job_id), client.get_job_logs(record.job_id)), target, fresh)
+                        except PlatformSaysGone as gone:  # the look hung on a head whose GCS is gone: the platform's word, now
+                            return self.lost(attempt, gone.why)
                         except (ConnectionError, RuntimeError, OSError) as exc:
                             why_blind = f"{exc.__class__.__name__}: {str(exc)[:160]}"
                             if target.is_gone(fresh):  # a job API that does not answer, and the platform says the cluster ended

@@ -231,7 +231,9 @@ class SlurmTarget(Target):
 
     @staticmethod
     def _request(site, nodes: int, hours: float) -> list[str]:
-        args = [f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive", f"--time={_walltime(hours)}"]
+        # --no-requeue: a node failure ends the allocation (NODE_FAIL), which burst's controller moves from at
+        # once; a requeued job is a new Ray head nobody follows, judged only after the blind grace (sbatch(1))
+        args = [f"--nodes={nodes}", "--ntasks-per-node=1", "--exclusive", f"--time={_walltime(hours)}", "--no-requeue"]
         if hours * 3600 > 2 * site.notice_seconds:  # the batch script alone is told, this long before the walltime
             args.append(f"--signal=B:TERM@{site.notice_seconds}")
         if site.partition:
@@ -423,21 +425,24 @@ class SlurmTarget(Target):
         return ray_head.is_alive(handle, timeout) if handle.dashboard_url else True
 
     def is_gone(self, handle: ClusterHandle) -> bool:
-        """The scheduler says the cluster's job has ended (a failed ``squeue``, a login host that does not answer: not known)."""
+        """The scheduler says the cluster's job has ended, or waits in the queue again after it ran
+        (requeued: a new allocation would be a new Ray head); a failed ``squeue``, a login host that
+        does not answer: not known."""
         if not handle.outputs.get("job_id"):
             return False
         try:
             js = self.job_state(self._site(handle), handle.outputs["job_id"])
         except (BurstError, subprocess.TimeoutExpired, OSError):
             return False
-        return js.ended and js.state != "UNKNOWN"
+        return (js.ended and js.state != "UNKNOWN") or (handle.state == "running" and js.state in WAITING)
 
     def answers_here(self, handle: ClusterHandle) -> bool:
         return bool(handle.dashboard_url)
 
     def stopped_reason(self, handle: ClusterHandle) -> str:
         js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))
-        return f"Slurm job {handle.outputs.get('job_id')} {js.state}" + (f": {js.reason}" if js.reason and js.reason != js.state else "")
+        requeued = " again after it ran (requeued)" if handle.state == "running" and js.state in WAITING else ""
+        return f"Slurm job {handle.outputs.get('job_id')} {js.state}{requeued}" + (f": {js.reason}" if js.reason and js.reason != js.state else "")
 
     def not_ready(self, handle: ClusterHandle) -> str:
         js = self.job_state(self._site(handle), handle.outputs.get("job_id", ""))

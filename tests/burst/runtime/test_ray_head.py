@@ -108,3 +108,34 @@ def test_a_local_cluster_is_gone_once_its_head_s_gcs_or_raylet_is_and_not_while_
     assert local.is_gone(handle) and local.stopped_reason(handle) == "none of its processes is left on this machine"
     assert not local.is_gone(handle.model_copy(update={"state": "starting"}))  # still coming up: not known
 
+
+
+@pytest.mark.slow
+def test_a_look_that_hangs_on_a_head_whose_gcs_was_killed_is_cut_short_by_this_machine_s_word(tmp_path, monkeypatch):
+    """Issue 86: with its GCS killed, a real head's dashboard takes a job-API request and answers
+    only when its own call to the GCS gives up (a 500 after 31 s here; a controller's look is two
+    such requests, so the loss was judged 61 s after the kill). The controller's look now asks this
+    machine beside it: the look ends in the platform's word, not in the dashboard's 500."""
+    from burst import targets
+    from burst.client import jobs
+    from burst.controller import PlatformSaysGone, asked_beside_platform
+    from burst.targets import local
+    from tests.support import census
+
+    monkeypatch.setenv("BURST_HOME", str(tmp_path / "home"))
+    before = census.snapshot()
+    handle, _ = local.up("hung", cpus=1)
+    try:
+        target, client = targets.get("local"), jobs.client(handle)
+        assert asked_beside_platform(client.list_jobs, target, handle) == []  # a healthy head answers; nothing else is asked
+        (gcs,) = [p for p in ray_head.cluster_processes(handle.cluster_id, handle.temp_dir) if p.name() == "gcs_server"]
+        gcs.kill()
+        with pytest.raises(PlatformSaysGone) as gone:
+            asked_beside_platform(client.list_jobs, target, handle)
+        # the raylet follows its GCS within seconds: either word is this machine's
+        assert gone.value.why in ("its head's gcs_server is gone on this machine", "its head's gcs_server and raylet are gone on this machine")
+        with pytest.raises(RuntimeError, match="status code 500"):  # what the look would have waited for
+            client.list_jobs()
+    finally:
+        local.down(handle)
+    census.assert_none_left(before)

@@ -145,6 +145,37 @@ def test_a_job_cancelled_by_the_site_is_reported_lost_with_how_to_go_on(site, ho
     shutil.rmtree(job_tmp, ignore_errors=True)
 
 
+def test_a_node_that_fails_ends_its_allocation_for_good_and_slurm_s_word_is_a_loss_at_once(site, home, tmp_path, monkeypatch):
+    """Issue 86: a node that stops answering is set DOWN by slurmctld, which ends the jobs on it
+    (scontrol(1)) and, by default, requeues a batch job: the allocation came back later as a new Ray
+    head nobody followed, and the controller waited out its blind grace (the benchmark's first run:
+    10 min). burst's job asks for --no-requeue: the allocation ends NODE_FAIL, and the target says
+    so from Slurm's queue without the head."""
+    from burst import targets
+    from burst.home.state import ClusterHandle
+
+    before = census.snapshot()
+    policy = site.policy(tmp_path / "slurm.yaml")
+    up = burst(site, "up", "--provider", "slurm", "--name", "node", "--policy", str(policy), "--hours", "1", "--wait", home=home, cwd=tmp_path)
+    assert up.returncode == 0, up.stderr
+    handle = ClusterHandle(**json.loads((home / "clusters" / "node.json").read_text()))
+    monkeypatch.setenv("BURST_HOME", str(home))
+    monkeypatch.setenv("SLURM_CONF", str(site.conf))
+    slurm = targets.get("slurm")
+    assert not slurm.is_gone(handle)
+    try:
+        site.slurm("scontrol", "update", f"NodeName={site.host}", "State=DOWN", "Reason=node-lost-in-a-test")
+        wait_until(lambda: slurm.is_gone(handle), 60, "Slurm to end the allocation on the failed node")
+        assert slurm.stopped_reason(handle).startswith(f"Slurm job {handle.outputs['job_id']} NODE_FAIL"), slurm.stopped_reason(handle)
+        time.sleep(3)  # a requeued job would be back in the queue by now (PENDING, BeginTime)
+        assert site.jobs() == []
+    finally:
+        site.slurm("scontrol", "update", f"NodeName={site.host}", "State=RESUME", check=False)
+        wait_until(lambda: site.slurm("sinfo", "-h", "-o", "%T").stdout.strip() == "idle", 60, "the node to be idle again")
+    assert burst(site, "down", "node", home=home, cwd=tmp_path).returncode == 0
+    census.assert_none_left(before)
+
+
 def test_a_run_that_reaches_its_walltime_checkpoints_on_the_notice_and_loses_under_one_interval(site, home, tmp_path):
     """The allocation's walltime ends while the run trains: Slurm signals the batch script before the
     end, the workers checkpoint where they are, and the run ends LOST with at most a checkpoint
