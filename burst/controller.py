@@ -567,10 +567,17 @@ class Controller:
 
         if not record.job_id:
             return
-        try:
-            with targets.get(handle.provider).reach(handle) as reachable:
+        target = targets.get(handle.provider)
+
+        def stop() -> None:
+            with target.reach(handle) as reachable:
                 jobs.client(reachable).stop_job(record.job_id)
+
+        try:  # beside the platform: a dashboard whose GCS is gone holds each request 31 s, and the move waited two of them
+            asked_beside_platform(stop, target, handle)
             self.say(f"the lost attempt's job {record.job_id} on cluster {handle.name} was stopped")
+        except PlatformSaysGone:
+            pass  # the platform says the cluster is gone: its down (next) ends whatever of it lingers
         except Exception:  # noqa: BLE001 - unreachable: it is lost after all
             pass
 
