@@ -17,7 +17,7 @@ from ..errors import BurstError
 from ..home.state import ClusterHandle
 from ..client.jobs import JobRuntime
 from .base import JobResources
-from . import azure_cloud, google_cloud
+from . import azure_cloud, google_cloud, kube_head
 from .google_cloud import GoogleCloudStack
 from .pulumi_stack import PulumiTarget, missing_tools, stack_errors
 
@@ -66,8 +66,6 @@ class KubeRayTarget(PulumiTarget):
         import json
         import subprocess
 
-        from .kubernetes import head_lost
-
         ns = handle.outputs.get("ray_namespace", "burst")
         try:
             with self.kubeconfig_file(handle) as config:
@@ -88,7 +86,7 @@ class KubeRayTarget(PulumiTarget):
             listed = json.loads(pods.stdout).get("items", [])
         except ValueError:
             return None
-        return head_lost(listed, handle.outputs.get("head_pod") or {})
+        return kube_head.head_lost(listed, handle.outputs.get("head_pod") or {})
 
     def tunnel_command(self, handle: ClusterHandle, port: int, kubeconfig: Optional[str], remote_port: int = 8265) -> list[str]:
         return ["kubectl", f"--kubeconfig={kubeconfig}", "port-forward", "-n", handle.outputs.get("ray_namespace", "burst"),

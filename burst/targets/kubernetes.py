@@ -47,6 +47,7 @@ from ..runtime import ray_head
 from ..home.state import ClusterHandle
 from ..client.jobs import JobRuntime
 from .base import QUIET, JobResources, Lease, QueueWait, Reporter, Target
+from . import kube_head
 from .tunnel import tunnel
 
 if TYPE_CHECKING:
@@ -527,7 +528,7 @@ class KubernetesTarget(Target):
             current.state = "running"
             current.outputs.pop("waiting", None)
             if head is not None:
-                current.outputs["head_pod"] = {"uid": head.get("metadata", {}).get("uid"), "restarts": _restarts(head)}
+                current.outputs["head_pod"] = {"uid": head.get("metadata", {}).get("uid"), "restarts": kube_head.restarts(head)}
             return True
 
         _update_record(handle, running)
@@ -552,7 +553,7 @@ class KubernetesTarget(Target):
                        what="get the head pod")
         except BurstError:
             return None
-        return head_lost(json.loads(raw).get("items", []) if raw else [], handle.outputs.get("head_pod") or {})
+        return kube_head.head_lost(json.loads(raw).get("items", []) if raw else [], handle.outputs.get("head_pod") or {})
 
     # ------------------------------------------------------------------ taking it down
 
@@ -718,39 +719,6 @@ def _head_pod_of(handle: ClusterHandle) -> Optional[dict]:
     except BurstError:
         return None
     return pods[0] if pods else None
-
-
-def _restarts(pod: dict) -> int:
-    return sum(int(cs.get("restartCount") or 0) for cs in pod.get("status", {}).get("containerStatuses", []))
-
-
-def head_lost(pods: list[dict], started_on: dict) -> Optional[str]:
-    """Why a Ray cluster's head is lost, in its pod's words, or None while the head the cluster
-    came up with still runs. ``pods``: the head pods listed (deleting ones included); ``started_on``:
-    that head's uid and container restarts when the cluster came up. KubeRay replaces a deleted or
-    failed head pod, and a head container that restarts starts a new GCS: without GCS fault
-    tolerance (burst sets none) either is a new Ray cluster that knows no job of the old one
-    (https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-gcs-ft.html)."""
-    if not pods:
-        return "its head pod is gone"
-    pod = pods[0]
-    name, status = pod.get("metadata", {}).get("name", "?"), pod.get("status", {})
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        return f"pod {name} is being deleted"
-    if status.get("phase") in ("Failed", "Succeeded"):
-        why = ": ".join(part for part in (status.get("reason"), (status.get("message") or "").strip()[:200]) if part)
-        return f"pod {name} {status['phase']}" + (f" ({why})" if why else "")
-    uid = pod.get("metadata", {}).get("uid")
-    if started_on.get("uid") and uid and uid != started_on["uid"]:
-        return f"pod {name} is a new head (the pod the cluster came up with is gone)"
-    if "restarts" in started_on and _restarts(pod) > int(started_on["restarts"] or 0):  # a baseline only: restarts while it started are its past
-        for cs in status.get("containerStatuses", []):
-            ended = (cs.get("lastState") or {}).get("terminated") or {}
-            if ended:
-                return (f"pod {name} restarted its {cs.get('name', 'head')} container ({ended.get('reason') or 'terminated'}, "
-                        f"exit code {ended.get('exitCode', '?')})")
-        return f"pod {name} restarted its container"
-    return None
 
 
 def _unschedulable(pod: dict) -> str:
