@@ -66,7 +66,8 @@ class PlatformSaysGone(Exception):
 def asked_beside_platform(question: Callable[[], object], target, handle: ClusterHandle) -> object:
     """``question``'s answer (a look through the job API), asking the platform every ``POLL_S``
     while it is awaited: a dashboard whose GCS was killed takes a request and answers only when its
-    own call to the GCS times out (61 s here; the request's own limit is 120 s), so a head the
+    own call to the GCS times out (a 500 after 31 s a request here, two requests a look; the request's
+    own limit is 120 s), so a head the
     platform says is gone raises ``PlatformSaysGone`` at once instead. A look that answers within
     ``POLL_S`` asks the platform nothing; an abandoned look ends on its own (a daemon thread)."""
     import threading
