@@ -65,7 +65,8 @@ def test_status_with_nothing_running(tmp_path):
     assert proc.returncode == 0
     import json
 
-    assert json.loads(proc.stdout) == {"clusters": [], "runs": [], "moves": {}, "revived": [], "revived_watchers": [], "damaged": []}
+    assert json.loads(proc.stdout) == {"clusters": [], "runs": [], "moves": {}, "timelines": {}, "attempts": {}, "revived": [], "revived_watchers": [],
+                                       "damaged": []}
 
 
 BAD_NAMES = ["a/b", "../../x", "x" * 300, "Upper", "has space", "..", "a.b", "-x"]
