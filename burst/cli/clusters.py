@@ -154,8 +154,7 @@ def status(
 
 def _attempts_table(attempts: list[dict]) -> None:
     """A managed run's attempts: where each ran, its times of day, how it ended, what it cost."""
-    def clock(at) -> str:
-        return time.strftime("%H:%M:%S", time.localtime(at)) if at else "-"
+    from ..unattended.timeline import clock
 
     t = Table(title="attempts")
     for col in ("#", "cluster", "provider", "began", "cluster up", "first step", "last answered", "ended", "how", "$"):

@@ -549,11 +549,10 @@ class KubernetesTarget(Target):
         try:
             if read(context, "get", "raycluster", rc, "-n", ns, "-o", "name", what="get raycluster") is None:
                 return f"RayCluster {ns}/{rc} is gone"
-            raw = read(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc},ray.io/node-type=head", "-o", "json",
-                       what="get the head pod")
+            pods = _head_pods(handle)
         except BurstError:
             return None
-        return kube_head.head_lost(json.loads(raw).get("items", []) if raw else [], handle.outputs.get("head_pod") or {})
+        return kube_head.head_lost(pods, handle.outputs.get("head_pod") or {})
 
     # ------------------------------------------------------------------ taking it down
 
@@ -711,11 +710,17 @@ def _update_record(handle: ClusterHandle, change) -> None:
             state.save(current)
 
 
-def _head_pod_of(handle: ClusterHandle) -> Optional[dict]:
-    """The RayCluster's head pod as the API server lists it now (None: none, or no answer)."""
+def _head_pods(handle: ClusterHandle) -> list[dict]:
+    """The RayCluster's head pods as the API server lists them now, those being deleted included."""
     context, ns, rc = handle.outputs["context"], handle.outputs["namespace"], handle.outputs["ray_cluster"]
+    raw = read(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc},ray.io/node-type=head", "-o", "json", what="get the head pod")
+    return json.loads(raw).get("items", []) if raw else []
+
+
+def _head_pod_of(handle: ClusterHandle) -> Optional[dict]:
+    """The RayCluster's head pod now, not one being deleted (None: none, or no answer)."""
     try:
-        pods = items(context, "get", "pods", "-n", ns, "-l", f"ray.io/cluster={rc},ray.io/node-type=head", what="get the head pod")
+        pods = [p for p in _head_pods(handle) if not p.get("metadata", {}).get("deletionTimestamp")]
     except BurstError:
         return None
     return pods[0] if pods else None

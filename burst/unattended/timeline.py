@@ -48,8 +48,8 @@ class Move(BaseModel):
         lost, nxt, s = self.lost, self.next, self.seconds()
         parts = [f"attempt {lost.number} on {lost.provider or '?'} cluster {lost.cluster}"]
         if lost.last_seen is not None:
-            parts.append(f"last answered {_clock(lost.last_seen)}")
-        judged = f"judged lost {_clock(lost.ended)}" if lost.ended else "not judged yet"
+            parts.append(f"last answered {clock(lost.last_seen)}")
+        judged = f"judged lost {clock(lost.ended)}" if lost.ended else "not judged yet"
         if s["answer_to_judged_s"] is not None:
             judged += f" ({s['answer_to_judged_s']:.1f} s after)"
         parts.append(f"{judged}: {self.why}")
@@ -59,7 +59,7 @@ class Move(BaseModel):
         steps = [f"attempt {nxt.number} on {nxt.provider or '?'} cluster {nxt.cluster}"]
         for label, at, key in (("up", nxt.cluster_up, "judged_to_up_s"), ("submitted", nxt.submitted, "judged_to_submitted_s"),
                                ("first step", nxt.first_step, "judged_to_first_step_s")):
-            steps.append(f"{label} {_clock(at)} (+{s[key]:.1f} s)" if at is not None and s[key] is not None else f"{label} not yet")
+            steps.append(f"{label} {clock(at)} (+{s[key]:.1f} s)" if at is not None and s[key] is not None else f"{label} not yet")
         return f"{head} -> {', '.join(steps)}"
 
 
@@ -88,11 +88,11 @@ def report_section(m: ManagedRun) -> str:
             if at is None:
                 return "<td>-</td>"
             offset = f" (+{s[key]:.1f} s)" if key and s[key] is not None else ""
-            return f"<td>{_clock(at)}{offset}</td>"
+            return f"<td>{clock(at)}{offset}</td>"
 
         rows.append(f"<tr><td>{lost.number} ({html.escape(lost.provider)} {html.escape(lost.cluster)})</td><td>{html.escape(move.why)}</td>"
                     + cell(lost.last_seen, None)
-                    + (f"<td>{_clock(lost.ended)} ({s['answer_to_judged_s']:.1f} s after)</td>" if lost.ended and s["answer_to_judged_s"] is not None
+                    + (f"<td>{clock(lost.ended)} ({s['answer_to_judged_s']:.1f} s after)</td>" if lost.ended and s["answer_to_judged_s"] is not None
                        else cell(lost.ended, None))
                     + (cell(nxt.cluster_up, "judged_to_up_s") + cell(nxt.submitted, "judged_to_submitted_s")
                        + cell(nxt.first_step, "judged_to_first_step_s") if nxt else "<td>-</td>" * 3)
@@ -119,5 +119,6 @@ def records(m: ManagedRun) -> list[dict]:
              **move.seconds()} for move in moves(m)]
 
 
-def _clock(at: Optional[float]) -> str:
+def clock(at: Optional[float]) -> str:
+    """A time of day as the move lines say it ("-" for none)."""
     return time.strftime("%H:%M:%S", time.localtime(at)) if at is not None else "-"
