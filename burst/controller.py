@@ -322,7 +322,7 @@ class Controller:
                             if self.past_lease(target, fresh):  # its lease is over: the cluster ended itself
                                 return self.lease_over(attempt, fresh, record)
                             if target.is_gone(fresh):  # the platform's own word (its processes, its scheduler): lost now, no grace
-                                return self.lost(attempt, target.stopped_reason(fresh))
+                                return self.gone(attempt, fresh, record)
                             if time.monotonic() - seen >= rules.loss_grace_seconds:  # a busy head misses looks; a dead one misses them all
                                 if opened - seen >= rules.loss_grace_seconds:
                                     return self.lost(attempt, target.stopped_reason(fresh))
@@ -334,11 +334,11 @@ class Controller:
                             status, log = asked_beside_platform(
                                 lambda: (jobs.job_status(client, record.job_id), client.get_job_logs(record.job_id)), target, fresh)
                         except PlatformSaysGone as gone:  # the look hung on a head whose GCS is gone: the platform's word, now
-                            return self.lost(attempt, gone.why)
+                            return self.gone(attempt, fresh, record, gone.why)
                         except (ConnectionError, RuntimeError, OSError) as exc:
                             why_blind = f"{exc.__class__.__name__}: {str(exc)[:160]}"
                             if target.is_gone(fresh):  # a job API that does not answer, and the platform says the cluster ended
-                                return self.lost(attempt, target.stopped_reason(fresh))
+                                return self.gone(attempt, fresh, record)
                             if self.blind_budget(guard, record, attempt, handle):
                                 return
                             if time.monotonic() - seen >= REOPEN_AFTER_S:
@@ -364,7 +364,7 @@ class Controller:
             if self.past_lease(target, fresh):  # not seen after its lease's end: its keeper ended it
                 return self.lease_over(attempt, fresh, record)
             if target.is_gone(fresh):  # not a way to it that broke: the cluster ended (an allocation cancelled while no controller ran)
-                return self.lost(attempt, target.stopped_reason(fresh))
+                return self.gone(attempt, fresh, record)
             blind_s = time.monotonic() - seen
             grace_s = rules.blind_grace_minutes * 60
             if blind_s >= grace_s and opened - seen >= grace_s:  # the way failed again after the grace: lost
@@ -384,6 +384,13 @@ class Controller:
     def past_lease(target, handle: ClusterHandle) -> bool:
         """The cluster's lease has ended and a keeper ends it (a scheduler's walltime is not a lease: its notice moves the run)."""
         return (target.keeper_ends_lease or not target.is_scheduler) and handle.expires is not None and time.time() >= handle.expires
+
+    def gone(self, attempt: Attempt, handle: ClusterHandle, record: RunRecord, why: str | None = None) -> None:
+        """The platform says the cluster is gone: past its lease, its keeper ended it (the run stops
+        there, as a sleeping laptop's controller finds it on waking); before, it was lost (the run moves)."""
+        if self.past_lease(targets.get(handle.provider), handle):
+            return self.lease_over(attempt, handle, record)
+        return self.lost(attempt, why or targets.get(handle.provider).stopped_reason(handle))
 
     def lease_over(self, attempt: Attempt, handle: ClusterHandle, record: RunRecord) -> None:
         """The cluster's lease is over and it does not answer: it ended itself (its keeper) while this

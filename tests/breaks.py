@@ -710,6 +710,11 @@ BREAKS = [
           (("        if gone:\n            raise PlatformSaysGone(target.stopped_reason(handle))\n", "        if gone:\n            pass\n"),),
           ("tests/burst/runtime/test_ray_head.py::test_a_look_that_hangs_on_a_head_whose_gcs_was_killed_is_cut_short_by_this_machine_s_word",),
           "a look hung on a dashboard whose GCS was killed waits for its 500 (31 s a request) before the loss is judged"),
+    Break("keeper-s-end-at-the-lease-taken-for-a-loss", "burst/controller.py",
+          (("        if self.past_lease(targets.get(handle.provider), handle):\n            return self.lease_over(attempt, handle, record)\n"
+            "        return self.lost(", "        return self.lost("),),
+          ("tests/burst/unattended/test_controller_seams.py::test_a_cluster_its_keeper_ended_at_its_lease_stops_the_run_when_the_platform_says_it_is_gone",),
+          "a laptop that slept through its cluster's lease wakes to the platform's 'gone' and moves the run instead of stopping it", fast=True),
     Break("synthetic-files-side-by-side-drawn-anew", "workloads/gan3d/synthetic.py",
           (("PlannedFile(Path(a['path']), a['events'], a['seed'],", "PlannedFile(Path(a['path']), a['events'], a['seed'] + 1,"),),
           ("tests/workloads/gan3d/test_synthetic.py::test_files_written_side_by_side_are_the_files_written_one_after_the_other",),

@@ -37,17 +37,37 @@ class Server:
         return proc.stdout.strip()
 
     def start(self, guard_seconds: float = 1.0, env: dict | None = None, *extra: str) -> "Server":
+        said = len(self.log.read_text()) if self.log.exists() else 0
         self.proc = subprocess.Popen([sys.executable, "-m", "burst.cli", "server", "start", *self._db(), "--data", str(self.data),
                                       "--port", str(self.port), "--guard-seconds", str(guard_seconds), *extra],
                                      stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
+                if "address already in use" in self.log.read_text()[said:]:  # taken between free_port and the bind: another port
+                    self.port = free_port()
+                    self.url = f"http://127.0.0.1:{self.port}"
+                    return self.start(guard_seconds, env, *extra)
                 raise AssertionError(self.log.read_text())
-            if self.http("GET", "/v1/me", None)[0] == 401:
+            # its own process listening, not another test's server that took the port first (a 401 from
+            # that one once passed for this one's, and every token made here was then refused)
+            if self._listening() and self.http("GET", "/v1/me", None)[0] == 401:
                 return self
             time.sleep(0.3)
         raise AssertionError(f"the server did not answer: {self.log.read_text()}")
+
+    def _listening(self) -> bool:
+        """This server's own process (or one it started) listens on its port."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)
+            for proc in (root, *root.children(recursive=True)):
+                if any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in proc.net_connections(kind="inet")):
+                    return True
+        except psutil.Error:
+            pass
+        return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

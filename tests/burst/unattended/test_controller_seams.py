@@ -156,6 +156,40 @@ def test_a_head_judged_dead_through_an_old_tunnel_is_asked_again_through_a_new_o
     assert len(gke.opened) == 2
 
 
+@pytest.mark.parametrize("look", ["hangs", "is refused"])
+def test_a_cluster_its_keeper_ended_at_its_lease_stops_the_run_when_the_platform_says_it_is_gone(home, tmp_path, monkeypatch, look):
+    """A laptop that slept through its cluster's lease: on waking, the look it was in hangs (a
+    dashboard whose GCS the keeper stopped) or is refused, and the platform says the cluster is gone.
+    Gone past its lease is the keeper's end, not a loss: the run ends STOPPED and does not move (CI
+    once saw LOST here, the platform's word judged before the lease)."""
+    from burst.home import state
+    from burst.home.state import ClusterHandle, RunRecord
+
+    ended = {"yes": False}
+
+    def job() -> str:
+        if not ended["yes"]:
+            return "RUNNING"
+        if look == "hangs":
+            time.sleep(30)  # abandoned: the platform is asked beside it
+        raise ConnectionError("the dashboard refused the connection")
+
+    gke = _GkeBehindATunnel(alive=lambda: True, job=job)
+    gke.is_gone = lambda handle: ended["yes"]
+    c, m, _ = _managed(tmp_path, monkeypatch, gke, "providers: [gcp]\n", str(tmp_path / "store"))
+    with state.locked():
+        handle = state.load(ClusterHandle, "c")
+        handle.expires = time.time() + 0.3
+        state.save(handle)
+    import threading
+
+    threading.Timer(0.6, lambda: ended.update(yes=True)).start()  # the keeper ends the cluster after its lease
+    c.follow_attempt(m.attempts[0])
+    assert m.attempts[0].how.startswith("stopped at the end of its lease"), m.attempts[0].how
+    run = state.load(RunRecord, "r1")
+    assert run.state == "STOPPED" and "lease" in run.message, (run.state, run.message)
+
+
 def _local_up(home: Path, name: str, cwd: Path) -> dict:
     proc = subprocess.run([sys.executable, "-m", "burst.cli", "up", "--provider", "local", "--name", name, "--cpus", "1", "--json"],
                           capture_output=True, text=True, cwd=cwd, timeout=180, env={**os.environ, "BURST_HOME": str(home)})
