@@ -57,7 +57,8 @@ def test_a_break_follows_its_code_and_its_test_when_they_move(tmp_path):
 
 def test_a_fast_break_s_forked_pytest_runs_the_copy_s_code_and_says_what_it_saw():
     """The fast breaks' pytests fork from a process that imported the libraries once: the copy's
-    code must be what runs (a harmless edit is MISSED, the real break caught), and a child that
+    code must be what runs (a harmless edit is MISSED, then the real break caught in the same copy,
+    which is whole again afterwards), and a child that
     dies before pytest answers (here: multiprocessing cannot re-read a ``<stdin>`` main) is never
     counted as caught."""
     script = (
@@ -68,13 +69,16 @@ def test_a_fast_break_s_forked_pytest_runs_the_copy_s_code_and_says_what_it_saw(
         "first = next(line for line in target.read_text().splitlines() if line.startswith('\"\"\"'))\n"
         "harmless = breaks.Break('harmless', real.file, ((first, first + '  # harmless'),), real.tests, 'nothing', fast=True)\n"
         "print(breaks.check(harmless)[0]); print(breaks.check(real)[0])\n"
+        "copy = breaks._copies.take()\n"  # the copy both breaks ran in, whole again for the next one
+        "print(copy != breaks.ROOT and (copy / real.file).read_bytes() == target.read_bytes() and (copy / real.file).stat().st_mtime_ns == target.stat().st_mtime_ns)\n"
     )
     root = Path(__file__).resolve().parents[1]
     said = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
     lines = said.stdout.splitlines()
-    assert said.returncode == 0 and len(lines) == 2, said.stdout + said.stderr[-2000:]
+    assert said.returncode == 0 and len(lines) == 3, said.stdout + said.stderr[-2000:]
     assert lines[0] == "MISSED: the tests passed with the break in place"
     assert lines[1].startswith("caught: FAILED tests/burst/server/test_money.py::")
+    assert lines[2] == "True"  # one copy served both, and the break's file is back as it was, bytes and time
     dead = subprocess.run([sys.executable, "-"], input=script.replace("harmless)[0]); ", "real)[0]); #"), cwd=root,
                           capture_output=True, text=True, timeout=300)
     assert dead.stdout.splitlines()[0].startswith("not run:") and "never answered" in dead.stdout, dead.stdout + dead.stderr[-2000:]
