@@ -27,6 +27,27 @@ def burst(*args, home: Path, cwd: Path, env: dict | None = None, timeout: float 
     return proc
 
 
+def burst_here(*args, home: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in this process (typer's runner), for tests of what a command answers, not of the
+    process it runs in: a subprocess costs a Python start and burst's import (0.5 to 1 CPU-second a
+    call). What only the process shows (one line and the exit code for bad input, what it imports,
+    signals) is tested through ``burst``. An exception the CLI would have shown as a traceback fails
+    the test with it."""
+    from typer.testing import CliRunner
+
+    from burst import cli
+
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(cli.app, [str(a) for a in args], env={"BURST_HOME": str(home)})
+    finally:
+        os.chdir(here)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
 def raw_events(log: str) -> list[dict]:
     """Every event line of a job log, without burst's de-duplication by epoch number (only a
     line Ray forwarded twice, identical to the byte, counts once)."""
