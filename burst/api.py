@@ -704,6 +704,15 @@ def prediction_lines(run_id: str) -> list[str]:
     return lines
 
 
+def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optional[int] = None, seed: int = 0,
+            out: Optional[Path] = None, data: Optional[Path] = None, report: Reporter = QUIET):
+    """`burst profile`: measure a workload of the public interface on this machine and write the
+    profile the plan estimates it from (a ``lifecycle.profiling.ProfileResult``)."""
+    from .lifecycle import profiling
+
+    return profiling.profile(workload, batches=batches, events=events, seed=seed, out=out, data=data, report=report)
+
+
 def report(run_id: str) -> Path:
     """The path of a run's HTML report (its results are collected first if nothing did yet)."""
     from .lifecycle import tracking

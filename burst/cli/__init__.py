@@ -40,7 +40,7 @@ class _Commands(TyperGroup):
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True,
                   help="Burst a training run from this machine to whatever hardware a policy allows.")
 for command in (planning.plan, clusters.up, runs.train, runs.run, scans.tune, clusters.status, runs.logs, runs.report, clusters.down,
-                clusters.monitor, planning.bench, runs.calibrate, pack.pack):
+                clusters.monitor, planning.bench, planning.profile, runs.calibrate, pack.pack):
     app.command()(command)
 app.command("workloads")(planning.workloads_list)
 app.command("datasets")(stores.datasets)

@@ -1,7 +1,7 @@
-"""``burst plan | policy | catalog | bench``: placement made visible.
+"""``burst plan | policy | catalog | bench | profile``: placement made visible.
 
-Nothing here imports TensorFlow, Ray or a cloud SDK (``burst bench`` runs the workload in a
-subprocess), so these commands start fast.
+Nothing here imports TensorFlow, Ray or a cloud SDK (``burst bench`` and ``burst profile`` run the
+workload in a subprocess), so these commands start fast.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rich.text import Text
 from .. import workloads
 from .placement_options import PlacementRequest, takes_placement
 from ..errors import BurstError
-from .render import console, out
+from .render import ConsoleReporter, console, out
 from .render import emit_json as _emit_json
 
 
@@ -339,3 +339,43 @@ def _bench_once(command: list[str]) -> dict:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise BurstError(f"the benchmark failed: {last}", exit_code=1)
     return json.loads(lines[-1])
+
+
+def profile(
+    workload: Annotated[str, typer.Argument(help="a workload of the public interface: its name, package.module:OBJECT or path/file.py:OBJECT")],
+    batches: Annotated[Optional[str], typer.Option(help="comma-separated batch sizes to time (default: half the workload's batch, it, and four times it)")] = None,
+    events: Annotated[Optional[int], typer.Option(help="training events made for the measurement, and an epoch of the profile (default: the workload's `events`)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of the data it makes")] = 0,
+    data: Annotated[Optional[Path], typer.Option(help="its training data (default: the data it makes, `make_data`)")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="where to write the profile (default: the one `burst plan` reads, in burst's home)")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Measure a workload on this machine (samples/s by batch, FLOPs and parameters as its framework counts them, data and checkpoint sizes) and write the profile `burst plan` estimates it from."""
+    from .. import api
+
+    asked = None
+    if batches is not None:
+        try:
+            asked = [int(b) for b in batches.split(",") if b.strip()]
+        except ValueError:
+            raise BurstError(f"--batches {batches}: a comma-separated list of whole numbers, e.g. 16,64,256") from None
+    if events is not None and events < 1:
+        raise BurstError(f"--events must be a positive whole number, got {events}")
+    result = api.profile(workload, batches=asked, events=events, seed=seed, out=out_file, data=data, report=ConsoleReporter())
+    if as_json:
+        _emit_json(result.model_dump(mode="json"))
+        return
+    m = result.measured
+    for row in m["batches"]:
+        out.print(f"batch {row['batch']:>5}: {row['samples_per_s']:>12,.0f} samples/s")
+    flops = f"{m['flops_per_event']:,.0f} FLOPs per training event" if m.get("flops_per_event") else f"FLOPs {m['flops_by']}"
+    params = f"{m['parameters']:,} trainable parameters" if m.get("parameters") else "parameters not counted"
+    out.print(f"{flops}; {params}; a checkpoint {m['checkpoint_bytes']:,} bytes; {m['events']} events {m['data_bytes']:,} bytes")
+    out.print(f"this machine's dense float32 rate: {m['matmul_gflops']:.1f} GFLOP/s (NumPy's matmul)")
+    out.print(f"derived for one GPU: per event per replica; an epoch of {m['events']} events at batch {result.batch}:")
+    for speed in result.derived:
+        out.print(f"{speed.accelerator:>10}: {speed.per_event_us:8.3g} µs ({speed.low_us:.3g} to {speed.high_us:.3g}); "
+                  f"epoch {speed.epoch_s:.3g} s ({speed.epoch_low_s:.3g} to {speed.epoch_high_s:.3g})")
+    out.print(f"profile written to {result.path}" + ("; `burst plan` estimates the workload from it" if result.used_by_plan else ""))
+    if result.note:
+        console.print(result.note)

@@ -126,7 +126,9 @@ def fit_points(points: list[Point], events: int) -> Fit:
     """Relative-error least squares of the model over ``points``; every parameter kept >= 0.
 
     A parameter that the unconstrained solution makes negative is pinned at 0 and the rest refitted
-    (the TPU interconnect's hop cost, for one, is below what two slice sizes can resolve).
+    (the TPU interconnect's hop cost, for one, is below what two slice sizes can resolve); a
+    negative per-event time pins the per-step cost instead (epochs of a few steps on a busy machine,
+    where the larger batch came out no faster per event), since every accelerator spends time per event.
     """
     accs = sorted({p.accelerator for p in points})
     nets = sorted({p.network for p in points if p.nodes > 1})
@@ -146,7 +148,14 @@ def fit_points(points: list[Point], events: int) -> Fit:
         negative = [i for i in free if coef[i] < 0]
         if not negative:
             break
-        free.remove(min(negative, key=lambda i: coef[i]))
+        others = [i for i in negative if names[i][0] != "event"]
+        step = names.index(("step", ""))
+        if others:
+            free.remove(min(others, key=lambda i: coef[i]))
+        elif step in free:  # an accelerator's per-event time must stay: the per-step cost is pinned first (noisy epochs of few steps)
+            free.remove(step)
+        else:
+            free.remove(min(negative, key=lambda i: coef[i]))
     values = dict(zip(names, coef))
     missing = [a for a in accs if values[("event", a)] <= 0]
     if missing:
@@ -404,7 +413,10 @@ def local_throughput(profile: Profile, precision: str = "float32") -> tuple[floa
     try:
         rec = read_record(path, "bench record", f"run `burst bench` again or remove it (rm -r {path})", BenchRecord)
     except FileNotFoundError:
-        return profile.local_default.events_per_s, f"profile default ({profile.local_default.basis}, float32); run `burst bench` to measure this machine"
+        basis = profile.local_default.basis
+        if "burst profile" in basis:  # this machine's own measurement already (a workload `burst bench` has no benchmark for)
+            return profile.local_default.events_per_s, basis
+        return profile.local_default.events_per_s, f"profile default ({basis}, float32); run `burst bench` to measure this machine"
     if precision in rec.by_precision:
         return rec.by_precision[precision], f"measured by `burst bench` in {precision} ({rec.cpus or '?'} CPUs)"
     return rec.events_per_s, f"measured by `burst bench` in float32 ({rec.cpus or '?'} CPUs; {precision} not measured)"

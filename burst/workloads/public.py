@@ -87,8 +87,10 @@ class PublicWorkload(Internal):
 
     @property
     def profile_path(self) -> Path:
-        """The workload's ``profile.yaml``; without one, a profile of this machine alone (no speed
-        anywhere else, so the plan offers nothing else), its throughput a placeholder it says it is."""
+        """The workload's ``profile.yaml``; without one, the profile `burst profile` measured on this
+        machine (``profiles/NAME.measured.yaml`` in burst's home); without that, a profile of this
+        machine alone (no speed anywhere else, so the plan offers nothing else), its throughput a
+        placeholder it says it is."""
         if self.user.profile is not None:
             path = Path(self.user.profile)
             return path if path.is_absolute() else self.package_dir / path
@@ -97,13 +99,16 @@ class PublicWorkload(Internal):
         from ..home import state
         from ..home.records import write_text_atomic
 
+        measured = state.home() / "profiles" / f"{self.name}.measured.yaml"  # lifecycle.profiling.measured_path
+        if measured.is_file():
+            return measured
         generated = state.home() / "profiles" / f"{self.name}.yaml"
         text = yaml.safe_dump({
             "workload": self.name, "preset": self.presets[0], "events": int(self.user.events), "dataset_gb": 0.0, "checkpoint_gb": 0.0,
             "epochs": 10, "checkpoint_every_epochs": 1,
             "scaling": {"form": "no measurement: the workload has no profile.yaml", "tables": []}, "accelerators": {},
             "local_default": {"events_per_s": PLACEHOLDER_EVENTS_PER_S,
-                              "basis": f"a placeholder, not a measurement: {self.name} has no profile.yaml (docs/guide/your-workload.md)"}},
+                              "basis": f"a placeholder, not a measurement: {self.name} has no profile.yaml; `burst profile {self.name}` measures it"}},
             sort_keys=False)
         if not generated.is_file() or generated.read_text() != text:
             write_text_atomic(generated, text)

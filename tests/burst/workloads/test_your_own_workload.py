@@ -184,3 +184,32 @@ def test_a_pytorch_model_trains_under_ddp_on_two_workers_with_the_same_weights_o
     assert history[-1]["loss"] < history[0]["loss"]
     assert json.loads((run_dir / "report" / "metrics.json").read_text())["summary"]["test_mse"] < 0.5
     assert "weight_spread 0" in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_a_workload_burst_has_never_seen_is_profiled_here_and_planned_on_gpus_from_it(tmp_path):
+    """`burst profile` of the PyTorch example (it ships no profile): its samples/s at each batch on
+    this machine, its FLOPs as PyTorch counts them, its parameters and sizes, written where the
+    plan reads them; the plan then estimates this machine as measured and every GPU as derived,
+    saying so, where before it offered this machine only, at a placeholder speed."""
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'burst[torch]'): the PyTorch workload tests skip")
+    home = tmp_path / "home"
+    spec = f"{ROOT / 'examples' / 'torch-regressor' / 'src' / 'torch_regressor' / 'workload.py'}:WORKLOAD"
+    before = json.loads(burst("plan", spec, "--provider", "gcp", "--json", home=home, cwd=tmp_path).stdout)
+    assert before["choice"] is None and "no speed" in json.dumps(before), before  # nothing to estimate a GPU from
+    said = burst("profile", spec, "--batches", "16,128", "--events", "1024", home=home, cwd=tmp_path, timeout=600, check=True)
+    assert "batch    16:" in said.stdout and "batch   128:" in said.stdout and "derived for one GPU:" in said.stdout, said.stdout
+    written = home / "profiles" / "torch-regressor.measured.yaml"
+    assert f"profile written to {written}" in " ".join(said.stdout.split())
+    measured = json.loads(burst("profile", spec, "--batches", "16,128", "--events", "1024", "--json", "--out", str(tmp_path / "again.yaml"),
+                                home=home, cwd=tmp_path, timeout=600, check=True).stdout)["measured"]
+    # the small preset's MLP (8 -> 64 -> 64 -> 1): 2 x 4,672 multiply-adds forward, 17,664 FLOPs backward (no gradient
+    # for the input), as PyTorch's FlopCounterMode counts them; its trainable parameters, by the modules that ran
+    assert measured["flops_per_event"] == 27008 and measured["parameters"] == 8 * 64 + 64 + 64 * 64 + 64 + 64 + 1
+    assert [r["batch"] for r in measured["batches"]] == [16, 128] and all(r["samples_reported"] for r in measured["batches"])
+    assert measured["checkpoint_bytes"] > 4801 * 4 and measured["data_bytes"] > 1024 * 9 * 4 and measured["matmul_gflops"] > 0
+    plan = json.loads(burst("plan", spec, "--provider", "gcp", "--accelerator", "V100", "--json", home=home, cwd=tmp_path, check=True).stdout)
+    assert plan["choice"]["accelerator"] == "V100" and plan["choice"]["feasible"] and plan["choice"]["est_cost_usd"] > 0
+    assert any("V100 speed is derived, not measured (derived by `burst profile`" in r and "± a factor of 3" in r for r in plan["choice"]["reasons"])
+    local = json.loads(burst("plan", spec, "--provider", "local", "--json", home=home, cwd=tmp_path, check=True).stdout)["choice"]
+    assert any("measured by `burst profile`" in r for r in local["reasons"]), local["reasons"]
