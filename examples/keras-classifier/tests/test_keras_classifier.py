@@ -45,3 +45,20 @@ def test_burst_trains_and_judges_it_on_this_machine(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = next((tmp_path / "burst-runs").glob("keras-classifier-*/report/metrics.json"))
     assert json.loads(report.read_text())["summary"]["test_error_rate"] < 0.2
+
+
+@pytest.mark.slow  # trains for real, in TensorFlow (a process of its own)
+def test_burst_profile_counts_its_parameters_and_times_it_at_each_batch(tmp_path):
+    """`burst profile` of the classifier, into a file of its own (the package ships its measured
+    profile.yaml, which the plan keeps reading): Keras' own count of its weights, each batch timed."""
+    env = {**os.environ, "BURST_HOME": str(tmp_path / "home"), "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "burst.cli", "profile", "keras_classifier.workload:WORKLOAD", "--batches", "32,256",
+                           "--events", "2048", "--out", str(tmp_path / "measured.yaml"), "--json"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    width = 32  # the small preset: 16 -> 32 -> 32 -> 4, as Keras' count_params counts it
+    assert result["measured"]["parameters"] == FEATURES * width + width + width * width + width + width * 4 + 4
+    assert [row["batch"] for row in result["measured"]["batches"]] == [32, 256] and result["measured"]["flops_per_event"] is None
+    assert not result["used_by_plan"] and "names a profile of its own" in result["note"]
+    assert (tmp_path / "measured.yaml").read_text().startswith("# Placement profile of keras-classifier (keras, preset small)")

@@ -55,3 +55,17 @@ def test_the_header_says_what_was_counted_and_how_fast_it_ran_against_this_machi
     assert all(line.startswith("# ") for line in text.splitlines())
     keras = {**measured(), "flops": None, "flops_per_event": None, "flops_by": "not counted: TensorFlow ...", "parameters": 1732}
     assert "FLOPs not counted" in derive.header(keras) and "1,732 trainable parameters" in derive.header(keras)
+
+
+def test_epochs_where_a_small_batch_s_steps_came_out_slower_than_a_large_one_s_still_make_a_profile():
+    """On a busy machine the small batch's epoch can come out so slow that its steps take longer than
+    the large batch's (seen here: 615 samples/s at batch 16, 14,170 at 64): the unconstrained fit
+    then gives a negative per-event time. The per-step cost is pinned at 0 instead (every
+    accelerator spends time per event), not the per-event one, which no profile can do without."""
+    noisy = measured(batches=(16, 128))
+    noisy["batches"][0]["samples_per_s"] = noisy["batches"][1]["samples_per_s"] / 10  # a step of 16 slower than a step of 128
+    profile = Profile.model_validate(derive.profile_of(noisy, events=1000, default_batch=64))
+    fit = profile.fit()
+    here = derive.machine_name(noisy)
+    assert fit.per_step == 0.0 and fit.per_event[here] > 0
+    assert profile.epoch_seconds("V100", 1, batch=64) > 0
