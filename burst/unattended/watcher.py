@@ -114,8 +114,13 @@ def watch(name: str) -> int:
                 busy, last_end = job_activity(current)
             except Exception:  # noqa: BLE001 - a tunnel that broke, a head that does not answer: not asked this time
                 busy = None
-                if _ended_by_keeper(current):  # the keeper beside the head ended the Ray part first (idle): the rest goes now
-                    why = "its keeper ended its Ray cluster (no job for its idle time); the rest of it is taken down"
+                if _ended_by_keeper(current):  # the platform says the Ray part is gone: the rest goes now
+                    busy_ago = None if last_active is None else now - last_active
+                    if busy_ago is not None and busy_ago < current.idle_minutes * 60:  # it had work within its idle time
+                        why = (f"its Ray cluster is gone ({_gone_reason(current)}) {busy_ago:.0f} s after it last had work, not at "
+                               "its keeper's idle end; the rest of it is taken down")
+                    else:  # the keeper beside the head ended it, idle
+                        why = "its keeper ended its Ray cluster (no job for its idle time); the rest of it is taken down"
             if busy is not None:  # the idle decision only on a fresh answer: a busy cluster behind a broken tunnel stays up
                 if busy:
                     last_active = now
@@ -137,6 +142,14 @@ def watch(name: str) -> int:
                 continue
             return 0
         time.sleep(WATCH_POLL_S)
+
+
+def _gone_reason(handle: ClusterHandle) -> str:
+    """The platform's words for a cluster that is gone; what was asked, where it cannot say."""
+    try:
+        return targets.get(handle.provider).stopped_reason(handle)
+    except Exception:  # noqa: BLE001 - the same API that said "gone" did not answer again
+        return "the platform says so"
 
 
 def _ended_by_keeper(handle: ClusterHandle) -> bool:

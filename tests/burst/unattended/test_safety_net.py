@@ -97,6 +97,42 @@ class _Unreachable:
             state.delete(ClusterHandle, handle.name)
 
 
+def test_a_watcher_says_a_cluster_lost_while_it_had_work_is_not_its_keeper_s_idle_end(home, monkeypatch):
+    """A cluster with an idle time whose Ray part the platform says is gone (a Slurm job cancelled,
+    a pod evicted) seconds after a look found a job running: the watcher takes the rest down and
+    says why in the platform's words, not "its keeper ended it (no job for its idle time)"."""
+    from burst import targets
+    from burst.unattended import watcher
+    from burst.home.state import ClusterHandle
+
+    _save(ClusterHandle(name="lost", provider="local", cluster_id="local0003", state="running", storage_uri="/tmp/x",
+                        idle_minutes=30.0, created=time.time()))
+    looks = []
+
+    class _Gone(_Unreachable):
+        def is_gone(self, handle):
+            return len(looks) >= 2
+
+        def stopped_reason(self, handle):
+            return "Slurm job 7 CANCELLED"
+
+    fake = _Gone(failing_downs=0, looks=looks)
+    monkeypatch.setattr(targets, "get", lambda provider: fake)
+
+    def activity(handle):
+        looks.append(time.time())
+        if len(looks) == 1:
+            return True, None  # a job runs
+        raise ConnectionError("the head does not answer")
+
+    monkeypatch.setattr(watcher, "job_activity", activity)
+    monkeypatch.setattr(watcher, "WATCH_POLL_S", 0.05)
+    assert watcher.watch("lost") == 0 and fake.downs == 1
+    log = (home / "managed" / "cluster-lost.log").read_text()
+    assert "taken down by its watcher: its Ray cluster is gone (Slurm job 7 CANCELLED)" in log and "not at its keeper's idle end" in log, log
+    assert "no job for its idle time" not in log
+
+
 def test_a_watcher_never_stops_a_busy_cluster_it_cannot_ask_and_outlives_a_failing_down(home, monkeypatch):
     from burst.home import state
     from burst import targets
