@@ -359,8 +359,6 @@ def profile(
             asked = [int(b) for b in batches.split(",") if b.strip()]
         except ValueError:
             raise BurstError(f"--batches {batches}: a comma-separated list of whole numbers, e.g. 16,64,256") from None
-    if events is not None and events < 1:
-        raise BurstError(f"--events must be a positive whole number, got {events}")
     result = api.profile(workload, batches=asked, events=events, seed=seed, out=out_file, data=data, report=ConsoleReporter())
     if as_json:
         _emit_json(result.model_dump(mode="json"))

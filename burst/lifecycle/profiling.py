@@ -20,9 +20,9 @@ from pydantic import BaseModel
 from .. import workload as public_workload
 from .. import workloads
 from ..errors import BurstError
-from ..home import state
 from ..home.records import write_text_atomic
 from ..targets.base import QUIET, Reporter
+from ..workloads.public import measured_profile_path
 
 TIMEOUT_S = 3600
 
@@ -52,11 +52,6 @@ class ProfileResult(BaseModel):
     note: str = ""
 
 
-def measured_path(name: str) -> Path:
-    """Where `burst profile` writes a workload's profile in this machine's burst home."""
-    return state.home() / "profiles" / f"{name}.measured.yaml"
-
-
 def default_batches(default_batch: int) -> list[int]:
     """Half the workload's batch, the batch, and four times it: enough for the per-step cost to show."""
     return sorted({max(1, default_batch // 2), default_batch, default_batch * 4})
@@ -65,7 +60,7 @@ def default_batches(default_batch: int) -> list[int]:
 def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optional[int] = None, seed: int = 0,
             out: Optional[Path] = None, data: Optional[Path] = None, report: Reporter = QUIET) -> ProfileResult:
     """Measure ``workload`` here at each batch (on ``data``, else on the data it makes), derive its
-    GPU speeds, and write its profile to ``out`` (default: ``measured_path``, which the plan reads
+    GPU speeds, and write its profile to ``out`` (default: ``measured_profile_path``, which the plan reads
     for a workload naming no profile)."""
     from ..placement import derive
     from ..placement.profile import load
@@ -77,6 +72,8 @@ def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optio
     batches = sorted(set(batches or default_batches(w.default_batch(w.profile_preset))))
     if len(batches) < 2 or any(b < 1 for b in batches):
         raise BurstError(f"--batches {','.join(map(str, batches))}: give two batch sizes or more, each a positive whole number")
+    if events is not None and events < 1:
+        raise BurstError(f"--events must be a positive whole number, got {events}")
     events = int(events or w.user.events)
     if data is not None and not Path(data).exists():
         raise BurstError(f"--data {data}: no such file or directory")
@@ -86,7 +83,7 @@ def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optio
         raise BurstError(f"--events {events}: fewer events than the largest batch ({max(batches)}); an epoch would hold no whole step")
     report.say(f"measuring {w.name} on this machine at batches {', '.join(map(str, batches))}, {events} events "
                "(one worker; each batch three epochs, one to warm up, two timed)...")
-    command = [sys.executable, "-m", "burst.runtime.measuring", w.spec or w.name, str(events), "0", str(seed),
+    command = [sys.executable, "-m", "burst.runtime.measuring", w.spec or w.name, str(events), str(seed),
                str(Path(data).resolve()) if data is not None else "", *map(str, batches)]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
@@ -101,7 +98,7 @@ def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optio
     measured = json.loads(lines[-1])
     events = int(measured["events"])  # what the given data held, where the workload counts it
     written = derive.profile_of(measured, events=events, default_batch=w.default_batch(w.profile_preset))
-    path = Path(out) if out is not None else measured_path(w.name)
+    path = Path(out) if out is not None else measured_profile_path(w.name)
     import yaml
 
     write_text_atomic(path, derive.header(measured) + yaml.safe_dump(written, sort_keys=False, width=200))
@@ -121,7 +118,7 @@ def profile(workload: str, *, batches: Optional[list[int]] = None, events: Optio
     if own:
         note = (f"workload {w.name} names a profile of its own ({w.profile_path}), which `burst plan` reads: copy {path} there "
                 f"to plan with this one")
-    elif out is not None and path.resolve() != measured_path(w.name).resolve():
-        note = f"`burst plan` reads {measured_path(w.name)}; name {path} as the workload's `profile` to plan with it"
+    elif out is not None and path.resolve() != measured_profile_path(w.name).resolve():
+        note = f"`burst plan` reads {measured_profile_path(w.name)}; name {path} as the workload's `profile` to plan with it"
     return ProfileResult(workload=w.name, path=path, measured=measured, derived=derived, batch=batch,
-                         used_by_plan=not own and path.resolve() == measured_path(w.name).resolve(), note=note)
+                         used_by_plan=not own and path.resolve() == measured_profile_path(w.name).resolve(), note=note)

@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BurstError
-from .profile import Profile
+from ..runtime.measuring import MATMUL_N
+from .profile import PROFILED, Profile
 
 ACCELERATORS = Path(__file__).with_name("data") / "accelerators.yaml"
 BAND = 3.0  # a derived speed is stated as this factor either way of its central figure
@@ -97,7 +98,7 @@ def profile_of(measured: dict, *, events: int, default_batch: int, today: dateti
                                 "rows": seconds}]},
         "accelerators": accelerators,
         "local_default": {"events_per_s": round(best["samples_per_s"], 3),
-                          "basis": f"measured by `burst profile` {today} on this machine, batch {best['batch']} ({what})"},
+                          "basis": f"{PROFILED} {today} on this machine, batch {best['batch']} ({what})"},
     }
     Profile.model_validate(profile).fit()  # what the plan will load: valid, and the model fits its table
     return profile
@@ -116,7 +117,7 @@ def header(measured: dict) -> str:
     params = f"{measured['parameters']:,} trainable parameters" if measured.get("parameters") else "parameters not counted"
     lines = [f"Placement profile of {measured['workload']} ({measured['framework']}, preset {measured['preset']}), written by `burst profile`.",
              f"Measured on this machine: {measured['machine'].get('cpu_model')}, {measured['machine'].get('threads')} threads; "
-             f"dense float32 rate {measured['matmul_gflops']:.1f} GFLOP/s (NumPy's matmul of {1024}^2).",
+             f"dense float32 rate {measured['matmul_gflops']:.1f} GFLOP/s (NumPy's matmul of {MATMUL_N}^2).",
              f"{counted}{share}.", f"{params}; a checkpoint {measured['checkpoint_bytes']:,} bytes; "
              f"{measured['events']} training events {measured['data_bytes']:,} bytes.",
              "Samples/s by batch: " + ", ".join(f"{r['batch']}: {r['samples_per_s']:,.0f}" for r in measured["batches"]) + ".",

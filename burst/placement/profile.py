@@ -346,6 +346,9 @@ def calibration_path(workload: str) -> Path:
     return state.home() / "calibration" / f"{workload}.json"
 
 
+PROFILED = "measured by `burst profile`"  # how this machine's speed measured by `burst profile` begins its basis (placement.derive)
+
+
 # Speeds a plan may rest on: finite, above zero, and within what any machine could measure.
 Speed = Field(gt=0, le=1e9, allow_inf_nan=False)
 
@@ -414,9 +417,13 @@ def local_throughput(profile: Profile, precision: str = "float32") -> tuple[floa
         rec = read_record(path, "bench record", f"run `burst bench` again or remove it (rm -r {path})", BenchRecord)
     except FileNotFoundError:
         basis = profile.local_default.basis
-        if "burst profile" in basis:  # this machine's own measurement already (a workload `burst bench` has no benchmark for)
+        if basis.startswith(PROFILED):  # this machine's own measurement already
             return profile.local_default.events_per_s, basis
-        return profile.local_default.events_per_s, f"profile default ({basis}, float32); run `burst bench` to measure this machine"
+        from .. import workloads
+
+        w = workloads.get(profile.workload)
+        how = "`burst bench`" if w.bench_command(1, 1, 1) is not None else f"`burst profile {getattr(w, 'spec', None) or w.name}`"
+        return profile.local_default.events_per_s, f"profile default ({basis}, float32); run {how} to measure this machine"
     if precision in rec.by_precision:
         return rec.by_precision[precision], f"measured by `burst bench` in {precision} ({rec.cpus or '?'} CPUs)"
     return rec.events_per_s, f"measured by `burst bench` in float32 ({rec.cpus or '?'} CPUs; {precision} not measured)"

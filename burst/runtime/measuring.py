@@ -1,9 +1,9 @@
 """`burst profile`'s measuring process: a workload of the public interface trained on this machine
 by one worker, at several batches, each epoch timed, with what its framework counts on the way.
 
-Run as ``python -m burst.runtime.measuring SPEC EVENTS STEPS SEED DATA BATCH...`` (DATA empty: the
-data the workload makes; a process of its own,
-so that the framework, its threads and its memory go when it ends); prints one JSON line. Each
+Run as ``python -m burst.runtime.measuring SPEC EVENTS SEED DATA BATCH...`` (DATA empty: the data
+the workload makes) in a process of its own, so that the framework, its threads and its memory go
+when it ends; prints one JSON line. Each epoch is the workload's own (no steps are asked). Each
 batch trains ``EPOCHS`` epochs from scratch through the workload's own ``train(ctx)``: the first
 warms up (tracing, first allocations) and is where the framework counts FLOPs and parameters; the
 best of the others is the batch's time. An epoch's samples are the ``samples`` metric the workload
@@ -29,13 +29,13 @@ MATMUL_N = 1024  # this machine's dense float32 rate: NumPy's matmul of two N x 
 class ProfileContext:
     """``burst.workload.TrainContext`` for one worker on this machine, timing each epoch."""
 
-    def __init__(self, workload, batch: int, steps: int, seed: int, train_files: list[Path], scratch: Path, counter=None):
+    def __init__(self, workload, batch: int, seed: int, train_files: list[Path], scratch: Path, counter=None):
         self.rank, self.world_size = 0, 1
         self.preset = workload.presets[0]
         self.total_epochs = EPOCHS
         self.batch_per_replica = batch
         self.seed = seed
-        self.steps_per_epoch = steps or None  # none asked: the workload's own epoch
+        self.steps_per_epoch = None  # none asked: the workload's own epoch
         self.precision = None
         self.knobs: dict = {}
         self.train_files = train_files
@@ -168,7 +168,7 @@ def matmul_gflops() -> float:
     return 2 * MATMUL_N ** 3 / best / 1e9
 
 
-def measure(spec: str, events: int, steps: int, seed: int, batches: list[int], data: Optional[Path] = None) -> dict:
+def measure(spec: str, events: int, seed: int, batches: list[int], data: Optional[Path] = None) -> dict:
     """Every figure `burst profile` writes a profile from (see the module's docstring); ``data``:
     the workload's own training data, else the data it makes (``events`` of them)."""
     from .. import workloads
@@ -188,7 +188,7 @@ def measure(spec: str, events: int, steps: int, seed: int, batches: list[int], d
             counter = None
             if counted is None:
                 counter = TorchCounter() if workload.framework == "torch" else TensorFlowCounter()
-            ctx = ProfileContext(user, batch, steps, seed, files, root, counter)
+            ctx = ProfileContext(user, batch, seed, files, root, counter)
             with (counter.around() if counter is not None else contextlib.nullcontext()):
                 user.train(ctx)
             if len(ctx.epoch_s) != EPOCHS:
@@ -205,7 +205,7 @@ def measure(spec: str, events: int, steps: int, seed: int, batches: list[int], d
     from workloads.common.cpu import machine_facts
 
     machine = machine_facts()
-    return {"workload": workload.name, "framework": workload.framework, "preset": workload.presets[0], "events": events, "steps": steps,
+    return {"workload": workload.name, "framework": workload.framework, "preset": workload.presets[0], "events": events,
             "batches": rows, **counted, "flops_per_event": counted["flops"] / counted_samples if counted["flops"] else None,
             "checkpoint_bytes": checkpoint_bytes, "data_bytes": data_bytes, "matmul_gflops": matmul_gflops(),
             "machine": {"cpu_model": machine["cpu_model"], "cores": machine["cores"], "simd": machine["simd"],
@@ -213,9 +213,9 @@ def measure(spec: str, events: int, steps: int, seed: int, batches: list[int], d
 
 
 def main(argv: list[str]) -> int:
-    spec, events, steps, seed, data, *batches = argv
+    spec, events, seed, data, *batches = argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    measured = measure(spec, int(events), int(steps), int(seed), [int(b) for b in batches], Path(data) if data else None)
+    measured = measure(spec, int(events), int(seed), [int(b) for b in batches], Path(data) if data else None)
     print(json.dumps(measured), flush=True)
     return 0
 

@@ -18,6 +18,14 @@ from .base import Workload as Internal
 
 
 
+def measured_profile_path(name: str) -> Path:
+    """Where `burst profile` writes a workload's measured profile (in this machine's burst home),
+    and where a workload naming no profile of its own has it read."""
+    from ..home import state
+
+    return state.home() / "profiles" / f"{name}.measured.yaml"
+
+
 PLACEHOLDER_EVENTS_PER_S = 1000.0  # this machine's speed for a workload that has no profile: said to be no measurement
 NAME_RULE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")  # a workload's name: in run ids, file names and URLs
 
@@ -99,7 +107,7 @@ class PublicWorkload(Internal):
         from ..home import state
         from ..home.records import write_text_atomic
 
-        measured = state.home() / "profiles" / f"{self.name}.measured.yaml"  # lifecycle.profiling.measured_path
+        measured = measured_profile_path(self.name)
         if measured.is_file():
             return measured
         generated = state.home() / "profiles" / f"{self.name}.yaml"
@@ -108,7 +116,7 @@ class PublicWorkload(Internal):
             "epochs": 10, "checkpoint_every_epochs": 1,
             "scaling": {"form": "no measurement: the workload has no profile.yaml", "tables": []}, "accelerators": {},
             "local_default": {"events_per_s": PLACEHOLDER_EVENTS_PER_S,
-                              "basis": f"a placeholder, not a measurement: {self.name} has no profile.yaml; `burst profile {self.name}` measures it"}},
+                              "basis": f"a placeholder, not a measurement: {self.name} has no profile.yaml (docs/guide/your-workload.md)"}},
             sort_keys=False)
         if not generated.is_file() or generated.read_text() != text:
             write_text_atomic(generated, text)

@@ -19,7 +19,7 @@ def measured(batches=(16, 64, 256), matmul=50.0, events=1000) -> dict:
         epoch_s = events / b * (PER_EVENT * b + PER_STEP)
         rows.append({"batch": b, "epoch_s": [epoch_s * 3, epoch_s * 1.1, epoch_s], "samples": float(events),
                      "samples_reported": True, "samples_per_s": events / epoch_s})
-    return {"workload": "mine", "framework": "torch", "preset": "small", "events": events, "steps": 0, "batches": rows,
+    return {"workload": "mine", "framework": "torch", "preset": "small", "events": events, "batches": rows,
             "flops": 2.7e7, "flops_by": "PyTorch's FlopCounterMode", "parameters": 4801, "flops_per_event": 27008.0,
             "checkpoint_bytes": 64_000, "data_bytes": 150_000, "matmul_gflops": matmul,
             "machine": {"cpu_model": "AMD EPYC 7B13", "cores": 2, "simd": ["avx2", "fma"], "onednn_enabled": None, "threads": 2}}
