@@ -66,6 +66,7 @@ def _managed(tmp_path: Path, monkeypatch, target, policy: str, store: str, budge
     from burst.unattended.managed import Attempt, ManagedRun
 
     (tmp_path / "policy.yaml").write_text(policy)
+    monkeypatch.chdir(tmp_path)  # a run's results (a failed job's log) go under the working directory: this test's, not the checkout
     now = time.time()
     _save(ClusterHandle(name="c", provider="gcp", cluster_id="gke0001", state="running", storage_uri=store, hourly_usd=3600.0,
                         created=now, region="europe-west4"))
